@@ -1,0 +1,241 @@
+"""JSON-RPC 2.0 envelopes for A2A: method table, request parsing, error objects.
+
+Implements PROTOCOL.md §1.2 (method names of v1.0 and v0.3), §6 (error codes and bodies) and
+the FIELD-CASES.md F15 envelope rules. Pure: stdlib + orjson only.
+
+Request parsing never raises: :func:`parse_request` returns either a :class:`Request` or a
+:class:`ParseFailure` that already holds the JSON-RPC error to send back, with the client's id
+where it could be read.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.a2a.states import ProtocolVersion
+
+JsonId = str | int | float | None
+
+# Standard JSON-RPC codes (PROTOCOL.md §6.2)
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# A2A codes (PROTOCOL.md §6.1)
+TASK_NOT_FOUND = -32001
+TASK_NOT_CANCELABLE = -32002
+PUSH_NOTIFICATION_NOT_SUPPORTED = -32003
+UNSUPPORTED_OPERATION = -32004
+CONTENT_TYPE_NOT_SUPPORTED = -32005
+INVALID_AGENT_RESPONSE = -32006
+VERSION_NOT_SUPPORTED = -32009
+
+ERROR_REASONS: dict[int, str] = {
+    TASK_NOT_FOUND: "TASK_NOT_FOUND",
+    TASK_NOT_CANCELABLE: "TASK_NOT_CANCELABLE",
+    PUSH_NOTIFICATION_NOT_SUPPORTED: "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    UNSUPPORTED_OPERATION: "UNSUPPORTED_OPERATION",
+    CONTENT_TYPE_NOT_SUPPORTED: "CONTENT_TYPE_NOT_SUPPORTED",
+    INVALID_AGENT_RESPONSE: "INVALID_AGENT_RESPONSE",
+    VERSION_NOT_SUPPORTED: "VERSION_NOT_SUPPORTED",
+}
+KNOWN_CODES = frozenset(
+    {PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR}
+    | set(ERROR_REASONS)
+    | {-32007, -32008}
+)
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+ERROR_DOMAIN = "a2a-protocol.org"
+
+
+class Operation(enum.StrEnum):
+    """Version-independent A2A operation (PROTOCOL.md §1.2 rows); values are v1.0 names."""
+
+    SEND = "SendMessage"
+    STREAM = "SendStreamingMessage"
+    GET = "GetTask"
+    LIST = "ListTasks"
+    CANCEL = "CancelTask"
+    SUBSCRIBE = "SubscribeToTask"
+    PUSH_CREATE = "CreateTaskPushNotificationConfig"
+    PUSH_GET = "GetTaskPushNotificationConfig"
+    PUSH_LIST = "ListTaskPushNotificationConfigs"
+    PUSH_DELETE = "DeleteTaskPushNotificationConfig"
+    EXTENDED_CARD = "GetExtendedAgentCard"
+
+
+@dataclass(frozen=True, slots=True)
+class MethodInfo:
+    """What the gateway knows about one JSON-RPC method name."""
+
+    name: str
+    operation: Operation
+    version: ProtocolVersion
+
+    @property
+    def streaming(self) -> bool:
+        """True when the method answers with an SSE stream (F09)."""
+        return self.operation in (Operation.STREAM, Operation.SUBSCRIBE)
+
+
+_V03_NAMES = {
+    "message/send": Operation.SEND,
+    "message/stream": Operation.STREAM,
+    "tasks/get": Operation.GET,
+    "tasks/cancel": Operation.CANCEL,
+    "tasks/resubscribe": Operation.SUBSCRIBE,
+    "tasks/pushNotificationConfig/set": Operation.PUSH_CREATE,
+    "tasks/pushNotificationConfig/get": Operation.PUSH_GET,
+    "tasks/pushNotificationConfig/list": Operation.PUSH_LIST,
+    "tasks/pushNotificationConfig/delete": Operation.PUSH_DELETE,
+    "agent/getAuthenticatedExtendedCard": Operation.EXTENDED_CARD,
+}
+METHODS: dict[str, MethodInfo] = {
+    **{op.value: MethodInfo(op.value, op, ProtocolVersion.V1_0) for op in Operation},
+    **{n: MethodInfo(n, op, ProtocolVersion.V0_3) for n, op in _V03_NAMES.items()},
+}
+# v0.3 method namespaces: an unknown name inside them is answered -32601 (F15); any other
+# unknown method (a custom extension method, a newer spec's method) passes through.
+_V03_NAMESPACES = ("message/", "tasks/", "agent/")
+TASK_GET_NAME = {ProtocolVersion.V1_0: "GetTask", ProtocolVersion.V0_3: "tasks/get"}
+
+
+def lookup_method(name: str) -> MethodInfo | None:
+    """The :class:`MethodInfo` for a v1.0 or v0.3 A2A method name, else ``None``."""
+    return METHODS.get(name)
+
+
+def is_reserved_unknown(name: str) -> bool:
+    """True for a name in an A2A v0.3 namespace that no version defines (``tasks/frobnicate``)."""
+    return name not in METHODS and name.startswith(_V03_NAMESPACES)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A well-formed JSON-RPC request object as the client sent it.
+
+    ``has_id`` is False for a notification (no ``id`` member); ``id`` keeps its JSON type.
+    """
+
+    id: JsonId
+    has_id: bool
+    method: str
+    params: Any
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ParseFailure:
+    """A request the gateway answers itself; ``error`` is the full JSON-RPC response object."""
+
+    error: dict[str, Any]
+    code: int
+
+
+def _valid_id(value: object) -> bool:
+    return value is None or (isinstance(value, str | int | float) and not isinstance(value, bool))
+
+
+def parse_request(body: bytes) -> Request | ParseFailure:
+    """Parse and validate one JSON-RPC request body (F15).
+
+    Returns:
+        :class:`Request`, or :class:`ParseFailure` holding: -32700 (id null) for invalid JSON;
+        -32600 for a batch array, a non-object, a missing/wrong ``jsonrpc``, a non-string
+        ``method`` or a non-scalar ``id`` (id null in that last case); -32602 when ``params`` is
+        present but not an object for a known A2A method.
+    """
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _fail(PARSE_ERROR, "Parse error: request body is not valid JSON", None)
+    if isinstance(doc, list):
+        return _fail(INVALID_REQUEST, "Invalid Request: batch requests are not supported", None)
+    if not isinstance(doc, dict):
+        return _fail(INVALID_REQUEST, "Invalid Request: expected a JSON object", None)
+    raw_id = doc.get("id")
+    if not _valid_id(raw_id):
+        return _fail(INVALID_REQUEST, "Invalid Request: id must be a string, number or null", None)
+    if doc.get("jsonrpc") != "2.0":
+        return _fail(INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', raw_id)
+    method = doc.get("method")
+    if not isinstance(method, str) or not method:
+        return _fail(INVALID_REQUEST, 'Invalid Request: "method" must be a string', raw_id)
+    params = doc.get("params")
+    if method in METHODS and not isinstance(params, dict):
+        return _fail(INVALID_PARAMS, "Invalid params: params must be an object", raw_id)
+    if is_reserved_unknown(method):
+        return _fail(METHOD_NOT_FOUND, f"Method not found: {method}", raw_id)
+    return Request(id=raw_id, has_id="id" in doc, method=method, params=params, body=doc)
+
+
+def _fail(code: int, message: str, req_id: JsonId) -> ParseFailure:
+    return ParseFailure(error_response(req_id, code, message), code)
+
+
+def error_object(
+    code: int,
+    message: str,
+    *,
+    version: ProtocolVersion = ProtocolVersion.V1_0,
+    metadata: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A JSON-RPC ``error`` member (PROTOCOL.md §6.3).
+
+    For v1.0 and a code with an A2A reason, ``data`` is an array holding one
+    ``google.rpc.ErrorInfo``; v0.3 gets no ``data``.
+    """
+    err: dict[str, Any] = {"code": code, "message": message}
+    reason = ERROR_REASONS.get(code)
+    if reason is not None and version is ProtocolVersion.V1_0:
+        info: dict[str, Any] = {"@type": ERROR_INFO_TYPE, "reason": reason, "domain": ERROR_DOMAIN}
+        if metadata:
+            info["metadata"] = metadata
+        err["data"] = [info]
+    return err
+
+
+def error_response(
+    req_id: JsonId,
+    code: int,
+    message: str,
+    *,
+    version: ProtocolVersion = ProtocolVersion.V1_0,
+    metadata: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A whole JSON-RPC error response object with the client's ``id``."""
+    err = error_object(code, message, version=version, metadata=metadata)
+    return {"jsonrpc": "2.0", "id": req_id, "error": err}
+
+
+def dumps(obj: Any) -> bytes:
+    """Serialize a JSON value with orjson (UTF-8 bytes)."""
+    return orjson.dumps(obj)
+
+
+def request_task_id(info: MethodInfo, params: object) -> str | None:
+    """The task a request names, or ``None`` when it may create a new task.
+
+    Messages: ``params.message.taskId``; GetTask, CancelTask, SubscribeToTask (both versions)
+    and v0.3 push-config methods: ``params.id``; v1.0 push-config methods: ``params.taskId``
+    (PROTOCOL.md §11 pitfall 14).
+    """
+    if not isinstance(params, dict):
+        return None
+    op = info.operation
+    if op in (Operation.SEND, Operation.STREAM):
+        message = params.get("message")
+        value = message.get("taskId") if isinstance(message, dict) else None
+    elif op in (Operation.GET, Operation.CANCEL, Operation.SUBSCRIBE):
+        value = params.get("id")
+    elif op.name.startswith("PUSH_"):
+        key = "id" if info.version is ProtocolVersion.V0_3 and op is not Operation.PUSH_CREATE else "taskId"
+        value = params.get(key)
+    else:
+        value = None
+    return value if isinstance(value, str) and value else None

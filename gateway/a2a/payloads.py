@@ -1,0 +1,136 @@
+"""Find the task-bearing object inside an A2A result, in either protocol version.
+
+Implements PROTOCOL.md §3.4-3.5 and §11 pitfall 3 (result wrapping differs): v1.0
+``SendMessage`` answers ``{"task":…}`` or ``{"message":…}``; ``GetTask``/``CancelTask`` answer
+a bare Task; a v1.0 stream event is a StreamResponse (``task`` | ``message`` | ``statusUpdate``
+| ``artifactUpdate``); v0.3 answers a bare object carrying ``kind``. Pure: stdlib only.
+
+:func:`locate` returns an :class:`Item` that points at the inner object and knows where its
+state and ids live; nothing here mutates its input.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+_WRAPPERS = {
+    "task": "task",
+    "message": "message",
+    "statusUpdate": "status",
+    "artifactUpdate": "artifact",
+}
+_V03_KINDS = {
+    "task": "task",
+    "message": "message",
+    "status-update": "status",
+    "artifact-update": "artifact",
+}
+
+
+class Kind(enum.StrEnum):
+    """What one result or stream event carries; also the ``kind`` label of SSE metrics."""
+
+    TASK = "task"
+    MESSAGE = "message"
+    STATUS = "status"
+    ARTIFACT = "artifact"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """A located payload.
+
+    ``obj`` is the inner object (the Task, the status/artifact update event, the Message);
+    ``wrapper`` is the v1.0 StreamResponse member name that held it, or ``None`` when the
+    result was the object itself (bare Task, v0.3 ``kind`` objects).
+    """
+
+    kind: Kind
+    obj: dict[str, Any]
+    wrapper: str | None
+
+    @property
+    def task_id(self) -> str | None:
+        """The task id: ``id`` of a Task, ``taskId`` of events and messages."""
+        key = "id" if self.kind is Kind.TASK else "taskId"
+        value = self.obj.get(key)
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def context_id(self) -> str | None:
+        """The ``contextId`` member, if a non-empty string."""
+        value = self.obj.get("contextId")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def status(self) -> dict[str, Any] | None:
+        """The ``status`` object of a Task or status update (``None`` if absent or not an object)."""
+        if self.kind not in (Kind.TASK, Kind.STATUS):
+            return None
+        status = self.obj.get("status")
+        return status if isinstance(status, dict) else None
+
+    @property
+    def raw_state(self) -> object:
+        """``status.state`` exactly as sent (``None`` when missing)."""
+        status = self.status
+        return None if status is None else status.get("state")
+
+
+def locate(result: object) -> Item:
+    """Classify a JSON-RPC ``result`` or a REST stream payload into an :class:`Item`."""
+    if not isinstance(result, dict):
+        return Item(Kind.OTHER, {}, None)
+    for member, kind in _WRAPPERS.items():
+        inner = result.get(member)
+        if isinstance(inner, dict) and "kind" not in result and "id" not in result:
+            return Item(Kind(kind), inner, member)
+    v03 = result.get("kind")
+    if isinstance(v03, str) and v03 in _V03_KINDS:
+        return Item(Kind(_V03_KINDS[v03]), result, None)
+    if "status" in result and "id" in result:
+        return Item(Kind.TASK, result, None)
+    if "taskId" in result and "status" in result:
+        return Item(Kind.STATUS, result, None)
+    if "taskId" in result and "artifact" in result:
+        return Item(Kind.ARTIFACT, result, None)
+    if "messageId" in result and "parts" in result:
+        return Item(Kind.MESSAGE, result, None)
+    return Item(Kind.OTHER, result, None)
+
+
+def rebuild(item: Item, obj: dict[str, Any], result: object) -> dict[str, Any]:
+    """Return a new result equal to ``result`` with the located object replaced by ``obj``."""
+    if item.wrapper is not None and isinstance(result, dict):
+        return {**result, item.wrapper: obj}
+    return obj
+
+
+def with_state(obj: dict[str, Any], state: str) -> dict[str, Any]:
+    """A copy of a Task or status update whose ``status.state`` is ``state``."""
+    status = obj.get("status")
+    status = dict(status) if isinstance(status, dict) else {}
+    status["state"] = state
+    return {**obj, "status": status}
+
+
+def artifact_of(item: Item) -> dict[str, Any] | None:
+    """The ``artifact`` object of an artifact update, if it is an object with an id."""
+    art = item.obj.get("artifact")
+    if isinstance(art, dict) and isinstance(art.get("artifactId"), str):
+        return art
+    return None
+
+
+def parts_count(artifact: dict[str, Any]) -> int:
+    """Number of ``parts`` of an artifact (0 if missing or malformed)."""
+    parts = artifact.get("parts")
+    return len(parts) if isinstance(parts, list) else 0
+
+
+def flag(obj: dict[str, Any], name: str) -> bool:
+    """A boolean member of an update event (``append``, ``lastChunk``); absent means false."""
+    return obj.get(name) is True

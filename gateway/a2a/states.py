@@ -1,0 +1,155 @@
+"""TaskState: the one normalization boundary for every taskState spelling.
+
+Implements PROTOCOL.md §2 (TaskState table, terminal and interrupted classes) and the
+FIELD-CASES.md unknown-state policy. Pure: stdlib only.
+
+Every spelling seen on the wire maps to one canonical :class:`TaskState` (the v1.0 ProtoJSON
+name). Clients get the state back in their own protocol version's spelling via
+:func:`spell_state`. A string outside the alias table raises :class:`UnknownStateError`; the
+gateway never guesses.
+
+Spelling families (the ``family`` label of the normalization counter; a small fixed set, never
+the raw string):
+
+=============  ====================================================================
+``v10_enum``   a v1.0 ProtoJSON name (``TASK_STATE_WORKING``) in a v0.3 exchange
+``v03_kebab``  a v0.3 JSON-RPC name (``input-required``, ``unknown``) in a v1.0 exchange
+``underscore`` lower-case with underscores (``input_required``): Python enum member names
+``case_variant`` any other letter-case or separator variant (``Working``, ``INPUT_REQUIRED``)
+``v03_grpc``   the double-l cancel spellings (``TASK_STATE_CANCELLED``, ``cancelled``)
+=============  ====================================================================
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ProtocolVersion(enum.StrEnum):
+    """The A2A protocol major.minor a client or exchange speaks (PROTOCOL.md §5)."""
+
+    V0_3 = "0.3"
+    V1_0 = "1.0"
+
+
+class TaskState(enum.StrEnum):
+    """Canonical task state: the v1.0 ProtoJSON enum name (PROTOCOL.md §2)."""
+
+    UNSPECIFIED = "TASK_STATE_UNSPECIFIED"
+    SUBMITTED = "TASK_STATE_SUBMITTED"
+    WORKING = "TASK_STATE_WORKING"
+    COMPLETED = "TASK_STATE_COMPLETED"
+    FAILED = "TASK_STATE_FAILED"
+    CANCELED = "TASK_STATE_CANCELED"
+    INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
+    REJECTED = "TASK_STATE_REJECTED"
+    AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for completed, failed, canceled and rejected: absorbing states."""
+        return self in TERMINAL_STATES
+
+    @property
+    def is_interrupted(self) -> bool:
+        """True for input-required and auth-required."""
+        return self in INTERRUPTED_STATES
+
+
+TERMINAL_STATES = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
+)
+INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+
+_V03_SPELLING: dict[TaskState, str] = {
+    TaskState.UNSPECIFIED: "unknown",
+    TaskState.SUBMITTED: "submitted",
+    TaskState.WORKING: "working",
+    TaskState.COMPLETED: "completed",
+    TaskState.FAILED: "failed",
+    TaskState.CANCELED: "canceled",
+    TaskState.INPUT_REQUIRED: "input-required",
+    TaskState.REJECTED: "rejected",
+    TaskState.AUTH_REQUIRED: "auth-required",
+}
+_FROM_V03 = {v: k for k, v in _V03_SPELLING.items()}
+_FROM_V10 = {s.value: s for s in TaskState}
+_DOUBLE_L = {"TASK_STATE_CANCELLED", "cancelled", "CANCELLED", "Cancelled"}
+# Keys: upper-case, separators folded to "_", "TASK_STATE_" prefix removed.
+_FOLDED = {s.value.removeprefix("TASK_STATE_"): s for s in TaskState}
+_FOLDED["UNKNOWN"] = TaskState.UNSPECIFIED
+_FOLDED["CANCELLED"] = TaskState.CANCELED
+
+FAMILIES = ("v10_enum", "v03_kebab", "underscore", "case_variant", "v03_grpc")
+
+
+class UnknownStateError(ValueError):
+    """A taskState string outside the alias table (FIELD-CASES.md unknown-state policy).
+
+    ``raw`` holds the offending value for logs; it must never become a metric label.
+    """
+
+    def __init__(self, raw: object) -> None:
+        super().__init__(f"unknown task state {raw!r}")
+        self.raw = raw
+
+
+@dataclass(frozen=True, slots=True)
+class Normalized:
+    """Result of :func:`normalize_state`.
+
+    ``family`` is ``None`` when the input was already the canonical spelling of the exchange's
+    protocol version (or absent), otherwise one of :data:`FAMILIES`.
+    """
+
+    state: TaskState
+    family: str | None
+
+
+def normalize_state(raw: object, version: ProtocolVersion) -> Normalized:
+    """Map any known spelling of a task state to its canonical :class:`TaskState`.
+
+    Args:
+        raw: the wire value of ``status.state``; ``None`` or ``""`` (ProtoJSON omits the zero
+            enum) mean unspecified.
+        version: the protocol version of the exchange, which decides what is canonical.
+
+    Returns:
+        :class:`Normalized` with the state and the spelling family (``None`` if canonical).
+
+    Raises:
+        UnknownStateError: a non-string, or a string outside the alias table (``"paused"``).
+    """
+    if raw is None or raw == "":
+        return Normalized(TaskState.UNSPECIFIED, None)
+    if not isinstance(raw, str):
+        raise UnknownStateError(raw)
+    if raw in _FROM_V10:
+        family = None if version is ProtocolVersion.V1_0 else "v10_enum"
+        return Normalized(_FROM_V10[raw], family)
+    if raw in _FROM_V03:
+        family = None if version is ProtocolVersion.V0_3 else "v03_kebab"
+        return Normalized(_FROM_V03[raw], family)
+    if raw in _DOUBLE_L:
+        return Normalized(TaskState.CANCELED, "v03_grpc")
+    folded = raw.strip().upper().replace("-", "_").replace(" ", "_").removeprefix("TASK_STATE_")
+    state = _FOLDED.get(folded)
+    if state is None:
+        raise UnknownStateError(raw)
+    if folded == "CANCELLED":
+        return Normalized(state, "v03_grpc")
+    if raw.islower() and "_" in raw and "-" not in raw:
+        return Normalized(state, "underscore")
+    return Normalized(state, "case_variant")
+
+
+def spell_state(state: TaskState, version: ProtocolVersion) -> str:
+    """Spell a canonical state for a client of ``version``.
+
+    v1.0 gets the ProtoJSON name (``TASK_STATE_INPUT_REQUIRED``); v0.3 gets kebab-case
+    (``input-required``; unspecified is ``unknown``). PROTOCOL.md §2.
+    """
+    if version is ProtocolVersion.V0_3:
+        return _V03_SPELLING[state]
+    return state.value

@@ -1,0 +1,118 @@
+"""The ASGI application: gateway endpoints plus the proxy for every configured mount.
+
+``/healthz`` (alive), ``/readyz`` (accepting traffic) and ``/metrics`` (Prometheus text) belong
+to the gateway; every other path is matched to an upstream mount by longest prefix. A POST to
+the mount's ``jsonrpc_path`` is an A2A JSON-RPC exchange (checked); anything else is relayed
+transparently. A path no mount covers gets 404.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+
+from gateway.config import GatewayConfig
+from gateway.ledger.base import TaskLedger
+from gateway.ledger.memory import MemoryLedger
+from gateway.observability.logging import get_logger
+from gateway.observability.metrics import Metrics
+from gateway.proxy import passthrough
+from gateway.proxy.forward import Router
+from gateway.proxy.jsonrpc import JsonRpcHandler
+from gateway.proxy.runtime import Runtime
+from gateway.proxy.types import Receive, Scope, Send
+
+
+class ProxyApp:
+    """ASGI app that routes a request to its upstream mount (plain class, STYLE.md conv. 7)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.router = Router(runtime.config.upstreams)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        route = self.router.match(scope["path"])
+        if route is None:
+            await JSONResponse({"error": "no upstream is mounted at this path"}, 404)(scope, receive, send)
+            return
+        if scope["method"] == "POST" and route.path.rstrip("/") == route.upstream.jsonrpc_path.rstrip("/"):
+            await JsonRpcHandler(self.rt, route, scope, receive, send).run()
+            return
+        await passthrough.relay(self.rt, route, scope, receive, send)
+
+
+def build_app(
+    config: GatewayConfig,
+    *,
+    ledger: TaskLedger | None = None,
+    client: httpx.AsyncClient | None = None,
+    registry: CollectorRegistry | None = None,
+) -> Starlette:
+    """Build the gateway application.
+
+    Args:
+        config: the validated configuration.
+        ledger: the task ledger (default: a :class:`MemoryLedger` bounded by
+            ``ledger.max_tasks``); closed at shutdown.
+        client: the upstream HTTP client (default: a pooled ``httpx.AsyncClient``); a client
+            passed in is not closed by the app.
+        registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
+
+    Returns:
+        A Starlette app; ``app.state.runtime`` is the shared :class:`Runtime`.
+    """
+    registry = registry or CollectorRegistry()
+    metrics = Metrics(registry)
+    ledger = ledger or MemoryLedger(config.ledger.max_tasks)
+    metrics.track_ledger(ledger.count_by_state)
+    own_client = client is None
+    http = client or httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+        trust_env=False,
+        follow_redirects=False,
+    )
+    runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
+    ready = {"value": False}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        ready["value"] = True
+        try:
+            yield
+        finally:
+            ready["value"] = False
+            if own_client:
+                await http.aclose()
+            await ledger.close()
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        if ready["value"]:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "not ready"}, status_code=503)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET", "HEAD"]),
+            Route("/readyz", readyz, methods=["GET", "HEAD"]),
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
+            Mount("/", app=ProxyApp(runtime)),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    return app

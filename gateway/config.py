@@ -1,0 +1,163 @@
+"""Gateway configuration: YAML → validated, frozen pydantic models.
+
+Validation errors carry the YAML path of the offending key (``upstreams.0.url: …``).
+See ``config/gateway.example.yaml`` for an annotated example of every key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gateway.errors import ConfigError
+
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ListenConfig(_Frozen):
+    """Where the gateway listens."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class TimeoutConfig(_Frozen):
+    """Upstream timeouts in seconds. ``read`` bounds the wait for each chunk of a response:
+    a blocking ``SendMessage`` may legitimately take minutes (PROTOCOL.md §11 pitfall 15), and a
+    stream is bounded only by this idle gap, not by an overall deadline."""
+
+    connect: Seconds = 5.0
+    read: Seconds = 300.0
+    write: Seconds = 30.0
+    pool: Seconds = 5.0
+
+
+class UpstreamConfig(_Frozen):
+    """One A2A worker mounted at a path prefix of the gateway.
+
+    A request under ``prefix`` goes to ``url`` with the rest of its path appended. POSTs to
+    ``jsonrpc_path`` (relative to the mount) are A2A JSON-RPC and pass the invariant engine;
+    every other request under the mount is relayed transparently.
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    url: str
+    prefix: str = "/"
+    jsonrpc_path: str = "/"
+    timeouts: TimeoutConfig = TimeoutConfig()
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/") + "/"
+
+    @field_validator("prefix", "jsonrpc_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return "/" + value.strip("/") if value != "/" else "/"
+
+
+class LimitsConfig(_Frozen):
+    """Size and time limits. Bytes and seconds."""
+
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    max_event_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    post_terminal_drain_seconds: float = Field(default=2.0, ge=0)
+
+
+class LedgerConfig(_Frozen):
+    """The task ledger backend."""
+
+    backend: Literal["memory"] = "memory"
+    max_tasks: int = Field(default=100_000, gt=0)
+
+
+class LogConfig(_Frozen):
+    """Logging: level name and ``json`` (default) or ``text`` lines."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "text"] = "json"
+
+
+class GatewayConfig(_Frozen):
+    """The whole gateway configuration."""
+
+    listen: ListenConfig = ListenConfig()
+    mode: Literal["enforce", "observe"] = "enforce"
+    upstreams: list[UpstreamConfig] = Field(min_length=1)
+    limits: LimitsConfig = LimitsConfig()
+    ledger: LedgerConfig = LedgerConfig()
+    log: LogConfig = LogConfig()
+
+    @model_validator(mode="after")
+    def _unique(self) -> GatewayConfig:
+        names = [u.name for u in self.upstreams]
+        prefixes = [u.prefix for u in self.upstreams]
+        for label, values in (("name", names), ("prefix", prefixes)):
+            dupes = sorted({v for v in values if values.count(v) > 1})
+            if dupes:
+                raise ValueError(f"upstreams: duplicate {label} {', '.join(dupes)}")
+        return self
+
+
+def _format_errors(err: ValidationError) -> list[str]:
+    lines = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"{path}: {e['msg']}")
+    return lines
+
+
+def parse_config(data: Any) -> GatewayConfig:
+    """Validate a parsed YAML document.
+
+    Raises:
+        ConfigError: with one ``path: problem`` line per error in ``.problems``.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(["(top level): expected a mapping"])
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err)) from None
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate a YAML config file.
+
+    Raises:
+        ConfigError: unreadable file, invalid YAML (with line and column) or invalid values.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError([f"{path}: {err.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError([f"{path}: invalid YAML: {err}"]) from None
+    return parse_config(data)
+
+
+def sidecar_config(
+    upstream: str, *, host: str, port: int, mode: str, name: str = "worker"
+) -> GatewayConfig:
+    """The config of the no-file sidecar form: one upstream mounted at ``/``."""
+    return parse_config(
+        {
+            "listen": {"host": host, "port": port},
+            "mode": mode,
+            "upstreams": [{"name": name, "url": upstream, "prefix": "/"}],
+        }
+    )

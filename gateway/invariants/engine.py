@@ -1,0 +1,449 @@
+"""The invariant engine: one client request or one worker payload in, one verdict out.
+
+Pure and deterministic (STYLE.md convention 2): no I/O, no awaits, no clock reads. The shell
+passes the ledger's :class:`TaskRecord`, the :class:`Exchange` and, for streams, the
+:class:`StreamState`; it gets back an :class:`Outcome` and stores ``outcome.record`` before it
+forwards ``outcome.result``.
+
+Checks, in order, for a worker payload (each cites FIELD-CASES.md):
+
+1. normalization — every taskState spelling becomes canonical and is re-spelled for the
+   client's version; a spelling outside the table is refused in enforce mode (F01, F03);
+2. identity — a payload for another task or context than the one the exchange is bound to
+   is refused (F06);
+3. terminal absorption — a terminal task never moves again; later events are not delivered,
+   a regression poisons the task id, a snapshot is corrected, a reused id is refused (F04, F05);
+4. artifacts — append / replace / ``lastChunk`` sealing (F06), see
+   :mod:`gateway.invariants.artifacts`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from gateway.a2a import jsonrpc
+from gateway.a2a.jsonrpc import Operation
+from gateway.a2a.payloads import Item, Kind, artifact_of, locate, rebuild, with_state
+from gateway.a2a.states import (
+    ProtocolVersion,
+    TaskState,
+    UnknownStateError,
+    normalize_state,
+    spell_state,
+)
+from gateway.invariants.artifacts import apply_update, clean_snapshot_artifacts
+from gateway.invariants.model import (
+    Action,
+    Clock,
+    Exchange,
+    Finding,
+    Mode,
+    Outcome,
+    StreamState,
+    TaskRecord,
+)
+
+CORRECTED_KEY = "a2a-gateway/corrected"
+_TASK_ACTIONS = (Operation.SEND, Operation.STREAM, Operation.CANCEL, Operation.SUBSCRIBE)
+# Worker error codes that may hide "this task is terminal" (F05 (c), F15).
+_SUSPECT_CODES = frozenset(
+    {
+        jsonrpc.INVALID_PARAMS,
+        jsonrpc.TASK_NOT_FOUND,
+        jsonrpc.TASK_NOT_CANCELABLE,
+        jsonrpc.UNSUPPORTED_OPERATION,
+        jsonrpc.INTERNAL_ERROR,
+    }
+)
+
+
+def terminal_error(ex: Exchange, record: TaskRecord) -> tuple[int, str]:
+    """The A2A error for an action on a terminal task (F05; SPEC §3.1.1, §3.1.5, §3.1.6).
+
+    Returns ``(code, message)``: -32002 TaskNotCancelable for cancel, else -32004
+    UnsupportedOperation. The message tells the client that a retry must mint a new task.
+    """
+    state = spell_state(record.state, ex.version)
+    if ex.operation is Operation.CANCEL:
+        return (
+            jsonrpc.TASK_NOT_CANCELABLE,
+            f"task {record.task_id} is terminal ({state}) and cannot be canceled",
+        )
+    return (
+        jsonrpc.UNSUPPORTED_OPERATION,
+        f"task {record.task_id} is terminal ({state}); a retry must start a new task: send "
+        f"the message without taskId (referenceTaskIds may name {record.task_id})",
+    )
+
+
+def check_request(ex: Exchange, record: TaskRecord | None) -> Outcome:
+    """Admit or refuse a client request naming an existing task (invariant 2, F05).
+
+    Returns :attr:`Action.REJECT` with -32004 (messages, subscribe) or -32002 (cancel) when the
+    ledger holds the task as terminal; in observe mode the finding is kept and the request is
+    forwarded. Any other request is forwarded.
+    """
+    if record is None or not record.terminal or ex.operation not in _TASK_ACTIONS:
+        return Outcome(Action.FORWARD, None)
+    finding = Finding("rejection", "terminal_task", f"{ex.operation} on terminal {record.task_id}")
+    if ex.mode is Mode.OBSERVE:
+        return Outcome(Action.FORWARD, None, findings=[finding])
+    return Outcome(Action.REJECT, None, findings=[finding], error=terminal_error(ex, record))
+
+
+def wants_terminal_probe(ex: Exchange, code: object) -> bool:
+    """True when a worker error to a task action may hide a terminal task (F05 (c), F15).
+
+    The shell then asks the worker ``GetTask`` and, if that confirms a terminal state,
+    answers with :func:`terminal_error` instead.
+    """
+    if ex.task_id is None or ex.operation not in _TASK_ACTIONS or code not in _SUSPECT_CODES:
+        return False
+    wanted = (
+        jsonrpc.TASK_NOT_CANCELABLE
+        if ex.operation is Operation.CANCEL
+        else jsonrpc.UNSUPPORTED_OPERATION
+    )
+    return code != wanted
+
+
+def check_list(ex: Exchange, result: Any) -> Outcome:
+    """Normalize every task state of a ``ListTasks`` result ``{"tasks": [Task…], …}``."""
+    tasks = result.get("tasks") if isinstance(result, dict) else None
+    if not isinstance(tasks, list):
+        return Outcome(Action.FORWARD, result)
+    findings: list[Finding] = []
+    out: list[Any] = []
+    for task in tasks:
+        item = locate(task)
+        if item.kind is not Kind.TASK:
+            out.append(task)
+            continue
+        normalized = _normalize(ex, item, findings)
+        if normalized is None:
+            return _refuse_unknown(ex, result, None, findings, item)
+        out.append(normalized[1])
+    if ex.mode is Mode.OBSERVE or all(a is b for a, b in zip(out, tasks, strict=True)):
+        return Outcome(Action.FORWARD, result, findings=findings)
+    return Outcome(Action.FORWARD, {**result, "tasks": out}, findings=findings)
+
+
+def check_payload(
+    ex: Exchange,
+    stream: StreamState | None,
+    record: TaskRecord | None,
+    result: Any,
+    clock: Clock,
+) -> Outcome:
+    """Judge one worker payload: a unary ``result`` or one stream event's ``result``.
+
+    Args:
+        ex: the exchange the payload answers.
+        stream: the stream's state, or ``None`` for a unary answer.
+        record: the ledger record of the payload's task (look it up with
+            :func:`payload_task_id`), or ``None``.
+        result: the JSON-RPC ``result`` member (or a REST StreamResponse).
+        clock: the observation time.
+
+    Returns:
+        An :class:`Outcome`; ``record`` is the ledger change to store before forwarding.
+    """
+    item = locate(result)
+    if item.kind in (Kind.MESSAGE, Kind.OTHER):
+        return Outcome(Action.FORWARD, result, stream)
+    findings: list[Finding] = []
+    normalized = _normalize(ex, item, findings)
+    if normalized is None:
+        return _refuse_unknown(ex, result, stream, findings, item)
+    state, obj = normalized
+    verdict = _check_identity(ex, stream, record, item, findings)
+    if verdict is None and stream is not None and stream.terminal:
+        verdict = _after_stream_terminal(ex, stream, record, item, state, findings, clock)
+    if verdict is None and record is not None and record.terminal:
+        verdict = _on_terminal_record(ex, stream, record, item, state, obj, findings, clock)
+    if verdict is None:
+        verdict = _transition(ex, stream, record, item, state, obj, findings, clock)
+    if verdict.action is Action.FORWARD and verdict.result is not result:
+        verdict.result = rebuild(item, verdict.result, result)
+    return _apply_mode(ex, verdict, result)
+
+
+def payload_task_id(result: Any) -> str | None:
+    """The task id a payload is about (for the ledger lookup before :func:`check_payload`)."""
+    return locate(result).task_id
+
+
+def _apply_mode(ex: Exchange, verdict: Outcome, original: Any) -> Outcome:
+    """Observe mode keeps findings and the ledger change but forwards the original bytes."""
+    if ex.mode is Mode.ENFORCE:
+        return verdict
+    return dataclasses.replace(
+        verdict, action=Action.FORWARD, result=original, error=None, close=False
+    )
+
+
+def _normalize(
+    ex: Exchange, item: Item, findings: list[Finding]
+) -> tuple[TaskState, dict[str, Any]] | None:
+    """Canonical state and the object re-spelled for the client, or ``None`` if unknown."""
+    raw = item.raw_state
+    try:
+        norm = normalize_state(raw, ex.version)
+    except UnknownStateError:
+        return None
+    if norm.family is not None:
+        findings.append(Finding("normalization", norm.family, f"{raw!r}"))
+    spelled = spell_state(norm.state, ex.version)
+    if raw == spelled or (raw in (None, "") and ex.version is ProtocolVersion.V1_0):
+        return norm.state, item.obj
+    return norm.state, with_state(item.obj, spelled)
+
+
+def _refuse_unknown(
+    ex: Exchange, result: Any, stream: StreamState | None, findings: list[Finding], item: Item
+) -> Outcome:
+    raw = item.raw_state
+    tid = item.task_id
+    findings.append(Finding("divergence", "unknown_state", f"task {tid} state {raw!r}"))
+    message = f"worker sent an unknown task state {raw!r} for task {tid}; refused, not guessed"
+    verdict = Outcome(
+        Action.REJECT,
+        None,
+        stream,
+        findings=findings,
+        error=(jsonrpc.INVALID_AGENT_RESPONSE, message),
+        close=True,
+    )
+    return _apply_mode(ex, verdict, result)
+
+
+def _refuse(
+    kind: str,
+    detail: str,
+    stream: StreamState | None,
+    findings: list[Finding],
+    record: TaskRecord | None = None,
+) -> Outcome:
+    """A divergence that drops a stream event, or refuses a unary answer with -32006."""
+    findings.append(Finding("divergence", kind, detail))
+    if stream is not None and kind not in ("reused_task_id",):
+        return Outcome(Action.DROP, None, stream, record=record, findings=findings)
+    return Outcome(
+        Action.REJECT,
+        None,
+        stream,
+        record=record,
+        findings=findings,
+        error=(jsonrpc.INVALID_AGENT_RESPONSE, f"invalid agent response: {kind}: {detail}"),
+        close=True,
+    )
+
+
+def _check_identity(
+    ex: Exchange,
+    stream: StreamState | None,
+    record: TaskRecord | None,
+    item: Item,
+    findings: list[Finding],
+) -> Outcome | None:
+    tid, ctx = item.task_id, item.context_id
+    bound = stream.task_id if stream is not None and stream.task_id else ex.task_id
+    if bound and tid and tid != bound:
+        return _refuse("task_id_mismatch", f"payload for {tid} on exchange of {bound}", stream, findings)
+    bound_ctx = stream.context_id if stream is not None and stream.context_id else None
+    if bound_ctx is None and record is not None:
+        bound_ctx = record.context_id
+    if bound_ctx and ctx and ctx != bound_ctx:
+        return _refuse(
+            "context_id_mismatch", f"task {tid} context {ctx} != {bound_ctx}", stream, findings
+        )
+    return None
+
+
+def _poison(record: TaskRecord, clock: Clock) -> TaskRecord:
+    return dataclasses.replace(
+        record, poisoned=True, observed_at=clock.wall, observed_monotonic=clock.monotonic
+    )
+
+
+def _after_stream_terminal(
+    ex: Exchange,
+    stream: StreamState,
+    record: TaskRecord | None,
+    item: Item,
+    state: TaskState,
+    findings: list[Finding],
+    clock: Clock,
+) -> Outcome:
+    """The stream already delivered its task's terminal state: nothing more is delivered."""
+    findings.append(Finding("divergence", "event_after_terminal", f"task {item.task_id}"))
+    new_record = None
+    if item.kind is Kind.ARTIFACT:
+        findings.append(Finding("divergence", "artifact_after_terminal", f"task {item.task_id}"))
+    elif record is not None and state not in (record.state, TaskState.UNSPECIFIED):
+        findings.append(
+            Finding(
+                "divergence",
+                "terminal_regression",
+                f"task {item.task_id} {record.state} -> {state}",
+            )
+        )
+        new_record = _poison(record, clock)
+    return Outcome(Action.DROP, None, stream, record=new_record, findings=findings)
+
+
+def _on_terminal_record(
+    ex: Exchange,
+    stream: StreamState | None,
+    record: TaskRecord,
+    item: Item,
+    state: TaskState,
+    obj: dict[str, Any],
+    findings: list[Finding],
+    clock: Clock,
+) -> Outcome | None:
+    """The ledger holds this task as terminal; the worker's payload cannot move it."""
+    tid = record.task_id
+    creating = ex.operation in (Operation.SEND, Operation.STREAM) and ex.task_id is None
+    if creating and (stream is None or stream.task_id is None):
+        return _refuse(
+            "reused_task_id", f"worker reused terminal task id {tid}", stream, findings,
+            _poison(record, clock),
+        )
+    if item.kind is Kind.ARTIFACT:
+        art = artifact_of(item)
+        if art is not None and art["artifactId"] in record.artifacts:
+            return Outcome(Action.FORWARD, obj, stream, findings=findings)  # seen before terminal
+        findings.append(Finding("divergence", "artifact_after_terminal", f"task {tid}"))
+        return Outcome(Action.DROP, None, stream, findings=findings)
+    if state is record.state or state is TaskState.UNSPECIFIED or _earlier(obj, record):
+        if item.kind is Kind.TASK and record.poisoned:
+            return Outcome(Action.FORWARD, _corrected(ex, obj, record, findings), stream,
+                           findings=findings)
+        new_stream = _bind(stream, item, terminal=state is record.state)
+        return Outcome(Action.FORWARD, obj, new_stream, findings=findings,
+                       close=state is record.state and stream is not None)
+    findings.append(
+        Finding("divergence", "terminal_regression", f"task {tid} {record.state} -> {state}")
+    )
+    poisoned = _poison(record, clock)
+    if item.kind is Kind.STATUS:
+        return Outcome(Action.DROP, None, stream, record=poisoned, findings=findings)
+    corrected = _corrected(ex, obj, poisoned, findings)
+    new_stream = _bind(stream, item, terminal=True)
+    return Outcome(Action.FORWARD, corrected, new_stream, record=poisoned, findings=findings,
+                   close=stream is not None)
+
+
+def _earlier(obj: dict[str, Any], record: TaskRecord) -> bool:
+    """True when the payload's status timestamp precedes the recorded terminal status.
+
+    Such a payload is an earlier event replayed on a concurrent stream of the same task
+    (SPEC §3.5.2), not a regression.
+    """
+    mine = _timestamp(obj.get("status"))
+    theirs = _timestamp(record.terminal_status)
+    return mine is not None and theirs is not None and mine < theirs
+
+
+def _timestamp(status: object) -> datetime | None:
+    if not isinstance(status, dict) or not isinstance(status.get("timestamp"), str):
+        return None
+    try:
+        return datetime.fromisoformat(status["timestamp"])
+    except ValueError:
+        return None
+
+
+def _corrected(
+    ex: Exchange, obj: dict[str, Any], record: TaskRecord, findings: list[Finding]
+) -> dict[str, Any]:
+    """A Task snapshot made true: recorded terminal status, only artifacts seen before it."""
+    status = dict(record.terminal_status or {})
+    worker_state = obj.get("status", {}).get("state") if isinstance(obj.get("status"), dict) else None
+    status["state"] = spell_state(record.state, ex.version)
+    arts = obj.get("artifacts")
+    kept: list[Any] = []
+    if isinstance(arts, list):
+        for art in arts:
+            aid = art.get("artifactId") if isinstance(art, dict) else None
+            if aid in record.artifacts:
+                kept.append(art)
+            else:
+                findings.append(
+                    Finding("divergence", "artifact_after_terminal", f"task {record.task_id} {aid}")
+                )
+        kept = clean_snapshot_artifacts(kept, record, findings)
+    out = {**obj, "status": status}
+    if "artifacts" in obj or kept:
+        out["artifacts"] = kept
+    meta = obj.get("metadata")
+    note = {"reason": "terminal_regression", "workerState": worker_state}
+    out["metadata"] = {**(meta if isinstance(meta, dict) else {}), CORRECTED_KEY: note}
+    return out
+
+
+def _bind(stream: StreamState | None, item: Item, *, terminal: bool) -> StreamState | None:
+    if stream is None:
+        return None
+    return StreamState(
+        task_id=stream.task_id or item.task_id,
+        context_id=stream.context_id or item.context_id,
+        terminal=stream.terminal or terminal,
+    )
+
+
+def _transition(
+    ex: Exchange,
+    stream: StreamState | None,
+    record: TaskRecord | None,
+    item: Item,
+    state: TaskState,
+    obj: dict[str, Any],
+    findings: list[Finding],
+    clock: Clock,
+) -> Outcome:
+    """A live (or new) task moves on the worker's payload."""
+    tid = item.task_id
+    if tid is None:
+        return Outcome(Action.FORWARD, obj, stream, findings=findings)
+    base = record or TaskRecord(
+        upstream=ex.upstream,
+        task_id=tid,
+        context_id=item.context_id,
+        state=TaskState.UNSPECIFIED,
+        observed_at=clock.wall,
+        observed_monotonic=clock.monotonic,
+    )
+    if state is TaskState.UNSPECIFIED:
+        state = base.state  # an unspecified payload never erases a known state (F03)
+    artifacts = dict(base.artifacts)
+    if item.kind is Kind.ARTIFACT:
+        art = artifact_of(item)
+        if art is not None:
+            if apply_update(item.obj, art, artifacts, findings) is not None:
+                return Outcome(Action.DROP, None, stream, findings=findings)
+    elif item.kind is Kind.TASK and isinstance(obj.get("artifacts"), list):
+        cleaned = clean_snapshot_artifacts(obj["artifacts"], base, findings, artifacts)
+        if cleaned is not obj["artifacts"]:
+            obj = {**obj, "artifacts": cleaned}
+    terminal_status = base.terminal_status
+    if state.is_terminal and not base.terminal:
+        status = dict(obj.get("status") or {})
+        status["state"] = state.value
+        terminal_status = status
+    new_record = dataclasses.replace(
+        base,
+        context_id=base.context_id or item.context_id,
+        state=state,
+        terminal_status=terminal_status,
+        artifacts=artifacts,
+        observed_at=clock.wall,
+        observed_monotonic=clock.monotonic,
+    )
+    new_stream = _bind(stream, item, terminal=state.is_terminal)
+    close = state.is_terminal and stream is not None
+    return Outcome(Action.FORWARD, obj, new_stream, record=new_record, findings=findings,
+                   close=close)

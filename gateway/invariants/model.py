@@ -1,0 +1,146 @@
+"""Record and verdict types of the invariant engine. Pure: stdlib only.
+
+The shell reads a :class:`TaskRecord` from the ledger, the engine returns an :class:`Outcome`
+(what to do with the payload, the new record to store, findings to count), and the shell stores
+the record with compare-and-set before it forwards anything (STYLE.md "the engine never touches
+storage").
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.a2a.jsonrpc import Operation
+from gateway.a2a.states import ProtocolVersion, TaskState
+
+
+class Mode(enum.StrEnum):
+    """``enforce`` applies verdicts; ``observe`` computes them but forwards traffic unchanged."""
+
+    ENFORCE = "enforce"
+    OBSERVE = "observe"
+
+
+class Action(enum.StrEnum):
+    """What the shell does with one payload."""
+
+    FORWARD = "forward"  # send it (possibly rewritten)
+    DROP = "drop"  # do not deliver this stream event
+    REJECT = "reject"  # answer with ``error`` instead (unary) / error event then close (stream)
+
+
+DIVERGENCE_KINDS = (
+    "unknown_state",
+    "terminal_regression",
+    "event_after_terminal",
+    "artifact_after_terminal",
+    "artifact_after_last_chunk",
+    "task_id_mismatch",
+    "context_id_mismatch",
+    "reused_task_id",
+    "jsonrpc_id_mismatch",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing the engine noticed; a value, never an exception (STYLE.md convention 6).
+
+    ``category`` is ``divergence`` (``kind`` in :data:`DIVERGENCE_KINDS`), ``normalization``
+    (``kind`` is a spelling family) or ``rejection`` (``kind`` is the local-rejection reason).
+    ``detail`` is for logs only (may name task ids); never a metric label.
+    """
+
+    category: str
+    kind: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRecord:
+    """What the ledger keeps per artifact: sealed by ``lastChunk``, and how many parts it has."""
+
+    sealed: bool = False
+    parts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """The ledger's record of one task, keyed by (``upstream``, ``task_id``).
+
+    ``state`` is canonical. ``terminal_status`` is the status object (v1.0 spelling) recorded
+    when the task first became terminal; it wins over anything the worker says later.
+    ``observed_at`` is wall-clock seconds since the epoch, ``observed_monotonic`` monotonic
+    seconds. ``version`` is the compare-and-set counter owned by the ledger.
+    """
+
+    upstream: str
+    task_id: str
+    context_id: str | None
+    state: TaskState
+    observed_at: float
+    observed_monotonic: float
+    terminal_status: Mapping[str, Any] | None = None
+    poisoned: bool = False
+    artifacts: Mapping[str, ArtifactRecord] = field(default_factory=dict)
+    version: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        """True once the task reached completed, failed, canceled or rejected."""
+        return self.state.is_terminal
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """The client request a payload belongs to.
+
+    ``task_id`` is the task the request names (``params.id`` or ``params.message.taskId``), or
+    ``None`` for a request that may create a new task.
+    """
+
+    upstream: str
+    operation: Operation
+    version: ProtocolVersion
+    task_id: str | None
+    mode: Mode = Mode.ENFORCE
+
+
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    """Per-stream facts the engine carries between events of one SSE stream."""
+
+    task_id: str | None = None
+    context_id: str | None = None
+    terminal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """The time of an observation: wall seconds since the epoch and monotonic seconds."""
+
+    wall: float
+    monotonic: float
+
+
+@dataclass(slots=True)
+class Outcome:
+    """The engine's verdict on one payload.
+
+    ``result`` is the payload to deliver (the original object when nothing changed);
+    ``error`` is set with :attr:`Action.REJECT` as ``(code, message)``; ``record`` is the new
+    ledger record to store (``None``: no change); ``close`` asks a stream to end after this
+    payload.
+    """
+
+    action: Action
+    result: Any
+    stream: StreamState | None = None
+    record: TaskRecord | None = None
+    findings: list[Finding] = field(default_factory=list)
+    error: tuple[int, str] | None = None
+    close: bool = False
+

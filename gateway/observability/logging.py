@@ -1,0 +1,54 @@
+"""Logging setup: one JSON object per line on stderr (or plain text), stdlib only.
+
+Log events are snake_case (``request``, ``stream_closed``, ``divergence``); keys reuse metric
+label names (``upstream``, ``method``) so logs and metrics join; durations are ``duration_s``.
+Task, context and request ids go here, never into metric labels.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+import orjson
+
+LOGGER_NAME = "a2a_gateway"
+_STD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a record as ``{"ts":…, "level":…, "event":…, **extra}``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "event": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STD_ATTRS and not key.startswith("_"):
+                doc[key] = value
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(doc, default=str).decode()
+
+
+def configure_logging(level: str = "info", fmt: str = "json") -> None:
+    """Send gateway logs to stderr as JSON lines (``fmt="json"``) or plain text."""
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def get_logger() -> logging.Logger:
+    """The gateway's logger; pass fields with ``extra={...}``."""
+    return logging.getLogger(LOGGER_NAME)

@@ -1,0 +1,126 @@
+"""Every Prometheus metric of the gateway, built on an injected ``CollectorRegistry``.
+
+Names carry the ``a2a_gateway_`` prefix, base units and ``_total`` on counters. Label values
+come from bounded sets (method names fall back to ``other``); task, context and request ids go
+to logs, never to labels (STYLE.md convention 10).
+
+=====================================================  =========================================
+metric                                                 labels
+=====================================================  =========================================
+``a2a_gateway_requests_total``                         upstream, method, outcome
+``a2a_gateway_request_duration_seconds``               upstream, method
+``a2a_gateway_upstream_errors_total``                  upstream, reason
+``a2a_gateway_sse_events_total``                       upstream, kind
+``a2a_gateway_state_normalizations_total``             upstream, family
+``a2a_gateway_divergences_total``                      upstream, kind, action
+``a2a_gateway_local_rejections_total``                 upstream, method, reason, action
+``a2a_gateway_error_rewrites_total``                   upstream, from_code, to_code
+``a2a_gateway_tracked_tasks``                          state
+``a2a_gateway_build_info``                             version
+=====================================================  =========================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gateway import __version__
+from gateway.a2a.jsonrpc import KNOWN_CODES, METHODS
+from gateway.a2a.states import TaskState
+
+_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+def method_label(method: str | None) -> str:
+    """A bounded ``method`` label: a known A2A method name, ``rest``/``card`` or ``other``."""
+    if method in METHODS or method in ("rest", "card", "invalid"):
+        return str(method)
+    return "other"
+
+
+def code_label(code: object) -> str:
+    """A bounded JSON-RPC error code label."""
+    return str(code) if code in KNOWN_CODES else "other"
+
+
+class _TrackedTasks(Collector):
+    def __init__(self, source: Callable[[], dict[str, int]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "a2a_gateway_tracked_tasks", "Tasks held in the ledger, by state", labels=["state"]
+        )
+        counts = self._source()
+        for state in TaskState:
+            family.add_metric([state.value], counts.get(state.value, 0))
+        yield family
+
+
+class Metrics:
+    """The gateway's metric objects, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "a2a_gateway_requests_total",
+            "Client requests handled, by upstream, method and outcome",
+            ["upstream", "method", "outcome"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "a2a_gateway_request_duration_seconds",
+            "Time from request start to the last byte sent to the client",
+            ["upstream", "method"],
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.upstream_errors = Counter(
+            "a2a_gateway_upstream_errors_total",
+            "Transport failures talking to a worker, by reason",
+            ["upstream", "reason"],
+            registry=registry,
+        )
+        self.sse_events = Counter(
+            "a2a_gateway_sse_events_total",
+            "SSE events received from workers, by payload kind",
+            ["upstream", "kind"],
+            registry=registry,
+        )
+        self.normalizations = Counter(
+            "a2a_gateway_state_normalizations_total",
+            "Non-canonical taskState spellings rewritten, by spelling family",
+            ["upstream", "family"],
+            registry=registry,
+        )
+        self.divergences = Counter(
+            "a2a_gateway_divergences_total",
+            "Worker behaviour that contradicts A2A task invariants, by kind; action is "
+            "enforced (corrected or refused) or observed (forwarded unchanged)",
+            ["upstream", "kind", "action"],
+            registry=registry,
+        )
+        self.rejections = Counter(
+            "a2a_gateway_local_rejections_total",
+            "Client requests answered by the gateway without forwarding, by reason",
+            ["upstream", "method", "reason", "action"],
+            registry=registry,
+        )
+        self.error_rewrites = Counter(
+            "a2a_gateway_error_rewrites_total",
+            "Worker JSON-RPC error codes rewritten to the code the spec requires",
+            ["upstream", "from_code", "to_code"],
+            registry=registry,
+        )
+        build = Gauge(
+            "a2a_gateway_build_info", "Build information", ["version"], registry=registry
+        )
+        build.labels(version=__version__).set(1)
+
+    def track_ledger(self, source: Callable[[], dict[str, int]]) -> None:
+        """Expose ``a2a_gateway_tracked_tasks`` from ``source()`` at scrape time."""
+        self.registry.register(_TrackedTasks(source))

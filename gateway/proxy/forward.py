@@ -1,0 +1,194 @@
+"""Upstream request plumbing: routing by prefix, header filtering, body limits, error mapping.
+
+Header rules (RFC 9110 §7.6.1; PROTOCOL.md §5, §11 pitfalls 2 and 13): hop-by-hop headers
+(and any named in ``Connection``) are removed in both directions; ``Host`` is set for the
+upstream; ``A2A-Version``, ``A2A-Extensions``, ``X-A2A-Extensions``, ``Authorization`` and every
+other end-to-end header pass untouched; the gateway never adds ``A2A-Version``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+import httpx
+
+from gateway.config import UpstreamConfig
+from gateway.errors import UpstreamError
+from gateway.proxy.types import Receive, Scope
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+_NEVER_FORWARD = HOP_BY_HOP | {"host", "content-length"}
+
+
+class BodyTooLargeError(Exception):
+    """The client's request body passed ``max_body_bytes``; answer HTTP 413."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A matched request: the upstream and the path below its prefix (starts with ``/``)."""
+
+    upstream: UpstreamConfig
+    path: str
+
+    def url(self, query: bytes) -> str:
+        """The upstream URL for this request (upstream base URL + rest of path + query)."""
+        base = self.upstream.url.rstrip("/")
+        url = base + self.path
+        return url + ("?" + query.decode("latin-1") if query else "")
+
+
+class Router:
+    """Longest-prefix match of request paths to upstream mounts."""
+
+    def __init__(self, upstreams: Iterable[UpstreamConfig]) -> None:
+        self._mounts = sorted(upstreams, key=lambda u: len(u.prefix), reverse=True)
+
+    def match(self, path: str) -> Route | None:
+        """The :class:`Route` for ``path``, or ``None`` when no mount covers it."""
+        for up in self._mounts:
+            if up.prefix == "/":
+                return Route(up, path or "/")
+            if path == up.prefix or path.startswith(up.prefix + "/"):
+                return Route(up, path[len(up.prefix) :] or "/")
+        return None
+
+
+def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> set[str]:
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens |= {t.strip().lower() for t in value.decode("latin-1").split(",")}
+    return tokens
+
+
+def upstream_request_headers(
+    scope: Scope, *, identity: bool, extra_drop: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """Headers to send upstream for a client request.
+
+    Args:
+        scope: the ASGI HTTP scope of the client request.
+        identity: ask the worker for an uncompressed body (the gateway must read it).
+        extra_drop: further lower-case header names to remove.
+
+    Returns ``(name, value)`` pairs; adds ``X-Forwarded-For``/``-Proto``/``-Host``.
+    """
+    raw: list[tuple[bytes, bytes]] = scope["headers"]
+    drop = _NEVER_FORWARD | _connection_tokens(raw) | extra_drop
+    out: list[tuple[str, str]] = []
+    forwarded_for = ""
+    host = ""
+    for name_b, value_b in raw:
+        name = name_b.decode("latin-1").lower()
+        value = value_b.decode("latin-1")
+        if name == "host":
+            host = value
+        if name == "x-forwarded-for":
+            forwarded_for = value
+            continue
+        if name in drop or (identity and name == "accept-encoding"):
+            continue
+        out.append((name, value))
+    client = scope.get("client")
+    if client:
+        forwarded_for = f"{forwarded_for}, {client[0]}" if forwarded_for else client[0]
+    if forwarded_for:
+        out.append(("x-forwarded-for", forwarded_for))
+    if host and not any(n == "x-forwarded-host" for n, _ in out):
+        out.append(("x-forwarded-host", host))
+    if not any(n == "x-forwarded-proto" for n, _ in out):
+        out.append(("x-forwarded-proto", scope.get("scheme", "http")))
+    if identity:
+        out.append(("accept-encoding", "identity"))
+    return out
+
+
+def client_response_headers(
+    headers: httpx.Headers, *, drop: Iterable[str] = ()
+) -> list[tuple[bytes, bytes]]:
+    """Upstream response headers fit for the client: hop-by-hop and ``drop`` removed."""
+    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",") if t.strip()}
+    removed = HOP_BY_HOP | tokens | {d.lower() for d in drop}
+    return [
+        (k.encode("latin-1"), v.encode("latin-1"))
+        for k, v in headers.multi_items()
+        if k.lower() not in removed
+    ]
+
+
+async def read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
+    """Read the whole client request body.
+
+    Raises:
+        BodyTooLargeError: ``Content-Length`` or the bytes read exceed ``limit``.
+    """
+    for name, value in scope["headers"]:
+        if name.lower() == b"content-length" and value.isdigit() and int(value) > limit:
+            raise BodyTooLargeError
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def stream_body(receive: Receive, limit: int) -> AsyncIterator[bytes]:
+    """Yield the client request body as it arrives (for transparent relaying).
+
+    Raises:
+        BodyTooLargeError: more than ``limit`` bytes arrive.
+    """
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+def timeout_for(upstream: UpstreamConfig) -> httpx.Timeout:
+    """The httpx timeout of an upstream (seconds; ``read`` is the idle gap between chunks)."""
+    t = upstream.timeouts
+    return httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool)
+
+
+def map_transport_error(exc: httpx.HTTPError) -> UpstreamError:
+    """Map an httpx failure to an :class:`UpstreamError` with a metric-safe ``reason``.
+
+    The message names the failure class only; upstream bodies and stack text never leak.
+    """
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamError("timeout", f"worker timed out ({type(exc).__name__})", http_status=504)
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamError("connect", "worker unreachable: connection failed")
+    return UpstreamError("protocol", f"worker connection failed ({type(exc).__name__})")

@@ -1,0 +1,279 @@
+"""The JSON-RPC exchange: parse → admit → forward → judge the answer → store → respond.
+
+Implements issue "Core gateway" for the JSON-RPC binding (PROTOCOL.md §1.2, §6, §9.4;
+FIELD-CASES.md F05, F09, F15, F16):
+
+* malformed client input is answered here, never forwarded, always HTTP 200 with the right
+  JSON-RPC error and the client's id where readable (body over the cap: HTTP 413);
+* a task action on a task the ledger holds as terminal is answered here (-32004 / -32002);
+* unknown (non-A2A) methods are relayed untouched;
+* streaming methods go to :mod:`gateway.proxy.streaming`;
+* a worker transport failure becomes -32603 with the client's id, HTTP 502 (504 on timeout),
+  never an invented task state and never the worker's stack text.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.a2a import jsonrpc
+from gateway.a2a.jsonrpc import Operation, Request
+from gateway.errors import LedgerError, UpstreamError
+from gateway.invariants import engine
+from gateway.invariants.model import Action, Exchange, Outcome
+from gateway.proxy.forward import (
+    BodyTooLargeError,
+    Route,
+    client_response_headers,
+    map_transport_error,
+    read_body,
+    timeout_for,
+    upstream_request_headers,
+)
+from gateway.observability.metrics import code_label
+from gateway.proxy.runtime import Runtime
+from gateway.proxy.streaming import StreamRelay
+from gateway.proxy.types import Receive, Scope, Send
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+_BODY_HEADERS = ("content-length", "content-encoding", "content-type")
+
+
+async def send_json(send: Send, status: int, doc: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """Send a complete JSON response."""
+    body = orjson.dumps(doc)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*(headers or []), *JSON_HEADERS, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class JsonRpcHandler:
+    """Handles one JSON-RPC POST for a route; a new instance per request."""
+
+    def __init__(self, rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
+        self.rt = rt
+        self.route = route
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.upstream = route.upstream.name
+        self.method_label = "invalid"
+        self.outcome = "ok"
+        self.task_id: str | None = None
+        self.started = time.perf_counter()
+
+    async def run(self) -> None:
+        """Serve the request; always ends with one access-log line and request metrics."""
+        try:
+            await self._run()
+        finally:
+            duration = time.perf_counter() - self.started
+            m = self.rt.metrics
+            m.requests.labels(self.upstream, self.method_label, self.outcome).inc()
+            m.duration.labels(self.upstream, self.method_label).observe(duration)
+            self.rt.log.info(
+                "request",
+                extra={"upstream": self.upstream, "method": self.method_label,
+                       "outcome": self.outcome, "task_id": self.task_id,
+                       "duration_s": round(duration, 6)},
+            )
+
+    async def _run(self) -> None:
+        limits = self.rt.config.limits
+        try:
+            body = await read_body(self.receive, self.scope, limits.max_body_bytes)
+        except BodyTooLargeError:
+            self.outcome = "too_large"
+            msg = f"request body exceeds {limits.max_body_bytes} bytes"
+            await send_json(self.send, 413, jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, msg))
+            return
+        parsed = jsonrpc.parse_request(body)
+        if isinstance(parsed, jsonrpc.ParseFailure):
+            self.outcome = "malformed"
+            self.rt.metrics.rejections.labels(self.upstream, "invalid", f"jsonrpc_{-parsed.code}", "enforced").inc()
+            await send_json(self.send, 200, parsed.error)
+            return
+        info = jsonrpc.lookup_method(parsed.method)
+        if info is None:
+            self.method_label = "other"
+            await self._relay_unknown(body, parsed.id)
+            return
+        self.method_label = info.name
+        self.task_id = jsonrpc.request_task_id(info, parsed.params)
+        ex = Exchange(self.upstream, info.operation, info.version, self.task_id, self.rt.mode)
+        try:
+            await self._exchange(ex, parsed, body, info.streaming)
+        except LedgerError as exc:
+            self.outcome = "ledger_error"
+            self.rt.log.error("ledger_error", extra={"upstream": self.upstream, "error": str(exc)})
+            doc = jsonrpc.error_response(parsed.id, jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable")
+            await send_json(self.send, 503, doc)
+
+    async def _exchange(self, ex: Exchange, req: Request, body: bytes, streaming: bool) -> None:
+        record = await self.rt.record_of(ex.upstream, ex.task_id)
+        admission = engine.check_request(ex, record)
+        self.rt.count(ex, admission.findings, self.method_label)
+        if admission.action is Action.REJECT and admission.error is not None:
+            self.outcome = "rejected"
+            code, message = admission.error
+            meta = {"taskId": ex.task_id} if ex.task_id else None
+            doc = jsonrpc.error_response(req.id, code, message, version=ex.version, metadata=meta)
+            await send_json(self.send, 200, doc)
+            return
+        if streaming:
+            relay = StreamRelay(self, ex, req, body)
+            await relay.run()
+            return
+        try:
+            response = await self._post(body, stream=False)
+        except UpstreamError as exc:
+            await self.fail_upstream(req, exc)
+            return
+        await self.answer_json(ex, req, response)
+
+    async def _post(self, body: bytes, *, stream: bool, accept_sse: bool = False) -> httpx.Response:
+        """POST ``body`` to the route's upstream; the caller closes a streamed response.
+
+        Raises:
+            UpstreamError: connection refused, timeout, reset.
+        """
+        headers = upstream_request_headers(self.scope, identity=True)
+        request = self.rt.client.build_request(
+            "POST", self.route.url(self.scope.get("query_string", b"")), content=body,
+            headers=headers, timeout=timeout_for(self.route.upstream),
+        )
+        try:
+            return await self.rt.client.send(request, stream=stream)
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc) from None
+
+    async def fail_upstream(self, req: Request, exc: UpstreamError) -> None:
+        """Answer a worker transport failure: -32603 with the client's id, HTTP 502/504."""
+        self.outcome = "upstream_error"
+        self.rt.metrics.upstream_errors.labels(self.upstream, exc.reason).inc()
+        self.rt.log.warning("upstream_request_failed",
+                            extra={"upstream": self.upstream, "reason": exc.reason, "error": str(exc)})
+        doc = jsonrpc.error_response(req.id, jsonrpc.INTERNAL_ERROR, f"upstream error: {exc}")
+        await send_json(self.send, exc.http_status, doc)
+
+    def decode_answer(self, response: httpx.Response, content: bytes) -> dict[str, Any]:
+        """The worker's JSON-RPC response object.
+
+        Raises:
+            UpstreamError: HTTP 5xx, or a body that is not a JSON-RPC response object.
+        """
+        if response.status_code >= 500:
+            raise UpstreamError("status", f"worker answered HTTP {response.status_code}")
+        try:
+            doc = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            raise UpstreamError("invalid_response", "worker answered with a body that is not JSON") from None
+        if not isinstance(doc, dict) or not ("result" in doc or "error" in doc):
+            raise UpstreamError("invalid_response", "worker answered with a non-JSON-RPC body")
+        return doc
+
+    async def answer_json(self, ex: Exchange, req: Request, response: httpx.Response) -> None:
+        """Judge a buffered worker answer and send it to the client (also used for a
+        streaming request answered with plain JSON, F09)."""
+        content = response.content
+        if 400 <= response.status_code < 500 and not _is_json(response):
+            self.outcome = "upstream_status"
+            await self._send_raw(response, content)
+            return
+        try:
+            doc = self.decode_answer(response, content)
+        except UpstreamError as exc:
+            await self.fail_upstream(req, exc)
+            return
+        out_doc, changed = await self.judge_answer(ex, req, doc)
+        headers = client_response_headers(response.headers, drop=_BODY_HEADERS)
+        body = orjson.dumps(out_doc) if changed else content
+        await self.send({"type": "http.response.start", "status": response.status_code,
+                         "headers": [*headers, *JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def judge_answer(self, ex: Exchange, req: Request, doc: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Run the engine on a unary answer. Returns ``(document, changed)``; the document
+        always carries the client's id."""
+        changed = doc.get("id") != req.id or type(doc.get("id")) is not type(req.id)
+        if changed:
+            self.rt.count(ex, [engine.Finding("divergence", "jsonrpc_id_mismatch", str(doc.get("id")))])
+        if "error" in doc:
+            error = await self.rewrite_error(ex, req, doc["error"])
+            if error is not doc["error"]:
+                return {"jsonrpc": "2.0", "id": req.id, "error": error}, True
+            self.outcome = "worker_error"
+            return ({**doc, "id": req.id} if changed else doc), changed
+        outcome: Outcome = await self.rt.judge(ex, None, doc["result"])
+        if outcome.action is Action.REJECT and outcome.error is not None:
+            self.outcome = "invalid_agent_response"
+            code, message = outcome.error
+            return jsonrpc.error_response(req.id, code, message, version=ex.version), True
+        if outcome.result is not doc["result"]:
+            return {**doc, "id": req.id, "result": outcome.result}, True
+        return ({**doc, "id": req.id} if changed else doc), changed
+
+    async def rewrite_error(self, ex: Exchange, req: Request, error: Any) -> Any:
+        """F05 (c) / F15: a worker error to an action on a task that is in fact terminal is
+        rewritten to -32004 (messages, subscribe) or -32002 (cancel), after a GetTask to the
+        worker confirms the terminal state. Otherwise the error is returned unchanged."""
+        code = error.get("code") if isinstance(error, dict) else None
+        if not engine.wants_terminal_probe(ex, code) or ex.task_id is None:
+            return error
+        record = await self.probe_task(ex)
+        if record is None or not record.terminal:
+            return error
+        new_code, message = engine.terminal_error(ex, record)
+        self.rt.metrics.error_rewrites.labels(self.upstream, code_label(code), code_label(new_code)).inc()
+        self.outcome = "rewritten"
+        return jsonrpc.error_object(new_code, message, version=ex.version, metadata={"taskId": record.task_id})
+
+    async def probe_task(self, ex: Exchange) -> engine.TaskRecord | None:
+        """Ask the worker ``GetTask`` for ``ex.task_id`` (same version, same client headers);
+        the answer goes through the engine and the ledger. Returns the stored record."""
+        method = jsonrpc.TASK_GET_NAME[ex.version]
+        probe = {"jsonrpc": "2.0", "id": "a2a-gateway-probe", "method": method,
+                 "params": {"id": ex.task_id, "historyLength": 0}}
+        try:
+            response = await self._post(orjson.dumps(probe), stream=False)
+            doc = self.decode_answer(response, response.content)
+        except UpstreamError as exc:
+            self.rt.metrics.upstream_errors.labels(self.upstream, exc.reason).inc()
+            return None
+        if "result" not in doc:
+            return None
+        get_ex = Exchange(ex.upstream, Operation.GET, ex.version, ex.task_id, ex.mode)
+        await self.rt.judge(get_ex, None, doc["result"])
+        return await self.rt.record_of(ex.upstream, ex.task_id)
+
+    async def _send_raw(self, response: httpx.Response, content: bytes) -> None:
+        headers = client_response_headers(response.headers, drop=("content-length", "content-encoding"))
+        await self.send({"type": "http.response.start", "status": response.status_code,
+                         "headers": [*headers, (b"content-length", str(len(content)).encode())]})
+        await self.send({"type": "http.response.body", "body": content})
+
+    async def _relay_unknown(self, body: bytes, req_id: jsonrpc.JsonId) -> None:
+        """A method no A2A version defines: relayed untouched (custom extension methods)."""
+        try:
+            response = await self._post(body, stream=False)
+        except UpstreamError as exc:
+            self.outcome = "upstream_error"
+            self.rt.metrics.upstream_errors.labels(self.upstream, exc.reason).inc()
+            doc = jsonrpc.error_response(req_id, jsonrpc.INTERNAL_ERROR, f"upstream error: {exc}")
+            await send_json(self.send, exc.http_status, doc)
+            return
+        await self._send_raw(response, response.content)
+
+
+def _is_json(response: httpx.Response) -> bool:
+    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    return ctype == "application/json" or ctype.endswith("+json")

@@ -1,0 +1,102 @@
+"""Transparent relay for every non-JSON-RPC request under a mount.
+
+The REST (HTTP+JSON) binding (``/message:send``, ``/tasks/{id}``, ``/message:stream`` …),
+Agent Card GETs and anything else pass through unchanged in both directions: bodies are
+streamed, never buffered, and response bytes are relayed raw (``aiter_raw``: compression is
+left as the worker chose). Only hop-by-hop headers are removed (PROTOCOL.md §11 pitfalls 9,
+10). A worker transport failure becomes HTTP 502 (504 on timeout) with a
+``google.rpc.Status``-shaped JSON body (PROTOCOL.md §6.3).
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import orjson
+
+from gateway.errors import UpstreamError
+from gateway.proxy.forward import (
+    BodyTooLargeError,
+    Route,
+    client_response_headers,
+    map_transport_error,
+    stream_body,
+    timeout_for,
+    upstream_request_headers,
+)
+from gateway.proxy.runtime import Runtime
+from gateway.proxy.types import Receive, Scope, Send
+
+_STATUS_NAMES = {413: "INVALID_ARGUMENT", 502: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def status_body(code: int, message: str) -> bytes:
+    """A ``google.rpc.Status`` JSON error body (PROTOCOL.md §6.3, REST v1.0)."""
+    status = _STATUS_NAMES.get(code, "INTERNAL")
+    return orjson.dumps({"error": {"code": code, "status": status, "message": message}})
+
+
+async def relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
+    """Relay one request to the route's upstream and the answer back, streaming both ways."""
+    started = time.perf_counter()
+    label = "card" if route.path.startswith("/.well-known/") else "rest"
+    outcome = "ok"
+    try:
+        outcome = await _relay(rt, route, scope, receive, send)
+    finally:
+        duration = time.perf_counter() - started
+        rt.metrics.requests.labels(route.upstream.name, label, outcome).inc()
+        rt.metrics.duration.labels(route.upstream.name, label).observe(duration)
+        rt.log.info("request", extra={"upstream": route.upstream.name, "method": label,
+                                      "path": scope["path"], "outcome": outcome,
+                                      "duration_s": round(duration, 6)})
+
+
+async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> str:
+    limit = rt.config.limits.max_body_bytes
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            await _error(send, 413, f"request body exceeds {limit} bytes")
+            return "too_large"
+    method = scope["method"]
+    has_body = method not in ("GET", "HEAD", "DELETE", "OPTIONS")
+    request = rt.client.build_request(
+        method,
+        route.url(scope.get("query_string", b"")),
+        headers=upstream_request_headers(scope, identity=False),
+        content=stream_body(receive, limit) if has_body else None,
+        timeout=timeout_for(route.upstream),
+    )
+    try:
+        response = await rt.client.send(request, stream=True)
+    except BodyTooLargeError:
+        await _error(send, 413, f"request body exceeds {limit} bytes")
+        return "too_large"
+    except httpx.HTTPError as exc:
+        err: UpstreamError = map_transport_error(exc)
+        rt.metrics.upstream_errors.labels(route.upstream.name, err.reason).inc()
+        await _error(send, err.http_status, f"upstream error: {err}")
+        return "upstream_error"
+    try:
+        headers = client_response_headers(response.headers)
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        try:
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.HTTPError as exc:
+            err = map_transport_error(exc)
+            rt.metrics.upstream_errors.labels(route.upstream.name, err.reason).inc()
+            return "upstream_error"  # headers are out: ending the body short is all we can do
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        await response.aclose()
+    return "ok" if response.status_code < 400 else "upstream_status"
+
+
+async def _error(send: Send, status: int, message: str) -> None:
+    body = status_body(status, message)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,246 @@
+"""SSE relay for the streaming methods (``SendStreamingMessage``, ``message/stream``,
+``SubscribeToTask``, ``tasks/resubscribe``).
+
+Implements PROTOCOL.md §7 and §11 pitfalls 5-7, FIELD-CASES.md F03, F04, F06, F08 (i), F09:
+
+* the worker's stream is decoded incrementally and relayed event by event as it arrives —
+  no whole-body buffering, no compression; comments (pings) are forwarded as comments;
+* each event is parsed once, judged by the engine, stored in the ledger, then re-emitted with
+  the client's JSON-RPC id; every frame written ends with a blank line;
+* after a terminal event the client's stream ends; in enforce mode the worker's stream is
+  then drained for ``limits.post_terminal_drain_seconds`` so late events are counted, never
+  delivered;
+* a non-JSON event, an event over ``limits.max_event_bytes`` or a refused payload ends the
+  stream with a JSON-RPC error event (``event: error``); a transport failure mid-stream ends it
+  with -32603;
+* a streaming request answered with plain JSON is answered as that JSON (F09);
+* a client disconnect closes the upstream request; the upstream response is always closed in
+  ``finally`` (STYLE.md: not in a background task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+
+from gateway.a2a import jsonrpc
+from gateway.a2a.jsonrpc import Request
+from gateway.a2a.payloads import locate
+from gateway.a2a.sse import Comment, Event, EventTooLargeError, SSEDecoder, encode_comment, encode_event
+from gateway.errors import LedgerError, UpstreamError
+from gateway.invariants.model import Action, Exchange, Mode, StreamState
+from gateway.proxy.forward import client_response_headers, map_transport_error
+
+if TYPE_CHECKING:
+    from gateway.proxy.jsonrpc import JsonRpcHandler
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),
+]
+_DROP_HEADERS = ("content-length", "content-encoding", "content-type", "cache-control", "x-accel-buffering")
+
+
+class _Next(enum.Enum):
+    CONTINUE = "continue"
+    CLOSE_AND_DRAIN = "close_and_drain"  # terminal event delivered
+    CLOSE = "close"  # error event sent
+
+
+class StreamRelay:
+    """Relays one upstream SSE response to one client; a new instance per request."""
+
+    def __init__(self, handler: JsonRpcHandler, ex: Exchange, req: Request, body: bytes) -> None:
+        self.h = handler
+        self.rt = handler.rt
+        self.ex = ex
+        self.req = req
+        self.body = body
+        self.stream = StreamState(task_id=ex.task_id)
+        self.decoder = SSEDecoder(self.rt.config.limits.max_event_bytes)
+        self.events = 0
+        self.close_reason = "upstream_closed"
+        self._backlog: list[Event | Comment] = []
+
+    async def run(self) -> None:
+        """Open the upstream stream and relay it; answers JSON when the worker did."""
+        try:
+            response = await self.h._post(self.body, stream=True)
+        except UpstreamError as exc:
+            await self.h.fail_upstream(self.req, exc)
+            return
+        try:
+            ctype = response.headers.get("content-type", "")
+            if response.status_code >= 300 or not ctype.startswith("text/event-stream"):
+                await response.aread()
+                await self.h.answer_json(self.ex, self.req, response)
+                return
+            await self._relay(response)
+        except httpx.HTTPError as exc:
+            await self.h.fail_upstream(self.req, map_transport_error(exc))
+        finally:
+            await response.aclose()
+
+    async def _relay(self, response: httpx.Response) -> None:
+        started = time.perf_counter()
+        headers = client_response_headers(response.headers, drop=_DROP_HEADERS)
+        await self.h.send({"type": "http.response.start", "status": 200, "headers": [*headers, *SSE_HEADERS]})
+        chunks = response.aiter_bytes()
+        pump = asyncio.ensure_future(self._pump(chunks))
+        watch = asyncio.ensure_future(self._watch_disconnect())
+        try:
+            await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (pump, watch):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        if pump.done() and not pump.cancelled():
+            if pump.result() is _Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
+                await self._drain(chunks)
+        else:
+            self.close_reason = "client_disconnected"
+            self.h.outcome = "client_disconnected"
+        self.rt.log.info(
+            "stream_closed",
+            extra={"upstream": self.ex.upstream, "method": self.h.method_label,
+                   "task_id": self.stream.task_id, "events": self.events,
+                   "reason": self.close_reason,
+                   "duration_s": round(time.perf_counter() - started, 6)},
+        )
+
+    async def _watch_disconnect(self) -> None:
+        while True:
+            message = await self.h.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    async def _pump(self, chunks: Any) -> _Next:
+        """Relay until the worker ends the stream or the stream must close."""
+        nxt = _Next.CONTINUE
+        try:
+            async for chunk in chunks:
+                try:
+                    items = self.decoder.feed(chunk)
+                except EventTooLargeError as exc:
+                    self.rt.metrics.upstream_errors.labels(self.ex.upstream, "event_too_large").inc()
+                    await self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, str(exc))
+                    nxt = _Next.CLOSE
+                    break
+                nxt = await self._handle_items(items)
+                if nxt is not _Next.CONTINUE:
+                    break
+            else:
+                nxt = await self._at_eof()
+        except httpx.HTTPError as exc:
+            err = map_transport_error(exc)
+            self.rt.metrics.upstream_errors.labels(self.ex.upstream, err.reason).inc()
+            await self._error_event(jsonrpc.INTERNAL_ERROR, f"upstream error: {err}")
+            nxt = _Next.CLOSE
+        except LedgerError as exc:
+            self.rt.log.error("ledger_error", extra={"upstream": self.ex.upstream, "error": str(exc)})
+            await self._error_event(jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable")
+            nxt = _Next.CLOSE
+        await self.h.send({"type": "http.response.body", "body": b"", "more_body": False})
+        return nxt
+
+    async def _handle_items(self, items: list[Event | Comment]) -> _Next:
+        for index, item in enumerate(items):
+            if isinstance(item, Comment):
+                await self._write(encode_comment(item.text))
+                continue
+            nxt = await self._on_event(item)
+            if nxt is not _Next.CONTINUE:
+                self._backlog = items[index + 1 :]
+                return nxt
+        return _Next.CONTINUE
+
+    async def _at_eof(self) -> _Next:
+        """The worker closed the stream. A dangling last frame (no closing blank line) is
+        used only when it is complete JSON, so the client gets exactly one copy (F08 (i))."""
+        if not self.decoder.has_pending:
+            return _Next.CONTINUE
+        event = self.decoder.flush()
+        if event is not None:
+            try:
+                orjson.loads(event.data)
+            except orjson.JSONDecodeError:
+                event = None
+        if event is None:
+            self.rt.metrics.upstream_errors.labels(self.ex.upstream, "truncated_stream").inc()
+            await self._error_event(jsonrpc.INTERNAL_ERROR, "upstream stream ended in the middle of an event")
+            return _Next.CLOSE
+        return await self._on_event(event)
+
+    async def _on_event(self, event: Event, *, deliver: bool = True) -> _Next:
+        try:
+            doc = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict) or not ("result" in doc or "error" in doc):
+            self.rt.metrics.upstream_errors.labels(self.ex.upstream, "invalid_response").inc()
+            if deliver:
+                await self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, "worker sent an SSE event that is not a JSON-RPC response")
+            return _Next.CLOSE
+        self.events += 1
+        if "error" in doc:
+            self.rt.metrics.sse_events.labels(self.ex.upstream, "error").inc()
+            if deliver:
+                await self._write(encode_event(orjson.dumps({**doc, "id": self.req.id}), event=event.event))
+            return _Next.CONTINUE
+        result = doc["result"]
+        self.rt.metrics.sse_events.labels(self.ex.upstream, locate(result).kind.value).inc()
+        outcome = await self.rt.judge(self.ex, self.stream, result)
+        self.stream = outcome.stream or self.stream
+        if outcome.action is Action.REJECT and outcome.error is not None:
+            self.close_reason = "refused"
+            if deliver:
+                await self._error_event(*outcome.error)
+            return _Next.CLOSE
+        if outcome.action is Action.DROP or not deliver:
+            return _Next.CONTINUE
+        same_id = doc.get("id") == self.req.id and type(doc.get("id")) is type(self.req.id)
+        if outcome.result is result and same_id:
+            data: bytes | str = event.data
+        else:
+            data = orjson.dumps({**doc, "id": self.req.id, "result": outcome.result})
+        await self._write(encode_event(data, event=event.event, id=event.id, retry=event.retry))
+        if outcome.close:
+            self.close_reason = "terminal"
+            return _Next.CLOSE_AND_DRAIN
+        return _Next.CONTINUE
+
+    async def _drain(self, chunks: Any) -> None:
+        """After a terminal event: read on, bounded in time, to count late events (F04)."""
+        backlog, self._backlog = self._backlog, []
+        try:
+            async with asyncio.timeout(self.rt.config.limits.post_terminal_drain_seconds):
+                for item in backlog:
+                    if isinstance(item, Event):
+                        await self._on_event(item, deliver=False)
+                async for chunk in chunks:
+                    for item in self.decoder.feed(chunk):
+                        if isinstance(item, Event):
+                            await self._on_event(item, deliver=False)
+                if self.decoder.has_pending:
+                    event = self.decoder.flush()
+                    if event is not None:
+                        await self._on_event(event, deliver=False)
+        except (TimeoutError, httpx.HTTPError, EventTooLargeError, LedgerError):
+            return
+
+    async def _write(self, frame: bytes) -> None:
+        await self.h.send({"type": "http.response.body", "body": frame, "more_body": True})
+
+    async def _error_event(self, code: int, message: str) -> None:
+        self.h.outcome = "stream_error"
+        doc = jsonrpc.error_response(self.req.id, code, message, version=self.ex.version)
+        await self._write(encode_event(orjson.dumps(doc), event="error"))
