@@ -122,7 +122,8 @@ def client_response_headers(
 ) -> list[tuple[bytes, bytes]]:
     """Upstream response headers fit for the client: hop-by-hop and ``drop`` removed."""
     tokens = {t.strip().lower() for t in headers.get("connection", "").split(",") if t.strip()}
-    removed = HOP_BY_HOP | tokens | {d.lower() for d in drop}
+    # uvicorn writes its own Date and Server; the worker's copies would be duplicates.
+    removed = HOP_BY_HOP | tokens | {"date", "server"} | {d.lower() for d in drop}
     return [
         (k.encode("latin-1"), v.encode("latin-1"))
         for k, v in headers.multi_items()
