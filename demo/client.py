@@ -388,7 +388,12 @@ class _Demo:
         return lines
 
 
-async def run_demo(base_url: str, *, echo: bool = True) -> list[str]:
+async def run_demo(
+    base_url: str,
+    *,
+    echo: bool = True,
+    task_ids: dict[str, str] | None = None,
+) -> list[str]:
     """Run demo steps (a)-(f) against ``base_url`` and return the output lines.
 
     Args:
@@ -396,6 +401,9 @@ async def run_demo(base_url: str, *, echo: bool = True) -> list[str]:
             worker, e.g. ``http://127.0.0.1:8080/``. Every request goes here,
             whatever URLs the agent card advertises.
         echo: Also print each line as it is produced.
+        task_ids: When given, ``task_ids['a']`` is set to the id of the
+            COMPLETED task of step (a) as soon as that step passes (so it is
+            there even when a later step fails); :mod:`demo.run` reuses it.
 
     Returns:
         The lines produced (also printed when ``echo`` is true).
@@ -449,6 +457,8 @@ async def run_demo(base_url: str, *, echo: bool = True) -> list[str]:
             )
             if task_a is not None:
                 task_a_id = task_a.id
+                if task_ids is not None:
+                    task_ids['a'] = task_a_id
                 await demo.step(
                     'c',
                     'GetTask of the task from (a)',

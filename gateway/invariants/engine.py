@@ -322,6 +322,10 @@ def _on_terminal_record(
         if item.kind is Kind.TASK and record.poisoned:
             return Outcome(Action.FORWARD, _corrected(ex, obj, record, findings), stream,
                            findings=findings)
+        if item.kind is Kind.TASK and isinstance(obj.get("artifacts"), list):
+            cleaned = clean_snapshot_artifacts(obj["artifacts"], record, findings)
+            if cleaned is not obj["artifacts"]:
+                obj = {**obj, "artifacts": cleaned}
         new_stream = _bind(stream, item, terminal=state is record.state)
         return Outcome(Action.FORWARD, obj, new_stream, findings=findings,
                        close=state is record.state and stream is not None)

@@ -79,15 +79,16 @@ class Runtime:
         """
         if ex.operation is Operation.LIST:
             outcome = engine.check_list(ex, result)
+            task_id = None
         else:
-            outcome = await self._judge_with_cas(ex, stream, result)
-        self.count(ex, outcome.findings)
+            task_id = engine.payload_task_id(result)
+            outcome = await self._judge_with_cas(ex, stream, result, task_id)
+        self.count(ex, outcome.findings, task_id=task_id)
         return outcome
 
     async def _judge_with_cas(
-        self, ex: Exchange, stream: StreamState | None, result: Any
+        self, ex: Exchange, stream: StreamState | None, result: Any, task_id: str | None
     ) -> Outcome:
-        task_id = engine.payload_task_id(result)
         for _ in range(_CAS_ATTEMPTS):
             record = await self.record_of(ex.upstream, task_id)
             outcome = engine.check_payload(ex, stream, record, result, self.clock())
@@ -102,8 +103,10 @@ class Runtime:
             return outcome
         raise LedgerError(f"task {task_id}: too many concurrent updates")
 
-    def count(self, ex: Exchange, findings: list[Finding], method: str = "") -> None:
-        """Count findings in metrics and log divergences at warning level."""
+    def count(
+        self, ex: Exchange, findings: list[Finding], method: str = "", task_id: str | None = None
+    ) -> None:
+        """Count findings in metrics and log divergences at warning level (with the task id)."""
         action = "observed" if ex.mode is Mode.OBSERVE else "enforced"
         for f in findings:
             if f.category == "normalization":
@@ -113,7 +116,7 @@ class Runtime:
                 self.log.warning(
                     "divergence",
                     extra={"upstream": ex.upstream, "kind": f.kind, "detail": f.detail,
-                           "task_id": ex.task_id, "action": action},
+                           "task_id": task_id or ex.task_id, "action": action},
                 )
             elif f.category == "rejection":
                 self.metrics.rejections.labels(

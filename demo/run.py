@@ -1,0 +1,503 @@
+"""One-command demo: worker + gateway + client, then what the gateway saw.
+
+``python -m demo.run`` (or ``bash scripts/demo.sh``, which also sets up the
+virtualenv):
+
+1. starts :mod:`demo.worker` and the gateway
+   (``python -m gateway serve --upstream http://127.0.0.1:WPORT/ --port GPORT``)
+   as subprocesses on free 127.0.0.1 ports, and waits until the worker's agent
+   card answers 200 and the gateway's ``/readyz`` answers 200;
+2. runs :func:`demo.client.run_demo` through the gateway (send, stream, get,
+   cancel, subscribe and a v0.3 client);
+3. scrapes the gateway's ``/metrics`` and prints a short summary;
+4. shows one invariant live: a raw JSON-RPC ``SendMessage`` continuing the
+   COMPLETED task of step (a) is answered by the gateway itself with -32004
+   (the ledger holds the task as terminal), without reaching the worker.
+
+Both subprocesses are always stopped (SIGTERM, then SIGKILL after a bound).
+Their logs (the gateway's are JSON lines) go to files in a temporary
+directory whose path is printed. Exit status: 0 when everything worked, 1
+otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from demo.client import DemoFailed, run_demo
+
+
+__all__ = ['main', 'summarize_metrics']
+
+HOST = '127.0.0.1'
+#: Default bound for a subprocess to become ready.
+STARTUP_TIMEOUT_SECONDS = 30.0
+#: How long a subprocess gets to exit after SIGTERM before it is killed.
+STOP_TIMEOUT_SECONDS = 5.0
+#: Lines of a subprocess's log shown when it fails.
+LOG_TAIL_LINES = 40
+#: A2A JSON-RPC UnsupportedOperationError: what a message to a terminal task
+#: gets (a terminal task is never continued; a retry starts a new task).
+UNSUPPORTED_OPERATION = -32004
+
+
+class DemoError(Exception):
+    """The demo could not run (a subprocess failed, an answer was wrong)."""
+
+
+# --------------------------------------------------------------------------
+# Subprocesses
+# --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Service:
+    """A started subprocess whose stdout and stderr go to ``log_path``."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: IO[bytes]
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_text(encoding='utf-8', errors='replace')
+        except OSError as err:
+            return f'(cannot read {self.log_path}: {err.strerror})'
+        tail = text.splitlines()[-lines:]
+        return '\n'.join(tail) if tail else '(empty)'
+
+    def stop(self) -> None:
+        """SIGTERM, wait up to :data:`STOP_TIMEOUT_SECONDS`, then SIGKILL."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                print(
+                    f'{self.name} did not stop within '
+                    f'{STOP_TIMEOUT_SECONDS:g}s of SIGTERM; killing it',
+                    file=sys.stderr,
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+
+
+def start(name: str, args: list[str], log_path: Path, cwd: Path) -> Service:
+    """Start ``python args...`` with both output streams sent to ``log_path``."""
+    env = dict(os.environ, PYTHONUNBUFFERED='1')
+    log_file = log_path.open('wb')
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and modules
+            [sys.executable, *args],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            # Own process group: a Ctrl-C in the terminal reaches only us,
+            # and we stop the children in order in ``finally``.
+            start_new_session=True,
+        )
+    except BaseException:
+        log_file.close()
+        raise
+    return Service(name, proc, log_path, log_file)
+
+
+def wait_ready(
+    service: Service, url: str, timeout: float, http: httpx.Client
+) -> float:
+    """Poll ``url`` until it answers 200; return the seconds it took.
+
+    Raises:
+        DemoError: the process exited, or ``timeout`` passed; the message
+            carries the end of the process's log (its stderr).
+    """
+    started = time.monotonic()
+    deadline = started + timeout
+    last = 'no answer yet'
+    while True:
+        code = service.proc.poll()
+        if code is not None:
+            raise DemoError(
+                f'{service.name} exited with status {code} before it was ready '
+                f'({url}).\n--- last lines of {service.log_path} ---\n'
+                f'{service.log_tail()}'
+            )
+        try:
+            response = http.get(url, timeout=1.0)
+        except httpx.HTTPError as err:
+            last = f'{type(err).__name__}: {err}'
+        else:
+            if response.status_code == 200:
+                return time.monotonic() - started
+            last = f'HTTP {response.status_code}'
+        if time.monotonic() >= deadline:
+            raise DemoError(
+                f'{service.name} was not ready after {timeout:g}s: GET {url} -> '
+                f'{last}.\n--- last lines of {service.log_path} ---\n'
+                f'{service.log_tail()}'
+            )
+        time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------
+# Metrics summary
+# --------------------------------------------------------------------------
+
+
+def _counter_samples(
+    families: dict[str, Any], name: str
+) -> Iterator[tuple[dict[str, str], float]]:
+    """``(labels, value)`` of the ``<name>_total`` samples of a counter."""
+    family = families.get(name)
+    if family is None:
+        return
+    for sample in family.samples:
+        if sample.name == f'{name}_total':
+            yield sample.labels, sample.value
+
+
+def _table(rows: list[tuple[str, ...]], indent: str = '    ') -> list[str]:
+    if not rows:
+        return [f'{indent}none']
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=False)]
+        lines.append(f'{indent}{"  ".join(cells)}  {row[-1]:>5}'.rstrip())
+    return lines
+
+
+def _n(value: float) -> str:
+    return str(int(value)) if value == int(value) else f'{value:g}'
+
+
+def _grouped(
+    families: dict[str, Any], name: str, keys: tuple[str, ...]
+) -> list[tuple[str, ...]]:
+    """Non-zero counter totals summed over the labels not in ``keys``."""
+    totals: dict[tuple[str, ...], float] = defaultdict(float)
+    for labels, value in _counter_samples(families, name):
+        totals[tuple(labels.get(k, '') for k in keys)] += value
+    return [(*k, _n(v)) for k, v in sorted(totals.items()) if v]
+
+
+def parse_metrics(text: str) -> dict[str, Any]:
+    """Metric families of a Prometheus text exposition, by family name."""
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def summarize_metrics(text: str) -> list[str]:
+    """A short, readable summary of the gateway's ``/metrics`` text."""
+    families = parse_metrics(text)
+    out: list[str] = []
+
+    out.append('  requests by method and outcome:')
+    out += _table(_grouped(families, 'a2a_gateway_requests', ('method', 'outcome')))
+
+    out.append('  SSE events received from the worker, by kind:')
+    out += _table(_grouped(families, 'a2a_gateway_sse_events', ('kind',)))
+
+    out.append('  tracked tasks by state (ledger, non-zero only):')
+    rows = []
+    gauge = families.get('a2a_gateway_tracked_tasks')
+    for sample in gauge.samples if gauge is not None else []:
+        if sample.value:
+            rows.append((sample.labels.get('state', ''), _n(sample.value)))
+    out += _table(rows)
+
+    out.append('  state normalizations by spelling family:')
+    out += _table(
+        _grouped(families, 'a2a_gateway_state_normalizations', ('family',))
+    )
+
+    out.append('  divergences by kind (action):')
+    out += _table(
+        [
+            (kind, f'({action})', n)
+            for kind, action, n in _grouped(
+                families, 'a2a_gateway_divergences', ('kind', 'action')
+            )
+        ]
+    )
+
+    out.append('  local rejections by reason (method, action):')
+    out += _table(
+        [
+            (reason, f'({method}, {action})', n)
+            for reason, method, action, n in _grouped(
+                families,
+                'a2a_gateway_local_rejections',
+                ('reason', 'method', 'action'),
+            )
+        ]
+    )
+    return out
+
+
+def rejection_count(text: str, reason: str) -> float:
+    """Sum of ``a2a_gateway_local_rejections_total{reason=..., action="enforced"}``."""
+    families = parse_metrics(text)
+    return sum(
+        value
+        for labels, value in _counter_samples(
+            families, 'a2a_gateway_local_rejections'
+        )
+        if labels.get('reason') == reason and labels.get('action') == 'enforced'
+    )
+
+
+# --------------------------------------------------------------------------
+# The invariant, live
+# --------------------------------------------------------------------------
+
+
+def send_to_terminal_task(
+    http: httpx.Client, gateway_url: str, metrics_url: str, task_id: str
+) -> list[str]:
+    """Continue a COMPLETED task and check the gateway refuses it itself.
+
+    Raises:
+        DemoError: the answer is not a -32004 error, or the gateway's
+            local-rejection counter did not move (so the worker answered).
+    """
+    before = rejection_count(http.get(metrics_url).text, 'terminal_task')
+    request = {
+        'jsonrpc': '2.0',
+        'id': 'demo-terminal-1',
+        'method': 'SendMessage',
+        'params': {
+            'message': {
+                'messageId': str(uuid.uuid4()),
+                'role': 'ROLE_USER',
+                'taskId': task_id,
+                'parts': [{'text': 'one more thing'}],
+            }
+        },
+    }
+    response = http.post(
+        gateway_url,
+        json=request,
+        headers={'A2A-Version': '1.0'},
+    )
+    after = rejection_count(http.get(metrics_url).text, 'terminal_task')
+    lines = [
+        f'  POST {gateway_url}  A2A-Version: 1.0',
+        f'    SendMessage {{"message": {{"taskId": "{task_id}", '
+        '"parts": [{"text": "one more thing"}], ...}}',
+        f'  <- HTTP {response.status_code}',
+    ]
+    try:
+        body = response.json()
+    except ValueError as err:
+        raise DemoError(
+            f'the gateway answered HTTP {response.status_code} with a '
+            f'non-JSON body: {response.text[:300]!r}'
+        ) from err
+    error = body.get('error') if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        raise DemoError(f'expected a JSON-RPC error, got {body!r}')
+    lines.append(f'     error.code    {error.get("code")}')
+    lines.append(f'     error.message {error.get("message")}')
+    if error.get('code') != UNSUPPORTED_OPERATION:
+        raise DemoError(
+            f'expected error code {UNSUPPORTED_OPERATION}, got {error!r}'
+        )
+    lines.append(
+        '  a2a_gateway_local_rejections_total{reason="terminal_task",'
+        'action="enforced"}: '
+        f'{_n(before)} -> {_n(after)}'
+    )
+    if after - before != 1:
+        raise DemoError(
+            'the answer was -32004 but the gateway did not count a local '
+            'rejection: the worker answered, not the gateway'
+        )
+    lines.append(
+        '  answered by the gateway itself: the worker never saw this request.'
+    )
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------
+
+
+def _say(line: str = '') -> None:
+    print(line, flush=True)
+
+
+def _heading(title: str) -> None:
+    _say()
+    _say(f'== {title}')
+
+
+def _no_proxy_for_loopback() -> None:
+    """Keep HTTP(S)_PROXY settings from routing 127.0.0.1 through a proxy.
+
+    The demo client's httpx client honours the proxy environment variables.
+    """
+    for var in ('NO_PROXY', 'no_proxy'):
+        current = os.environ.get(var, '')
+        entries = [e for e in current.split(',') if e.strip()]
+        for host in ('127.0.0.1', 'localhost'):
+            if host not in entries:
+                entries.append(host)
+        os.environ[var] = ','.join(entries)
+
+
+def run(startup_timeout: float) -> int:
+    repo = Path(__file__).resolve().parent.parent
+    log_dir = Path(tempfile.mkdtemp(prefix='a2a-gateway-demo-'))
+    worker_port = free_port()
+    gateway_port = free_port()
+    while gateway_port == worker_port:
+        gateway_port = free_port()
+    worker_url = f'http://{HOST}:{worker_port}/'
+    gateway_url = f'http://{HOST}:{gateway_port}/'
+    metrics_url = f'{gateway_url}metrics'
+
+    _say('a2a-gateway demo')
+    _say(f'  logs: {log_dir}/  (gateway.log: JSON lines; worker.log)')
+    services: list[Service] = []
+    failed = False
+    _no_proxy_for_loopback()
+    with httpx.Client(trust_env=False, timeout=10.0) as http:
+        try:
+            worker = start(
+                'demo worker',
+                ['-m', 'demo.worker', '--host', HOST, '--port', str(worker_port),
+                 '--log-level', 'info'],
+                log_dir / 'worker.log',
+                repo,
+            )
+            services.append(worker)
+            gateway = start(
+                'gateway',
+                ['-m', 'gateway', 'serve', '--upstream', worker_url,
+                 '--host', HOST, '--port', str(gateway_port), '--mode', 'enforce'],
+                log_dir / 'gateway.log',
+                repo,
+            )
+            services.append(gateway)
+            took = wait_ready(
+                worker, f'{worker_url}.well-known/agent-card.json',
+                startup_timeout, http,
+            )
+            _say(f'  worker:  {worker_url}  (pid {worker.proc.pid}, ready in {took:.1f}s)')
+            took = wait_ready(gateway, f'{gateway_url}readyz', startup_timeout, http)
+            _say(
+                f'  gateway: {gateway_url}  (pid {gateway.proc.pid}, mode enforce, '
+                f'ready in {took:.1f}s) -> upstream {worker_url}'
+            )
+
+            _heading(f'1. the demo client, through the gateway ({gateway_url})')
+            task_ids: dict[str, str] = {}
+            try:
+                asyncio.run(run_demo(gateway_url, task_ids=task_ids))
+            except DemoFailed as err:
+                failed = True
+                _say(f'  demo client: {err}')
+
+            _heading(f'2. what the gateway saw (GET {metrics_url})')
+            for line in summarize_metrics(http.get(metrics_url).text):
+                _say(line)
+
+            _heading('3. an invariant, live: a terminal task stays terminal')
+            task_id = task_ids.get('a')
+            if task_id is None:
+                raise DemoError('step (a) created no task; nothing to continue')
+            _say(f'  task {task_id} from step (a) is TASK_STATE_COMPLETED.')
+            _say('  Continuing it with another message must fail with -32004:')
+            for line in send_to_terminal_task(http, gateway_url, metrics_url, task_id):
+                _say(line)
+        except DemoError as err:
+            failed = True
+            _say()
+            _say(f'ERROR: {err}')
+        except httpx.HTTPError as err:
+            failed = True
+            _say()
+            _say(f'ERROR: talking to the gateway: {type(err).__name__}: {err}')
+        finally:
+            for service in reversed(services):
+                service.stop()
+
+    _say()
+    if failed:
+        _say(f'demo FAILED; logs in {log_dir}/')
+        return 1
+    _say(f'demo OK; logs in {log_dir}/')
+    return 0
+
+
+def _raise_keyboard_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f'signal {signum}')
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status (0 ok, 1 failure)."""
+    parser = argparse.ArgumentParser(
+        prog='python -m demo.run',
+        description=(
+            'Start the demo A2A worker and the gateway in front of it on free '
+            '127.0.0.1 ports, drive a real a2a-sdk client through the gateway '
+            '(send, stream, get, cancel, subscribe, v0.3), print what the '
+            "gateway's metrics saw, and show it refusing to continue a "
+            'terminal task (-32004). Logs go to a temporary directory.'
+        ),
+    )
+    parser.add_argument(
+        '--startup-timeout',
+        type=float,
+        default=STARTUP_TIMEOUT_SECONDS,
+        metavar='SECONDS',
+        help='how long the worker and the gateway may take to become ready '
+        '(default: %(default)g)',
+    )
+    args = parser.parse_args(argv)
+    # SIGTERM (e.g. from a CI runner) unwinds like Ctrl-C, so the
+    # subprocesses are still stopped.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        return run(args.startup_timeout)
+    except KeyboardInterrupt:
+        print('interrupted', file=sys.stderr)
+        return 130
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Fixtures: a scripted worker and a real gateway, both under real uvicorn on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.app import build_app
+from gateway.config import parse_config
+from tests.support.scripted_worker import ScriptedWorker
+from tests.support.servers import RunningServer, serve_in_thread
+
+
+@dataclass
+class Harness:
+    """A scripted worker behind a running gateway, plus helpers to talk to both."""
+
+    worker: ScriptedWorker
+    gateway: RunningServer
+    registry: CollectorRegistry
+    http: httpx.Client
+
+    def rpc(self, body: Any, *, headers: dict[str, str] | None = None) -> httpx.Response:
+        """POST a JSON-RPC body (a dict, or raw bytes sent as-is) to the gateway's root."""
+        hdrs = {"content-type": "application/json", **(headers or {})}
+        content = body if isinstance(body, bytes) else orjson.dumps(body)
+        return self.http.post(self.gateway.url + "/", content=content, headers=hdrs)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels`` (0 when none)."""
+        total = 0.0
+        for family in self.registry.collect():
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    total += sample.value
+        return total
+
+    def stream(self, body: Any, *, headers: dict[str, str] | None = None) -> tuple[httpx.Response, bytes]:
+        """POST a streaming JSON-RPC request; return the response and its whole raw body."""
+        hdrs = {"content-type": "application/json", "accept": "text/event-stream", **(headers or {})}
+        with self.http.stream("POST", self.gateway.url + "/", content=orjson.dumps(body), headers=hdrs) as r:
+            raw = b"".join(r.iter_raw())
+        return r, raw
+
+    def divergences(self, kind: str) -> float:
+        """``a2a_gateway_divergences_total`` for one kind, all upstreams and actions."""
+        return self.metric("a2a_gateway_divergences_total", kind=kind)
+
+
+def frames(raw: bytes) -> list[dict[str, Any]]:
+    """Split an SSE body into frames: ``{"event": name|None, "data": parsed JSON|str,
+    "comment": text|None}``. Independent of the gateway's decoder; expects LF framing."""
+    out: list[dict[str, Any]] = []
+    for block in raw.split(b"\n\n"):
+        if not block.strip():
+            continue
+        frame: dict[str, Any] = {"event": None, "data": None, "comment": None}
+        data_lines = []
+        for line in block.split(b"\n"):
+            if line.startswith(b":"):
+                frame["comment"] = line[1:].strip().decode()
+            elif line.startswith(b"data:"):
+                data_lines.append(line[5:].removeprefix(b" "))
+            elif line.startswith(b"event:"):
+                frame["event"] = line[6:].strip().decode()
+        if data_lines:
+            text = b"\n".join(data_lines)
+            try:
+                frame["data"] = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                frame["data"] = text.decode()
+        out.append(frame)
+    return out
+
+
+def _config(worker_url: str, **overrides: Any) -> Any:
+    doc: dict[str, Any] = {
+        "mode": overrides.pop("mode", "enforce"),
+        "upstreams": [{"name": "worker", "url": worker_url, "prefix": "/",
+                       **overrides.pop("upstream", {})}],
+        "limits": overrides.pop("limits", {}),
+    }
+    return parse_config(doc)
+
+
+@pytest.fixture
+def make_harness() -> Iterator[Any]:
+    """``make_harness(mode=..., limits=..., upstream=...)`` → a running :class:`Harness`."""
+    stack: list[Any] = []
+
+    def factory(**overrides: Any) -> Harness:
+        worker = ScriptedWorker()
+        wctx = serve_in_thread(worker, name="worker")
+        wsrv = wctx.__enter__()
+        stack.append(wctx)
+        registry = CollectorRegistry()
+        app = build_app(_config(wsrv.url, **overrides), registry=registry)
+        gctx = serve_in_thread(app, name="gateway")
+        gsrv = gctx.__enter__()
+        stack.append(gctx)
+        http = httpx.Client(trust_env=False, timeout=10)
+        stack.append(http)
+        return Harness(worker, gsrv, registry, http)
+
+    yield factory
+    for item in reversed(stack):
+        if isinstance(item, httpx.Client):
+            item.close()
+        else:
+            item.__exit__(None, None, None)
+
+
+@pytest.fixture
+def h(make_harness: Any) -> Harness:
+    """A default harness: enforce mode, default limits."""
+    return make_harness()
