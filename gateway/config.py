@@ -115,7 +115,7 @@ def _format_errors(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"{path}: {e['msg']}")
+        lines.append(f"{path}: {e["msg"].removeprefix("Value error, ")}")
     return lines
 
 
