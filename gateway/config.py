@@ -115,7 +115,8 @@ def _format_errors(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"{path}: {e["msg"].removeprefix("Value error, ")}")
+        message = str(e["msg"]).removeprefix("Value error, ")
+        lines.append(f"{path}: {message}")
     return lines
 
 
