@@ -40,7 +40,7 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        route = self.router.match(scope["path"])
+        route = self.router.match(scope["path"], scope.get("raw_path"))
         if route is None:
             await JSONResponse({"error": "no upstream is mounted at this path"}, 404)(scope, receive, send)
             return

@@ -43,11 +43,16 @@ class Route:
 
     upstream: UpstreamConfig
     path: str
+    raw_path: str | None = None
 
     def url(self, query: bytes) -> str:
-        """The upstream URL for this request (upstream base URL + rest of path + query)."""
+        """The upstream URL for this request (upstream base URL + rest of path + query).
+
+        The rest of the path is taken from the client's raw (still percent-encoded) path when
+        available, so ``%2F`` in a task id is not turned into a path separator.
+        """
         base = self.upstream.url.rstrip("/")
-        url = base + self.path
+        url = base + (self.raw_path or self.path)
         return url + ("?" + query.decode("latin-1") if query else "")
 
 
@@ -57,13 +62,15 @@ class Router:
     def __init__(self, upstreams: Iterable[UpstreamConfig]) -> None:
         self._mounts = sorted(upstreams, key=lambda u: len(u.prefix), reverse=True)
 
-    def match(self, path: str) -> Route | None:
-        """The :class:`Route` for ``path``, or ``None`` when no mount covers it."""
+    def match(self, path: str, raw_path: bytes | None = None) -> Route | None:
+        """The :class:`Route` for ``path`` (decoded; ``raw_path`` as sent), or ``None``."""
+        raw = raw_path.decode("latin-1") if raw_path else None
         for up in self._mounts:
             if up.prefix == "/":
-                return Route(up, path or "/")
+                return Route(up, path or "/", raw or None)
             if path == up.prefix or path.startswith(up.prefix + "/"):
-                return Route(up, path[len(up.prefix) :] or "/")
+                rest_raw = raw[len(up.prefix) :] if raw and raw.startswith(up.prefix) else None
+                return Route(up, path[len(up.prefix) :] or "/", rest_raw or None)
         return None
 
 

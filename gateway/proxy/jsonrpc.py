@@ -22,6 +22,7 @@ import orjson
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation, Request
+from gateway.a2a.payloads import locate
 from gateway.errors import LedgerError, UpstreamError
 from gateway.invariants import engine
 from gateway.invariants.model import Action, Exchange, Outcome
@@ -69,6 +70,7 @@ class JsonRpcHandler:
         self.method_label = "invalid"
         self.outcome = "ok"
         self.task_id: str | None = None
+        self.context_id: str | None = None
         self.started = time.perf_counter()
 
     async def run(self) -> None:
@@ -84,6 +86,7 @@ class JsonRpcHandler:
                 "request",
                 extra={"upstream": self.upstream, "method": self.method_label,
                        "outcome": self.outcome, "task_id": self.task_id,
+                       "context_id": self.context_id,
                        "duration_s": round(duration, 6)},
             )
 
@@ -109,6 +112,9 @@ class JsonRpcHandler:
             return
         self.method_label = info.name
         self.task_id = jsonrpc.request_task_id(info, parsed.params)
+        message = parsed.params.get("message") if isinstance(parsed.params, dict) else None
+        if isinstance(message, dict) and isinstance(message.get("contextId"), str):
+            self.context_id = message["contextId"]
         ex = Exchange(self.upstream, info.operation, info.version, self.task_id, self.rt.mode)
         try:
             await self._exchange(ex, parsed, body, info.streaming)
@@ -213,6 +219,9 @@ class JsonRpcHandler:
                 return {"jsonrpc": "2.0", "id": req.id, "error": error}, True
             self.outcome = "worker_error"
             return ({**doc, "id": req.id} if changed else doc), changed
+        item = locate(doc["result"])
+        self.task_id = self.task_id or item.task_id
+        self.context_id = self.context_id or item.context_id
         outcome: Outcome = await self.rt.judge(ex, None, doc["result"])
         if outcome.action is Action.REJECT and outcome.error is not None:
             self.outcome = "invalid_agent_response"

@@ -112,7 +112,8 @@ class StreamRelay:
         self.rt.log.info(
             "stream_closed",
             extra={"upstream": self.ex.upstream, "method": self.h.method_label,
-                   "task_id": self.stream.task_id, "events": self.events,
+                   "task_id": self.stream.task_id, "context_id": self.stream.context_id,
+                   "events": self.events,
                    "reason": self.close_reason,
                    "duration_s": round(time.perf_counter() - started, 6)},
         )

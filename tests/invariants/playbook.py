@@ -1,0 +1,99 @@
+"""A tiny transcript driver for the invariant engine, used the way the proxy shell uses it.
+
+The proxy (gateway/proxy/runtime.py, streaming.py) looks a record up by (upstream, task id),
+calls the engine, stores ``outcome.record`` when it is not ``None``, and carries
+``outcome.stream or stream`` to the next event. :class:`Playbook` does exactly that with a dict
+ledger and a ticking clock, so tests read as transcripts: one call per observation.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.a2a import jsonrpc
+from gateway.invariants import engine
+from gateway.invariants.model import (
+    Clock,
+    Exchange,
+    Finding,
+    Mode,
+    Outcome,
+    StreamState,
+    TaskRecord,
+)
+
+UPSTREAM = "worker-a"
+
+
+def exchange(method: str, params: Any = None, *, mode: Mode = Mode.ENFORCE,
+             upstream: str = UPSTREAM) -> Exchange:
+    """The Exchange the proxy builds for a JSON-RPC request (gateway/proxy/jsonrpc.py)."""
+    info = jsonrpc.lookup_method(method)
+    assert info is not None, method
+    return Exchange(upstream, info.operation, info.version,
+                    jsonrpc.request_task_id(info, params), mode)
+
+
+def kinds(findings: list[Finding], category: str | None = None) -> list[str]:
+    return [f.kind for f in findings if category is None or f.category == category]
+
+
+@dataclass
+class Playbook:
+    records: dict[tuple[str, str], TaskRecord] = field(default_factory=dict)
+    tick: float = 0.0
+    all_findings: list[Finding] = field(default_factory=list)
+
+    def clock(self) -> Clock:
+        self.tick += 1.0
+        return Clock(wall=1_780_000_000.0 + self.tick, monotonic=self.tick)
+
+    def record(self, task_id: str, upstream: str = UPSTREAM) -> TaskRecord | None:
+        return self.records.get((upstream, task_id))
+
+    def seed(self, record: TaskRecord) -> None:
+        self.records[(record.upstream, record.task_id)] = record
+
+    def _store(self, outcome: Outcome) -> None:
+        self.all_findings += outcome.findings
+        if outcome.record is not None:
+            rec = outcome.record
+            self.records[(rec.upstream, rec.task_id)] = rec
+
+    def request(self, ex: Exchange) -> Outcome:
+        """A client request: admission check against the ledger."""
+        record = self.record(ex.task_id, ex.upstream) if ex.task_id else None
+        outcome = engine.check_request(ex, record)
+        self.all_findings += outcome.findings
+        return outcome
+
+    def answer(self, ex: Exchange, result: Any) -> Outcome:
+        """A unary worker answer's ``result``; the input is checked to be left unmutated."""
+        return self._judge(ex, None, result)
+
+    def open(self, ex: Exchange) -> Stream:
+        return Stream(self, ex, StreamState(task_id=ex.task_id))
+
+    def _judge(self, ex: Exchange, stream: StreamState | None, result: Any) -> Outcome:
+        tid = engine.payload_task_id(result)
+        record = self.record(tid, ex.upstream) if tid else None
+        before = copy.deepcopy(result)
+        outcome = engine.check_payload(ex, stream, record, result, self.clock())
+        assert result == before, "the engine must not mutate its input"
+        self._store(outcome)
+        return outcome
+
+
+@dataclass
+class Stream:
+    book: Playbook
+    ex: Exchange
+    state: StreamState
+
+    def event(self, result: Any) -> Outcome:
+        """One SSE event's ``result``; the stream state is carried like the proxy does."""
+        outcome = self.book._judge(self.ex, self.state, result)
+        self.state = outcome.stream or self.state
+        return outcome
