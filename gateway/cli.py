@@ -1,7 +1,8 @@
 """Command line: ``a2a-gateway serve | check-config | replay``. Parses arguments only; the
 work is done by :mod:`gateway.app`, :mod:`gateway.config` and :mod:`gateway.replay`.
 
-Exit codes: 0 success, 1 runtime failure, 2 invalid configuration or usage.
+Exit codes: 0 success, 1 runtime failure, 2 invalid configuration or usage, 3 the listen
+socket could not be opened (uvicorn's startup failure).
 """
 
 from __future__ import annotations

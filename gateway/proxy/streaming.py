@@ -194,6 +194,7 @@ class StreamRelay:
         self.events += 1
         if "error" in doc:
             self.rt.metrics.sse_events.labels(self.ex.upstream, "error").inc()
+            self.h.outcome = "worker_error"
             if deliver:
                 await self._write(encode_event(orjson.dumps({**doc, "id": self.req.id}), event=event.event))
             return _Next.CONTINUE

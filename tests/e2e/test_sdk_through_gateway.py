@@ -35,7 +35,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError, UnsupportedOperationError
 
-from tests.e2e.conftest import TRACE_HEADER, UPSTREAM_NAME, MetricsScrape, SeenRequest, Stack
+from tests.e2e.conftest import PLACEHOLDER_PUBLIC_URL, TRACE_HEADER, UPSTREAM_NAME, MetricsScrape, SeenRequest, Stack
 from tests.support.servers import await_until
 
 REQUESTS = "a2a_gateway_requests_total"
@@ -354,6 +354,44 @@ async def test_v10_subscribe_input_required_then_follow_up(
     assert record is not None and record.state.value == "TASK_STATE_COMPLETED"
 
 
+async def test_v10_subscribe_to_live_task_alongside_original_stream(
+    stack: Stack, streaming: Client, blocking: Client, trace: str
+) -> None:
+    """Two gateway streams of one task (the original stream and a SubscribeToTask): a cancel
+    ends both with CANCELED as their last event."""
+    before = await stack.scrape()
+    original = streaming.send_message(user_message("slow shared"))
+    original_events: list[StreamResponse] = []
+    subscribed_events: list[StreamResponse] = []
+    async with asyncio.timeout(STREAM_BOUND):
+        original_events.append(await anext(original))
+        original_events.append(await anext(original))
+        assert [describe(e)[2] for e in original_events] == [SUBMITTED, WORKING]
+        task_id = original_events[0].task.id
+
+        subscription = streaming.subscribe(SubscribeToTaskRequest(id=task_id))
+        subscribed_events.append(await anext(subscription))
+        snapshot = subscribed_events[0]
+        assert snapshot.WhichOneof("payload") == "task"
+        assert snapshot.task.id == task_id and snapshot.task.status.state == WORKING
+
+        cancelled = await blocking.cancel_task(CancelTaskRequest(id=task_id))
+        assert cancelled.status.state == CANCELED
+        original_events.extend([e async for e in original])
+        subscribed_events.extend([e async for e in subscription])
+
+    for events in (original_events, subscribed_events):
+        kind, tid, state = describe(events[-1])
+        assert (kind, tid, state) == ("status_update", task_id, CANCELED), [describe(e) for e in events]
+        assert all(describe(e)[1] == task_id for e in events)
+        assert [describe(e)[2] for e in events].count(CANCELED) == 1
+    await metric_reaches(stack, before, 1, REQUESTS, method="SubscribeToTask", outcome="ok")
+    await metric_reaches(stack, before, 1, REQUESTS, method="SendStreamingMessage", outcome="ok")
+    after = await stack.scrape()
+    assert delta(before, after, "a2a_gateway_divergences_total") == 0
+    assert len(worker_calls(stack, trace, "SubscribeToTask")) == 1
+
+
 async def test_v10_direct_message_reply(stack: Stack, blocking: Client, streaming: Client) -> None:
     before = await stack.scrape()
 
@@ -554,3 +592,192 @@ async def test_v10_rest_send_is_relayed(stack: Stack, trace: str) -> None:
 
     after = await stack.scrape()
     assert delta(before, after, REQUESTS, method="rest", outcome="ok") == 1
+
+
+# --------------------------------------------------------------------------- terminal tasks, more methods
+
+
+async def test_v10_stream_and_subscribe_on_terminal_task_rejected_locally(
+    stack: Stack, blocking: Client, streaming: Client, trace: str
+) -> None:
+    task = await send_for_task(blocking, user_message("hi"))
+    assert task.status.state == COMPLETED
+    before = await stack.scrape()
+
+    with pytest.raises(UnsupportedOperationError):
+        await collect(streaming.send_message(user_message("more", task_id=task.id, context_id=task.context_id)))
+    with pytest.raises(UnsupportedOperationError):
+        await collect(streaming.subscribe(SubscribeToTaskRequest(id=task.id)))
+
+    after = await stack.scrape()
+    for method in ("SendStreamingMessage", "SubscribeToTask"):
+        assert delta(before, after, REJECTIONS, method=method, reason="terminal_task", action="enforced") == 1
+        assert delta(before, after, REQUESTS, method=method, outcome="rejected") == 1
+        assert worker_calls(stack, trace, method) == []
+
+
+async def test_v03_cancel_of_terminal_task_rejected_locally(
+    stack: Stack, v03_card: AgentCard, http: httpx.AsyncClient, trace: str
+) -> None:
+    client = await create_client(
+        v03_card, ClientConfig(streaming=False, supported_protocol_bindings=["JSONRPC"], httpx_client=http)
+    )
+    try:
+        request = user_message("slow v03")
+        request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+        started = await send_for_task(client, request)
+        await wait_for_state(client, started.id, WORKING)
+        cancelled = await client.cancel_task(CancelTaskRequest(id=started.id))
+        assert cancelled.id == started.id and cancelled.status.state == CANCELED
+        before = await stack.scrape()
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(CancelTaskRequest(id=started.id))
+    finally:
+        await client.close()
+    after = await stack.scrape()
+    assert delta(before, after, REJECTIONS, method="tasks/cancel", reason="terminal_task", action="enforced") == 1
+    assert len(worker_calls(stack, trace, "tasks/cancel")) == 1
+    # v0.3 wire: the worker was asked with blocking=false (the inverse of returnImmediately).
+    (send,) = worker_calls(stack, trace, "message/send")
+    assert send.json["params"]["configuration"]["blocking"] is False
+
+
+# --------------------------------------------------------------------------- raw SSE framing
+
+
+def parse_sse(text: str) -> list[tuple[str, dict]]:
+    """``[(event_name, json_data)]`` of a complete SSE body (comments skipped)."""
+    out = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        name, data = "message", []
+        for line in block.split("\n"):
+            if not line or line.startswith(":"):
+                continue
+            key, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if key == "event":
+                name = value
+            elif key == "data":
+                data.append(value)
+        if data:
+            out.append((name, json.loads("\n".join(data))))
+    return out
+
+
+async def test_v10_raw_sse_framing_and_headers(stack: Stack, http: httpx.AsyncClient) -> None:
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "raw stream"}]}
+    body = {"jsonrpc": "2.0", "id": 41, "method": "SendStreamingMessage", "params": {"message": message}}
+    async with http.stream("POST", stack.gateway_base, json=body, headers={"A2A-Version": "1.0"}) as resp:
+        assert resp.status_code == 200
+        assert resp.headers.get_list("content-type") == ["text/event-stream; charset=utf-8"]
+        assert resp.headers.get("cache-control") == "no-store"
+        assert resp.headers.get("x-accel-buffering") == "no"
+        assert "content-length" not in resp.headers
+        text = (await resp.aread()).decode()
+
+    events = parse_sse(text)
+    assert [name for name, _ in events] == ["message"] * 4
+    assert all(doc["id"] == 41 and doc["jsonrpc"] == "2.0" for _, doc in events)
+    results = [doc["result"] for _, doc in events]
+    assert [next(iter(r)) for r in results] == ["task", "statusUpdate", "artifactUpdate", "statusUpdate"]
+    assert results[0]["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+    assert results[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert all("final" not in r.get("statusUpdate", {}) for r in results)  # v1.0: never injected
+    assert all("kind" not in r for r in results)
+
+
+# --------------------------------------------------------------------------- REST streaming passthrough
+
+
+REST_HEADERS = {"Content-Type": "application/a2a+json", "A2A-Version": "1.0"}
+
+
+async def rest_cancel(http: httpx.AsyncClient, stack: Stack, task_id: str) -> httpx.Response:
+    return await http.post(stack.gateway.url_for(f"/rest/tasks/{task_id}:cancel"), headers=REST_HEADERS, content=b"{}")
+
+
+async def read_sse_event(lines: AsyncIterator[str]) -> dict:
+    """Read one ``data:`` event (JSON) from an SSE line iterator."""
+    data: list[str] = []
+    async for line in lines:
+        if line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif not line and data:
+            return json.loads("\n".join(data))
+    raise AssertionError("stream ended before an event")
+
+
+async def test_v10_rest_stream_relayed_incrementally(stack: Stack, http: httpx.AsyncClient, trace: str) -> None:
+    payload = {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "slow rest"}]}}
+    url = stack.gateway.url_for("/rest/message:stream")
+    async with asyncio.timeout(STREAM_BOUND):
+        async with http.stream("POST", url, headers=REST_HEADERS, content=json.dumps(payload)) as resp:
+            assert resp.status_code == 200
+            assert resp.headers["content-type"].startswith("text/event-stream")
+            lines = resp.aiter_lines()
+            first = await read_sse_event(lines)  # arrives while the task is still running
+            task_id = first["task"]["id"]
+            assert first["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+            working = await read_sse_event(lines)
+            assert working["statusUpdate"]["status"]["state"] == "TASK_STATE_WORKING"
+            cancel = await rest_cancel(http, stack, task_id)
+            assert cancel.status_code == 200, cancel.text
+            assert cancel.json()["status"]["state"] == "TASK_STATE_CANCELED"
+            rest = [line async for line in lines]
+    tail = parse_sse("\n".join(rest))
+    assert [doc["statusUpdate"]["status"]["state"] for _, doc in tail] == ["TASK_STATE_CANCELED"]
+    assert tail[0][1]["statusUpdate"]["taskId"] == task_id
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: gateway/proxy/passthrough.py _relay never watches receive() for http.disconnect; "
+        "uvicorn's send() silently returns after a client disconnect, so a REST SSE stream "
+        "(/rest/message:stream, /rest/tasks/{id}:subscribe) keeps its upstream request open "
+        "until the worker ends the stream (a 'slow' task: forever)"
+    ),
+)
+async def test_v10_rest_stream_client_disconnect_closes_upstream(
+    stack: Stack, http: httpx.AsyncClient, trace: str
+) -> None:
+    payload = {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "slow rest hangup"}]}}
+    url = stack.gateway.url_for("/rest/message:stream")
+    task_id = None
+    try:
+        async with asyncio.timeout(STREAM_BOUND):
+            async with http.stream("POST", url, headers=REST_HEADERS, content=json.dumps(payload)) as resp:
+                assert resp.status_code == 200
+                first = await read_sse_event(resp.aiter_lines())
+                task_id = first["task"]["id"]
+        # The client has hung up; the gateway must let go of the worker's stream too.
+        (seen,) = [r for r in stack.recorder.requests(trace) if r.path == "/rest/message:stream"]
+        await await_until(lambda: seen.disconnected, timeout=3.0, message="worker saw the REST stream closed")
+    finally:
+        if task_id is not None:  # end the parked task (this also ends a leaked relay)
+            cancel = await rest_cancel(http, stack, task_id)
+            assert cancel.status_code == 200, cancel.text
+
+
+# --------------------------------------------------------------------------- agent card
+
+
+async def test_agent_card_relayed_unchanged(stack: Stack, http: httpx.AsyncClient) -> None:
+    """The card is relayed as the worker serves it (bytes, weak ETag, conditional GET); the
+    client therefore has to re-root its URLs (``rewrite_card_urls``) to stay on the gateway."""
+    before = await stack.scrape()
+    path = "/.well-known/agent-card.json"
+    direct = await http.get(stack.worker.url_for(path))
+    via = await http.get(stack.gateway.url_for(path))
+    assert via.status_code == direct.status_code == 200
+    assert via.content == direct.content
+    etag = via.headers.get("etag")
+    assert etag and etag == direct.headers.get("etag")
+    card = via.json()
+    assert {i["url"] for i in card["supportedInterfaces"]} == {
+        PLACEHOLDER_PUBLIC_URL, PLACEHOLDER_PUBLIC_URL + "rest"
+    }
+    not_modified = await http.get(stack.gateway.url_for(path), headers={"If-None-Match": etag})
+    assert not_modified.status_code == 304
+    after = await stack.scrape()
+    assert delta(before, after, REQUESTS, method="card", outcome="ok") == 2
