@@ -8,7 +8,9 @@ transparently. A path no mount covers gets 404.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -19,8 +21,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from gateway.config import GatewayConfig
+from gateway.errors import LedgerError
+from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
-from gateway.ledger.memory import MemoryLedger
 from gateway.observability.logging import get_logger
 from gateway.observability.metrics import Metrics
 from gateway.proxy import passthrough
@@ -50,6 +53,27 @@ class ProxyApp:
         await passthrough.relay(self.rt, route, scope, receive, send)
 
 
+async def _open_ledger(rt: Runtime) -> None:
+    """Open the ledger and flag tasks that were live while the gateway was down (recovery)."""
+    ledger = rt.ledger
+    await ledger.open()
+    flagged = await ledger.mark_resync()
+    rt.log.info("ledger_opened", extra={"backend": ledger.backend, "needs_resync": flagged})
+
+
+async def _prune_forever(rt: Runtime) -> None:
+    """Delete terminal tasks older than ``ledger.retention_seconds``, every prune interval."""
+    cfg = rt.config.ledger
+    while True:
+        await asyncio.sleep(cfg.prune_interval_seconds)
+        try:
+            deleted = await rt.ledger_call("prune", lambda: rt.ledger.prune(time.time() - cfg.retention_seconds))
+        except LedgerError:
+            continue
+        if deleted:
+            rt.log.info("ledger_pruned", extra={"backend": rt.ledger.backend, "deleted": deleted})
+
+
 def build_app(
     config: GatewayConfig,
     *,
@@ -61,8 +85,8 @@ def build_app(
 
     Args:
         config: the validated configuration.
-        ledger: the task ledger (default: a :class:`MemoryLedger` bounded by
-            ``ledger.max_tasks``); closed at shutdown.
+        ledger: the task ledger (default: the one ``ledger.url`` names). The app opens it at
+            start-up (flagging live tasks for a resync) and closes it at shutdown.
         client: the upstream HTTP client (default: a pooled ``httpx.AsyncClient``); a client
             passed in is not closed by the app.
         registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
@@ -72,8 +96,7 @@ def build_app(
     """
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
-    ledger = ledger or MemoryLedger(config.ledger.max_tasks)
-    metrics.track_ledger(ledger.count_by_state)
+    ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks)
     own_client = client is None
     http = client or httpx.AsyncClient(
         limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
@@ -85,11 +108,16 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await _open_ledger(runtime)
+        pruner = asyncio.ensure_future(_prune_forever(runtime))
         ready["value"] = True
         try:
             yield
         finally:
             ready["value"] = False
+            pruner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pruner
             if own_client:
                 await http.aclose()
             await ledger.close()
@@ -103,6 +131,8 @@ def build_app(
         return JSONResponse({"status": "not ready"}, status_code=503)
 
     async def metrics_endpoint(request: Request) -> Response:
+        with contextlib.suppress(LedgerError):
+            metrics.set_tracked(await runtime.ledger_call("count", ledger.count_by_state))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     app = Starlette(

@@ -76,11 +76,33 @@ class LimitsConfig(_Frozen):
     post_terminal_drain_seconds: float = Field(default=2.0, ge=0)
 
 
-class LedgerConfig(_Frozen):
-    """The task ledger backend."""
+DEFAULT_LEDGER_URL = "sqlite:.a2a-gateway/ledger.db"
 
-    backend: Literal["memory"] = "memory"
+
+class LedgerConfig(_Frozen):
+    """The task ledger.
+
+    ``url``: ``memory``, ``sqlite:///ABS/PATH.db`` / ``sqlite:REL/PATH.db`` (default: SQLite in
+    ``.a2a-gateway/`` under the working directory) or ``redis://HOST:PORT/DB``.
+    ``retention_seconds``: how long terminal tasks are kept (default 7 days), pruned every
+    ``prune_interval_seconds``. ``max_tasks`` bounds the memory backend.
+    ``on_unavailable``: ``reject`` (default; fail closed with a transport-class error) or
+    ``forward`` (relay unchecked, counted) when the ledger cannot be read or written.
+    """
+
+    url: str = DEFAULT_LEDGER_URL
     max_tasks: int = Field(default=100_000, gt=0)
+    retention_seconds: float = Field(default=7 * 24 * 3600, gt=0)
+    prune_interval_seconds: float = Field(default=300, gt=0)
+    on_unavailable: Literal["reject", "forward"] = "reject"
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        from gateway.ledger import ledger_from_url
+
+        ledger_from_url(value)  # raises ValueError with a clear message
+        return value
 
 
 class LogConfig(_Frozen):
@@ -152,13 +174,24 @@ def load_config(path: str | Path) -> GatewayConfig:
 
 
 def sidecar_config(
-    upstream: str, *, host: str, port: int, mode: str, name: str = "worker"
+    upstream: str,
+    *,
+    host: str,
+    port: int,
+    mode: str,
+    name: str = "worker",
+    ledger: str = DEFAULT_LEDGER_URL,
 ) -> GatewayConfig:
-    """The config of the no-file sidecar form: one upstream mounted at ``/``."""
+    """The config of the no-file sidecar form: one upstream mounted at ``/``.
+
+    Raises:
+        ConfigError: an invalid URL, port or ledger URL.
+    """
     return parse_config(
         {
             "listen": {"host": host, "port": port},
             "mode": mode,
             "upstreams": [{"name": name, "url": upstream, "prefix": "/"}],
+            "ledger": {"url": ledger},
         }
     )

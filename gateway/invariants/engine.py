@@ -93,6 +93,12 @@ def check_request(ex: Exchange, record: TaskRecord | None) -> Outcome:
     return Outcome(Action.REJECT, None, findings=[finding], error=terminal_error(ex, record))
 
 
+def is_task_action(ex: Exchange) -> bool:
+    """True for an action that needs its existing task alive: a message with ``taskId``,
+    cancel, or subscribe (both versions)."""
+    return ex.task_id is not None and ex.operation in _TASK_ACTIONS
+
+
 def wants_terminal_probe(ex: Exchange, code: object) -> bool:
     """True when a worker error to a task action may hide a terminal task (F05 (c), F15).
 
@@ -444,6 +450,7 @@ def _transition(
         state=state,
         terminal_status=terminal_status,
         artifacts=artifacts,
+        needs_resync=False,
         observed_at=clock.wall,
         observed_monotonic=clock.monotonic,
     )

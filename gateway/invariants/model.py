@@ -74,7 +74,10 @@ class TaskRecord:
     ``state`` is canonical. ``terminal_status`` is the status object (v1.0 spelling) recorded
     when the task first became terminal; it wins over anything the worker says later.
     ``observed_at`` is wall-clock seconds since the epoch, ``observed_monotonic`` monotonic
-    seconds. ``version`` is the compare-and-set counter owned by the ledger.
+    seconds (meaningful only in the process that wrote it). ``needs_resync`` is set by the
+    ledger at start-up for tasks that were live while the gateway was down: the next action on
+    such a task is preceded by a forced GetTask. ``version`` is the compare-and-set counter
+    owned by the ledger.
     """
 
     upstream: str
@@ -86,6 +89,7 @@ class TaskRecord:
     terminal_status: Mapping[str, Any] | None = None
     poisoned: bool = False
     artifacts: Mapping[str, ArtifactRecord] = field(default_factory=dict)
+    needs_resync: bool = False
     version: int = 0
 
     @property

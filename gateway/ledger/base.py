@@ -2,7 +2,10 @@
 
 The ledger stores :class:`~gateway.invariants.model.TaskRecord` values keyed by
 (``upstream``, ``task_id``) and updates them with compare-and-set on ``version``, so two
-concurrent events for one task can never both win a transition out of the same state.
+concurrent events for one task — two streams, or two gateway replicas — can never both win a
+transition out of the same state. Backends: :mod:`~gateway.ledger.memory` (bounded, one
+process), :mod:`~gateway.ledger.sqlite` (the embedded default, one host),
+:mod:`~gateway.ledger.redis` (several replicas).
 """
 
 from __future__ import annotations
@@ -17,9 +20,17 @@ class VersionConflictError(Exception):
 
 
 class TaskLedger(Protocol):
-    """Async per-task store. Implementations: :mod:`gateway.ledger.memory`."""
+    """Async per-task store.
+
+    Every method except ``put``'s conflict raises backend errors as they come; the shell turns
+    them into :class:`~gateway.errors.LedgerError`.
+    """
 
     backend: str
+
+    async def open(self) -> None:
+        """Connect / create the schema. Called once before use."""
+        ...
 
     async def get(self, upstream: str, task_id: str) -> TaskRecord | None:
         """The record of (``upstream``, ``task_id``), or ``None``."""
@@ -35,10 +46,24 @@ class TaskLedger(Protocol):
         """
         ...
 
-    def count_by_state(self) -> dict[str, int]:
-        """Tracked tasks by canonical state (for the ``tracked_tasks`` gauge)."""
+    async def count_by_state(self) -> dict[str, int]:
+        """Tracked tasks by canonical state value (``TASK_STATE_WORKING`` → n)."""
+        ...
+
+    async def mark_resync(self) -> int:
+        """Flag every non-terminal task ``needs_resync`` (crash recovery at start-up).
+
+        Returns how many tasks were flagged.
+        """
+        ...
+
+    async def prune(self, older_than: float) -> int:
+        """Delete terminal tasks last observed before ``older_than`` (epoch seconds).
+
+        Returns how many were deleted.
+        """
         ...
 
     async def close(self) -> None:
-        """Release resources."""
+        """Release connections and files."""
         ...

@@ -1,16 +1,20 @@
 """In-memory task ledger: the reference implementation, single process only.
 
-Bounded: at most ``max_tasks`` records; when full, the oldest terminal records are evicted
-first (then the oldest of any kind), and each eviction is counted in ``evicted``.
+Bounded: at most ``max_tasks`` records. When full, the least recently updated terminal record
+is evicted first (then the least recently updated of any kind); each eviction is logged with
+the task id and counted in :attr:`MemoryLedger.evicted`. Nothing survives a restart.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import Counter, OrderedDict
 
 from gateway.invariants.model import TaskRecord
 from gateway.ledger.base import VersionConflictError
+
+_log = logging.getLogger("a2a_gateway")
 
 
 class MemoryLedger:
@@ -24,8 +28,12 @@ class MemoryLedger:
 
     def __init__(self, max_tasks: int = 100_000) -> None:
         self._records: OrderedDict[tuple[str, str], TaskRecord] = OrderedDict()
+        self._terminal: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._max = max_tasks
         self.evicted = 0
+
+    async def open(self) -> None:
+        """Nothing to open."""
 
     async def get(self, upstream: str, task_id: str) -> TaskRecord | None:
         """The record of (``upstream``, ``task_id``), or ``None``."""
@@ -41,20 +49,38 @@ class MemoryLedger:
         stored = dataclasses.replace(record, version=expected_version + 1)
         self._records[key] = stored
         self._records.move_to_end(key)
+        if stored.terminal:
+            self._terminal[key] = None
+            self._terminal.move_to_end(key)
         if len(self._records) > self._max:
             self._evict()
         return stored
 
     def _evict(self) -> None:
-        victim = next((k for k, r in self._records.items() if r.terminal), None)
-        if victim is None:
+        if self._terminal:
+            victim, _ = self._terminal.popitem(last=False)
+        else:
             victim = next(iter(self._records))
-        del self._records[victim]
+        record = self._records.pop(victim)
         self.evicted += 1
+        _log.warning("ledger_evicted", extra={"upstream": victim[0], "task_id": victim[1],
+                                               "state": record.state.value, "backend": self.backend})
 
-    def count_by_state(self) -> dict[str, int]:
+    async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state."""
         return dict(Counter(r.state.value for r in self._records.values()))
+
+    async def mark_resync(self) -> int:
+        """Nothing survives a restart, so nothing needs a resync."""
+        return 0
+
+    async def prune(self, older_than: float) -> int:
+        """Drop terminal records last observed before ``older_than``."""
+        doomed = [k for k in self._terminal if self._records[k].observed_at < older_than]
+        for key in doomed:
+            del self._terminal[key]
+            del self._records[key]
+        return len(doomed)
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -15,18 +15,19 @@ metric                                                 labels
 ``a2a_gateway_divergences_total``                      upstream, kind, action
 ``a2a_gateway_local_rejections_total``                 upstream, method, reason, action
 ``a2a_gateway_error_rewrites_total``                   upstream, from_code, to_code
+``a2a_gateway_forced_get_total``                       upstream, reason
 ``a2a_gateway_tracked_tasks``                          state
+``a2a_gateway_ledger_operation_duration_seconds``      backend, operation
+``a2a_gateway_ledger_errors_total``                    backend, operation
+``a2a_gateway_ledger_conflicts_total``                 backend
+``a2a_gateway_unchecked_total``                        upstream
 ``a2a_gateway_build_info``                             version
 =====================================================  =========================================
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from gateway import __version__
 from gateway.a2a.jsonrpc import KNOWN_CODES, METHODS
@@ -45,20 +46,6 @@ def method_label(method: str | None) -> str:
 def code_label(code: object) -> str:
     """A bounded JSON-RPC error code label."""
     return str(code) if code in KNOWN_CODES else "other"
-
-
-class _TrackedTasks(Collector):
-    def __init__(self, source: Callable[[], dict[str, int]]) -> None:
-        self._source = source
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "a2a_gateway_tracked_tasks", "Tasks held in the ledger, by state", labels=["state"]
-        )
-        counts = self._source()
-        for state in TaskState:
-            family.add_metric([state.value], counts.get(state.value, 0))
-        yield family
 
 
 class Metrics:
@@ -116,11 +103,50 @@ class Metrics:
             ["upstream", "from_code", "to_code"],
             registry=registry,
         )
+        self.forced_gets = Counter(
+            "a2a_gateway_forced_get_total",
+            "GetTask calls the gateway sent to a worker before acting on a task, by reason",
+            ["upstream", "reason"],
+            registry=registry,
+        )
+        self.tracked_tasks = Gauge(
+            "a2a_gateway_tracked_tasks",
+            "Tasks held in the ledger, by state (refreshed at each scrape)",
+            ["state"],
+            registry=registry,
+        )
+        self.ledger_duration = Histogram(
+            "a2a_gateway_ledger_operation_duration_seconds",
+            "Time of one ledger operation",
+            ["backend", "operation"],
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1),
+            registry=registry,
+        )
+        self.ledger_errors = Counter(
+            "a2a_gateway_ledger_errors_total",
+            "Ledger operations that failed",
+            ["backend", "operation"],
+            registry=registry,
+        )
+        self.ledger_conflicts = Counter(
+            "a2a_gateway_ledger_conflicts_total",
+            "Compare-and-set races lost (and retried) on a task record",
+            ["backend"],
+            registry=registry,
+        )
+        self.unchecked = Counter(
+            "a2a_gateway_unchecked_total",
+            "Payloads relayed without checks because the ledger was unavailable "
+            "(ledger.on_unavailable: forward, or observe mode)",
+            ["upstream"],
+            registry=registry,
+        )
         build = Gauge(
             "a2a_gateway_build_info", "Build information", ["version"], registry=registry
         )
         build.labels(version=__version__).set(1)
 
-    def track_ledger(self, source: Callable[[], dict[str, int]]) -> None:
-        """Expose ``a2a_gateway_tracked_tasks`` from ``source()`` at scrape time."""
-        self.registry.register(_TrackedTasks(source))
+    def set_tracked(self, counts: dict[str, int]) -> None:
+        """Set ``a2a_gateway_tracked_tasks`` for every state (absent states read 0)."""
+        for state in TaskState:
+            self.tracked_tasks.labels(state.value).set(counts.get(state.value, 0))

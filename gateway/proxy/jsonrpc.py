@@ -25,7 +25,7 @@ from gateway.a2a.jsonrpc import Operation, Request
 from gateway.a2a.payloads import locate
 from gateway.errors import LedgerError, UpstreamError
 from gateway.invariants import engine
-from gateway.invariants.model import Action, Exchange, Outcome
+from gateway.invariants.model import Action, Exchange, Outcome, TaskRecord
 from gateway.proxy.forward import (
     BodyTooLargeError,
     Route,
@@ -126,6 +126,8 @@ class JsonRpcHandler:
 
     async def _exchange(self, ex: Exchange, req: Request, body: bytes, streaming: bool) -> None:
         record = await self.rt.record_of(ex.upstream, ex.task_id)
+        if record is not None and record.needs_resync and engine.is_task_action(ex):
+            record = await self.forced_get(ex, record, "restart")
         admission = engine.check_request(ex, record)
         self.rt.count(ex, admission.findings, self.method_label)
         if admission.action is Action.REJECT and admission.error is not None:
@@ -246,7 +248,24 @@ class JsonRpcHandler:
         self.outcome = "rewritten"
         return jsonrpc.error_object(new_code, message, version=ex.version, metadata={"taskId": record.task_id})
 
-    async def probe_task(self, ex: Exchange) -> engine.TaskRecord | None:
+    async def forced_get(self, ex: Exchange, record: TaskRecord, reason: str) -> TaskRecord | None:
+        """GetTask to the worker before acting on a task whose recorded state may be stale
+        (``reason``: ``restart`` — the gateway was down while the task was live). Counted in
+        ``a2a_gateway_forced_get_total``. Returns the fresh record."""
+        self.rt.metrics.forced_gets.labels(self.upstream, reason).inc()
+        fresh = await self.probe_task(ex)
+        if fresh is not None and fresh.needs_resync:
+            await self.rt.clear_resync(fresh)  # the worker did not answer with a task
+            fresh = await self.rt.record_of(ex.upstream, ex.task_id)
+        elif fresh is None:
+            await self.rt.clear_resync(record)
+        if fresh is not None and fresh.state is not record.state:
+            self.rt.log.warning("resync_divergence", extra={
+                "upstream": self.upstream, "task_id": ex.task_id, "recorded": record.state.value,
+                "fresh": fresh.state.value, "reason": reason})
+        return fresh
+
+    async def probe_task(self, ex: Exchange) -> TaskRecord | None:
         """Ask the worker ``GetTask`` for ``ex.task_id`` (same version, same client headers);
         the answer goes through the engine and the ledger. Returns the stored record."""
         method = jsonrpc.TASK_GET_NAME[ex.version]

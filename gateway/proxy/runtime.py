@@ -3,15 +3,23 @@
 Also the one place where the shell calls the engine for a worker payload
 (:meth:`Runtime.judge`): read the ledger, run the engine, store the record with
 compare-and-set (retrying on a lost race), count the findings — all before the caller
-forwards anything (write-before-forward).
+forwards anything (write-before-forward). Every ledger call is timed
+(``a2a_gateway_ledger_operation_duration_seconds``) and every failure counted
+(``a2a_gateway_ledger_errors_total``) here.
+
+When the ledger is unavailable, ``ledger.on_unavailable: reject`` (default) raises
+:class:`~gateway.errors.LedgerError` so the handler fails closed; ``forward`` — and observe
+mode — relay the payload unchecked instead (counted).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -20,6 +28,7 @@ from gateway.config import GatewayConfig
 from gateway.errors import LedgerError
 from gateway.invariants import engine
 from gateway.invariants.model import (
+    Action,
     Clock,
     Exchange,
     Finding,
@@ -32,6 +41,7 @@ from gateway.ledger.base import TaskLedger, VersionConflictError
 from gateway.observability.metrics import Metrics
 
 _CAS_ATTEMPTS = 8
+T = TypeVar("T")
 
 
 @dataclass
@@ -49,25 +59,60 @@ class Runtime:
         """The configured :class:`Mode`."""
         return Mode(self.config.mode)
 
+    @property
+    def fail_open(self) -> bool:
+        """True when an unavailable ledger means "relay unchecked" rather than "refuse"."""
+        return self.mode is Mode.OBSERVE or self.config.ledger.on_unavailable == "forward"
+
     @staticmethod
     def clock() -> Clock:
         """The current wall and monotonic time, in seconds."""
         return Clock(time.time(), time.monotonic())
 
+    async def ledger_call(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run one ledger operation, timed and with failures counted.
+
+        Raises:
+            VersionConflictError: passed through. LedgerError: any other failure.
+        """
+        backend = self.ledger.backend
+        started = time.perf_counter()
+        try:
+            return await call()
+        except VersionConflictError:
+            raise
+        except Exception as exc:
+            self.metrics.ledger_errors.labels(backend, operation).inc()
+            self.log.error("ledger_error", extra={"backend": backend, "operation": operation,
+                                                  "error": f"{type(exc).__name__}: {exc}"})
+            raise LedgerError(f"{backend} ledger {operation} failed") from exc
+        finally:
+            elapsed = time.perf_counter() - started
+            self.metrics.ledger_duration.labels(backend, operation).observe(elapsed)
+
     async def record_of(self, upstream: str, task_id: str | None) -> TaskRecord | None:
         """The ledger record of a task, or ``None``.
 
         Raises:
-            LedgerError: the ledger failed.
+            LedgerError: the ledger failed and the policy is to fail closed (with
+                ``fail_open`` the failure is counted and ``None`` returned).
         """
         if task_id is None:
             return None
         try:
-            return await self.ledger.get(upstream, task_id)
+            return await self.ledger_call("get", lambda: self.ledger.get(upstream, task_id))
         except LedgerError:
+            if self.fail_open:
+                return None
             raise
-        except Exception as exc:  # a backend failure of any kind is a ledger failure
-            raise LedgerError(str(exc)) from exc
+
+    async def store(self, record: TaskRecord, expected_version: int) -> TaskRecord:
+        """Compare-and-set ``record``.
+
+        Raises:
+            VersionConflictError: lost the race. LedgerError: the ledger failed.
+        """
+        return await self.ledger_call("put", lambda: self.ledger.put(record, expected_version))
 
     async def judge(
         self, ex: Exchange, stream: StreamState | None, result: Any
@@ -76,13 +121,22 @@ class Runtime:
 
         ``ListTasks`` results are only normalized. Returns the :class:`Outcome` whose
         findings have been counted and logged.
+
+        Raises:
+            LedgerError: the ledger failed and the policy is to fail closed.
         """
         if ex.operation is Operation.LIST:
             outcome = engine.check_list(ex, result)
             task_id = None
         else:
             task_id = engine.payload_task_id(result)
-            outcome = await self._judge_with_cas(ex, stream, result, task_id)
+            try:
+                outcome = await self._judge_with_cas(ex, stream, result, task_id)
+            except LedgerError:
+                if not self.fail_open:
+                    raise
+                self.metrics.unchecked.labels(ex.upstream).inc()
+                return Outcome(Action.FORWARD, result, stream)
         self.count(ex, outcome.findings, task_id=task_id)
         return outcome
 
@@ -90,18 +144,27 @@ class Runtime:
         self, ex: Exchange, stream: StreamState | None, result: Any, task_id: str | None
     ) -> Outcome:
         for _ in range(_CAS_ATTEMPTS):
-            record = await self.record_of(ex.upstream, task_id)
+            record = None
+            if task_id is not None:
+                record = await self.ledger_call("get", lambda: self.ledger.get(ex.upstream, task_id))
             outcome = engine.check_payload(ex, stream, record, result, self.clock())
             if outcome.record is None:
                 return outcome
             try:
-                await self.ledger.put(outcome.record, record.version if record else 0)
+                await self.store(outcome.record, record.version if record else 0)
             except VersionConflictError:
+                self.metrics.ledger_conflicts.labels(self.ledger.backend).inc()
                 continue
-            except Exception as exc:
-                raise LedgerError(str(exc)) from exc
             return outcome
         raise LedgerError(f"task {task_id}: too many concurrent updates")
+
+    async def clear_resync(self, record: TaskRecord) -> None:
+        """Drop the ``needs_resync`` flag of ``record`` (a lost race means someone else did)."""
+        if record.needs_resync:
+            try:
+                await self.store(dataclasses.replace(record, needs_resync=False), record.version)
+            except VersionConflictError:
+                pass
 
     def count(
         self, ex: Exchange, findings: list[Finding], method: str = "", task_id: str | None = None

@@ -140,7 +140,7 @@ class TestFields:
     def test_extra_blank_lines_dispatch_nothing(self):
         assert feed_all(b"\n\n\r\n\ndata: x\n\n\n\n") == [Event("x")]
 
-    @pytest.mark.xfail(strict=True, reason="BUG: 'retry' accepts any str.isdigit() value; "
+    @pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: 'retry' accepts any str.isdigit() value; "
                        "'retry: ²' makes int() raise ValueError out of feed() "
                        "(gateway/a2a/sse.py _line: use value.isascii() and value.isdigit())")
     def test_non_ascii_digit_retry_is_ignored(self):

@@ -198,6 +198,33 @@ class TestF03Unspecified:
         assert (done.action, done.close) == (Action.FORWARD, True)
 
 
+class TestWhereAStreamCloses:
+    """FIELD-CASES.md: the cases only require closing on terminal states (our choice)."""
+
+    @pytest.mark.parametrize("state", ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING",
+                                       "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"])
+    def test_a_non_terminal_state_keeps_the_stream_open(self, book, state):
+        stream = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+        out = stream.event({"task": task("t-3", "c-3", state)})
+        assert (out.action, out.close) == (Action.FORWARD, False)
+        assert not stream.state.terminal
+
+    @pytest.mark.parametrize("state", ["TASK_STATE_COMPLETED", "TASK_STATE_FAILED",
+                                       "TASK_STATE_CANCELED", "TASK_STATE_REJECTED",
+                                       "TASK_STATE_CANCELLED"])
+    def test_a_terminal_state_closes_the_stream(self, book, state):
+        stream = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+        stream.event({"task": task("t-3", "c-3", "TASK_STATE_WORKING")})
+        out = stream.event(status_update("t-3", "c-3", state))
+        assert (out.action, out.close) == (Action.FORWARD, True)
+        assert stream.state.terminal
+
+    def test_a_unary_answer_never_asks_to_close(self, book):
+        out = book.answer(exchange("GetTask", {"id": "t-3"}), task("t-3", "c-3", "completed"))
+        assert out.close is False
+        assert out.stream is None
+
+
 class TestUnknownStatePolicy:
     @pytest.mark.parametrize("raw", ["paused", 3, {"state": "x"}])
     def test_unknown_state_in_a_unary_answer_is_refused_in_enforce_mode(self, book, raw):
@@ -356,6 +383,33 @@ class TestF04CancelThenCompleted:
         out = f.later_get()
         assert out.result["status"]["state"] == "TASK_STATE_CANCELED"
         assert "terminal_regression" in kinds(out.findings)
+        assert [a["artifactId"] for a in out.result["artifacts"]] == ["a-3"]
+
+    def test_f04_observe_mode_forwards_late_events_but_keeps_canceled(self):
+        book = Playbook()
+        stream = book.open(exchange("SendStreamingMessage", NEW_STREAM, mode=Mode.OBSERVE))
+        stream.event({"task": task("t-4", "c-4", "TASK_STATE_WORKING")})
+        book.answer(exchange("CancelTask", {"id": "t-4"}, mode=Mode.OBSERVE),
+                    task("t-4", "c-4", "TASK_STATE_CANCELED"))
+        stream.event(status_update("t-4", "c-4", "TASK_STATE_CANCELED"))
+        late = status_update("t-4", "c-4", "TASK_STATE_COMPLETED")
+        out = stream.event(late)
+        assert (out.action, out.result, out.close) == (Action.FORWARD, late, False)
+        assert "terminal_regression" in kinds(out.findings)
+        assert book.record("t-4").state is TaskState.CANCELED
+
+    @pytest.mark.xfail(strict=True, reason="BUG: when the worker stays CANCELED but keeps the late "
+                       "artifact, the stream drops a-4 (artifact_after_terminal) yet the next "
+                       "GetTask snapshot forwards it: _on_terminal_record only strips unseen "
+                       "artifacts from poisoned records (gateway/invariants/engine.py)")
+    def test_f04_variant_late_artifact_stays_out_of_get_task_without_a_regression(self):
+        f = F04()
+        f.stream.event(status_update("t-4", "c-4", "TASK_STATE_CANCELED"))
+        f.stream.event(artifact_update("t-4", "c-4", "a-4", ["late output"]))
+        out = f.later_get(result=task("t-4", "c-4", "TASK_STATE_CANCELED", artifacts=[
+            {"artifactId": "a-3", "parts": text_parts(["early output"])},
+            {"artifactId": "a-4", "parts": text_parts(["late output"])},
+        ]))
         assert [a["artifactId"] for a in out.result["artifacts"]] == ["a-3"]
 
     @pytest.mark.xfail(strict=True, reason="BUG: a poisoned record's regression is counted again "
@@ -746,7 +800,7 @@ class TestConcurrentStreams:
         assert out.action is Action.DROP
         assert "terminal_regression" in kinds(out.findings)
 
-    @pytest.mark.xfail(strict=True, reason="BUG: engine._earlier compares an offset-aware and an "
+    @pytest.mark.xfail(strict=True, raises=TypeError, reason="BUG: engine._earlier compares an offset-aware and an "
                        "offset-naive datetime and raises TypeError when one status.timestamp "
                        "lacks a zone (e.g. Python's utcnow().isoformat()); treat naive as UTC")
     def test_a_timestamp_without_zone_does_not_crash_the_engine(self, book):

@@ -85,6 +85,7 @@ def _config(worker_url: str, **overrides: Any) -> Any:
         "upstreams": [{"name": "worker", "url": worker_url, "prefix": "/",
                        **overrides.pop("upstream", {})}],
         "limits": overrides.pop("limits", {}),
+        "ledger": overrides.pop("ledger", {"url": "memory"}),
     }
     return parse_config(doc)
 

@@ -1,0 +1,166 @@
+"""One contract, every backend: memory, SQLite (a real file) and Redis (a real redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.a2a.states import TaskState
+from gateway.invariants.model import ArtifactRecord, TaskRecord
+from gateway.ledger import ledger_from_url, sqlite_path
+from gateway.ledger.base import TaskLedger, VersionConflictError
+from gateway.ledger.memory import MemoryLedger
+from tests.support.redis_server import redis_server
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskLedger]:
+    if request.param == "memory":
+        url = "memory"
+    elif request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/ledger.db"
+    else:
+        base = request.getfixturevalue("redis_url")
+        url = base
+    led = ledger_from_url(url)
+    if request.param == "redis":
+        led.prefix = f"t{id(request)}"  # type: ignore[attr-defined]  # isolate tests on one server
+    await led.open()
+    yield led
+    await led.close()
+
+
+def rec(task_id: str = "t-1", state: TaskState = TaskState.WORKING, **kw: object) -> TaskRecord:
+    base = TaskRecord(upstream="w", task_id=task_id, context_id="c-1", state=state,
+                      observed_at=1000.0, observed_monotonic=5.0)
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+async def test_absent_task_reads_none(ledger: TaskLedger) -> None:
+    assert await ledger.get("w", "nope") is None
+
+
+async def test_put_then_get_round_trips_every_field(ledger: TaskLedger) -> None:
+    original = rec(state=TaskState.CANCELED, poisoned=True,
+                   terminal_status={"state": "TASK_STATE_CANCELED", "timestamp": "2026-11-29T20:45:38Z"},
+                   artifacts={"a-1": ArtifactRecord(sealed=True, parts=2), "a-2": ArtifactRecord(False, 1)})
+    stored = await ledger.put(original, 0)
+    got = await ledger.get("w", "t-1")
+    assert stored.version == 1 and got is not None and got.version == 1
+    for field in ("upstream", "task_id", "context_id", "state", "observed_at", "terminal_status",
+                  "poisoned", "artifacts", "needs_resync"):
+        assert getattr(got, field) == getattr(original, field), field
+
+
+async def test_compare_and_set_rejects_a_stale_version(ledger: TaskLedger) -> None:
+    await ledger.put(rec(), 0)
+    with pytest.raises(VersionConflictError):
+        await ledger.put(rec(state=TaskState.COMPLETED), 0)  # insert over an existing record
+    await ledger.put(rec(state=TaskState.COMPLETED), 1)
+    with pytest.raises(VersionConflictError):
+        await ledger.put(rec(state=TaskState.FAILED), 1)  # stale: version is now 2
+    got = await ledger.get("w", "t-1")
+    assert got is not None and got.state is TaskState.COMPLETED and got.version == 2
+
+
+async def test_two_concurrent_writers_cannot_both_win(ledger: TaskLedger) -> None:
+    """Two events for one task, judged from the same version: exactly one transition wins."""
+    await ledger.put(rec(), 0)
+    results = await asyncio.gather(
+        ledger.put(rec(state=TaskState.COMPLETED), 1),
+        ledger.put(rec(state=TaskState.CANCELED), 1),
+        return_exceptions=True,
+    )
+    wins = [r for r in results if isinstance(r, TaskRecord)]
+    losses = [r for r in results if isinstance(r, VersionConflictError)]
+    assert len(wins) == 1 and len(losses) == 1
+    got = await ledger.get("w", "t-1")
+    assert got is not None and got.state is wins[0].state
+
+
+async def test_tasks_are_keyed_by_upstream_and_task_id(ledger: TaskLedger) -> None:
+    await ledger.put(rec(), 0)
+    await ledger.put(dataclasses.replace(rec(state=TaskState.FAILED), upstream="other"), 0)
+    a, b = await ledger.get("w", "t-1"), await ledger.get("other", "t-1")
+    assert a is not None and b is not None and a.state is TaskState.WORKING and b.state is TaskState.FAILED
+
+
+async def test_count_by_state_follows_transitions(ledger: TaskLedger) -> None:
+    await ledger.put(rec("t-1"), 0)
+    await ledger.put(rec("t-2"), 0)
+    await ledger.put(rec("t-1", TaskState.COMPLETED), 1)
+    counts = await ledger.count_by_state()
+    assert counts.get("TASK_STATE_WORKING") == 1 and counts.get("TASK_STATE_COMPLETED") == 1
+
+
+async def test_mark_resync_flags_only_live_tasks_of_durable_backends(ledger: TaskLedger) -> None:
+    await ledger.put(rec("t-live"), 0)
+    await ledger.put(rec("t-done", TaskState.COMPLETED), 0)
+    flagged = await ledger.mark_resync()
+    live, done = await ledger.get("w", "t-live"), await ledger.get("w", "t-done")
+    assert live is not None and done is not None
+    assert not done.needs_resync
+    if isinstance(ledger, MemoryLedger):
+        assert flagged == 0 and not live.needs_resync  # nothing survives a restart anyway
+    else:
+        assert flagged == 1 and live.needs_resync
+        await ledger.put(dataclasses.replace(live, needs_resync=False), live.version)
+        again = await ledger.get("w", "t-live")
+        assert again is not None and not again.needs_resync
+
+
+async def test_prune_deletes_only_old_terminal_tasks(ledger: TaskLedger) -> None:
+    await ledger.put(rec("t-old-done", TaskState.COMPLETED, observed_at=100.0), 0)
+    await ledger.put(rec("t-new-done", TaskState.COMPLETED, observed_at=900.0), 0)
+    await ledger.put(rec("t-old-live", TaskState.WORKING, observed_at=100.0), 0)
+    assert await ledger.prune(older_than=500.0) == 1
+    assert await ledger.get("w", "t-old-done") is None
+    assert await ledger.get("w", "t-new-done") is not None
+    assert await ledger.get("w", "t-old-live") is not None
+    assert (await ledger.count_by_state()).get("TASK_STATE_COMPLETED") == 1
+
+
+async def test_memory_ledger_is_bounded_and_evicts_terminal_first() -> None:
+    led = MemoryLedger(max_tasks=3)
+    await led.put(rec("t-1", TaskState.COMPLETED), 0)
+    await led.put(rec("t-2"), 0)
+    await led.put(rec("t-3"), 0)
+    await led.put(rec("t-4"), 0)
+    assert led.evicted == 1
+    assert await led.get("w", "t-1") is None  # the terminal one went first
+    assert await led.get("w", "t-2") is not None
+    await led.put(rec("t-5"), 0)
+    assert await led.get("w", "t-2") is None and led.evicted == 2
+
+
+async def test_sqlite_record_survives_reopen(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/sub/dir/ledger.db"
+    assert sqlite_path(url) == tmp_path / "sub/dir/ledger.db"
+    first = ledger_from_url(url)
+    await first.open()
+    await first.put(rec(state=TaskState.CANCELED), 0)
+    await first.close()
+    second = ledger_from_url(url)
+    await second.open()
+    got = await second.get("w", "t-1")
+    await second.close()
+    assert got is not None and got.state is TaskState.CANCELED and got.version == 1
+
+
+def test_ledger_urls() -> None:
+    assert sqlite_path("sqlite:data/l.db") == Path("data/l.db")
+    assert sqlite_path("sqlite:///abs/l.db") == Path("/abs/l.db")
+    assert type(ledger_from_url("memory")).__name__ == "MemoryLedger"
+    assert type(ledger_from_url("redis://127.0.0.1:6379/0")).__name__ == "RedisLedger"
+    with pytest.raises(ValueError, match="unknown ledger URL"):
+        ledger_from_url("postgres://x")
