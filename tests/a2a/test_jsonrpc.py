@@ -1,4 +1,4 @@
-"""gateway.a2a.jsonrpc: envelope parsing (F15), the method table (PROTOCOL.md §1.2) and errors (§6)."""
+"""gateway.a2a.jsonrpc: envelope parsing (F15), method table (PROTOCOL.md §1.2), errors (§6)."""
 
 from __future__ import annotations
 
@@ -147,7 +147,8 @@ class TestEnvelopeEdges:
 
     @pytest.mark.xfail(strict=True, reason="BUG: parse_request answers -32602 when params is "
                        "absent, although its docstring and JSON-RPC 2.0 say params MAY be omitted "
-                       "and the v0.3 schema defines agent/getAuthenticatedExtendedCard without params")
+                       "and the v0.3 schema defines agent/getAuthenticatedExtendedCard "
+                       "without params")
     def test_absent_params_is_not_invalid_params(self):
         """JSON-RPC §4.2: params MAY be omitted; only a present non-object params is -32602."""
         req = request('{"jsonrpc":"2.0","id":1,"method":"agent/getAuthenticatedExtendedCard"}')

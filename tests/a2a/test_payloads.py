@@ -1,4 +1,4 @@
-"""gateway.a2a.payloads: finding the task-bearing object in either version (PROTOCOL.md §3.4-3.5)."""
+"""gateway.a2a.payloads: find the task-bearing object in either version (PROTOCOL.md §3.4-3.5)."""
 
 from __future__ import annotations
 

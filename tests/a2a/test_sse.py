@@ -13,8 +13,10 @@ from gateway.a2a.sse import (
     encode_event,
 )
 
-TASK = '{"jsonrpc":"2.0","id":8,"result":{"task":{"id":"t-8","contextId":"c-8","status":{"state":"TASK_STATE_WORKING"}}}}'
-DONE = '{"jsonrpc":"2.0","id":8,"result":{"statusUpdate":{"taskId":"t-8","contextId":"c-8","status":{"state":"TASK_STATE_COMPLETED"}}}}'
+TASK = ('{"jsonrpc":"2.0","id":8,"result":{"task":{"id":"t-8","contextId":"c-8",'
+        '"status":{"state":"TASK_STATE_WORKING"}}}}')
+DONE = ('{"jsonrpc":"2.0","id":8,"result":{"statusUpdate":{"taskId":"t-8","contextId":"c-8",'
+        '"status":{"state":"TASK_STATE_COMPLETED"}}}}')
 
 
 def feed_all(data: bytes, **kw) -> list[Event | Comment]:
@@ -140,7 +142,8 @@ class TestFields:
     def test_extra_blank_lines_dispatch_nothing(self):
         assert feed_all(b"\n\n\r\n\ndata: x\n\n\n\n") == [Event("x")]
 
-    @pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: 'retry' accepts any str.isdigit() value; "
+    @pytest.mark.xfail(strict=True, raises=ValueError,
+                       reason="BUG: 'retry' accepts any str.isdigit() value; "
                        "'retry: ²' makes int() raise ValueError out of feed() "
                        "(gateway/a2a/sse.py _line: use value.isascii() and value.isdigit())")
     def test_non_ascii_digit_retry_is_ignored(self):

@@ -103,7 +103,7 @@ class TestDoubleLCancel:
     @pytest.mark.parametrize("raw", ["TASK_STATE_CANCELLED", "cancelled"])
     @pytest.mark.parametrize("version", [V10, V03])
     def test_double_l_cancel_is_canceled_in_the_v03_grpc_family(self, raw, version):
-        """PROTOCOL.md §2: v0.3 gRPC spelled CANCELLED with two Ls; it is CANCELED, family v03_grpc."""
+        """PROTOCOL.md §2: v0.3 gRPC spelled CANCELLED (two Ls); it is CANCELED, v03_grpc."""
         norm = normalize_state(raw, version)
         assert norm.state is TaskState.CANCELED
         assert norm.family == "v03_grpc"

@@ -687,7 +687,8 @@ class TestF06Artifacts:
         snapshot = task("t-6", "c-6", "TASK_STATE_WORKING", artifacts=[
             {"artifactId": "a-6", "parts": text_parts(["Hel", "lo", "!!"])}])
         out = book.answer(exchange("GetTask", {"id": "t-6"}), snapshot)
-        assert out.result["artifacts"] == [{"artifactId": "a-6", "parts": text_parts(["Hel", "lo"])}]
+        assert out.result["artifacts"] == [
+            {"artifactId": "a-6", "parts": text_parts(["Hel", "lo"])}]
         assert book.record("t-6").artifacts["a-6"] == ArtifactRecord(sealed=True, parts=2)
 
     def test_f06_two_artifacts_never_share_an_id(self, book):
@@ -696,7 +697,8 @@ class TestF06Artifacts:
             {"artifactId": "a-9", "parts": text_parts(["lo"])},
         ])
         out = book.answer(exchange("GetTask", {"id": "t-6"}), snapshot)
-        assert out.result["artifacts"] == [{"artifactId": "a-9", "parts": text_parts(["Hel", "lo"])}]
+        assert out.result["artifacts"] == [
+            {"artifactId": "a-9", "parts": text_parts(["Hel", "lo"])}]
 
     def test_f06_a_snapshot_that_agrees_is_forwarded_as_is(self, book):
         run_f06(book)
@@ -800,7 +802,8 @@ class TestConcurrentStreams:
         assert out.action is Action.DROP
         assert "terminal_regression" in kinds(out.findings)
 
-    @pytest.mark.xfail(strict=True, raises=TypeError, reason="BUG: engine._earlier compares an offset-aware and an "
+    @pytest.mark.xfail(strict=True, raises=TypeError,
+                       reason="BUG: engine._earlier compares an offset-aware and an "
                        "offset-naive datetime and raises TypeError when one status.timestamp "
                        "lacks a zone (e.g. Python's utcnow().isoformat()); treat naive as UTC")
     def test_a_timestamp_without_zone_does_not_crash_the_engine(self, book):
