@@ -19,9 +19,12 @@ from gateway.errors import ConfigError
 EXAMPLES = """\
 examples:
   a2a-gateway serve --upstream http://127.0.0.1:9999/ --port 8080
+  a2a-gateway serve --upstream http://127.0.0.1:9999/ --ledger redis://127.0.0.1:6379/0
   a2a-gateway serve --config config/gateway.example.yaml
   a2a-gateway check-config config/gateway.example.yaml
   a2a-gateway replay tests/fixtures/transcripts/f04_cancel_then_completed.jsonl
+  a2a-gateway ledger stats
+  a2a-gateway ledger --config gateway.yaml show 6db7f1c2-...
 """
 
 
@@ -46,6 +49,22 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen port (default 8080, or listen.port)")
     serve.add_argument("--mode", choices=["enforce", "observe"],
                        help="enforce (default) applies verdicts; observe only counts them")
+    serve.add_argument("--ledger", metavar="URL",
+                       help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH or "
+                       "redis://HOST:PORT/DB (default sqlite:.a2a-gateway/ledger.db, or ledger.url)")
+
+    ledger = sub.add_parser("ledger", help="inspect the task ledger",
+                            description="Read the configured task ledger (no gateway needed).")
+    ledger_source = ledger.add_mutually_exclusive_group()
+    ledger_source.add_argument("--config", metavar="FILE", help="take ledger.url from this config")
+    ledger_source.add_argument("--ledger", metavar="URL", help="ledger URL (default "
+                               "sqlite:.a2a-gateway/ledger.db)")
+    ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
+    show = ledger_sub.add_parser("show", help="print one task's record as JSON")
+    show.add_argument("task_id", metavar="TASK_ID")
+    show.add_argument("--upstream", metavar="NAME",
+                      help="upstream name (default: every upstream that has the task)")
+    ledger_sub.add_parser("stats", help="print tracked tasks by state as JSON")
 
     check = sub.add_parser("check-config", help="validate a config file and print it normalized",
                            description="Validate FILE; print the normalized config as JSON "
@@ -67,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check_config(args.file)
     if args.command == "replay":
         return _replay(args.file)
+    if args.command == "ledger":
+        return _ledger(args)
     return _serve(args)
 
 
@@ -103,7 +124,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import build_app
-    from gateway.config import load_config, parse_config, sidecar_config
+    from gateway.config import DEFAULT_LEDGER_URL, load_config, parse_config, sidecar_config
     from gateway.observability.logging import configure_logging
 
     try:
@@ -114,11 +135,14 @@ def _serve(args: argparse.Namespace) -> int:
                     data["listen"][key] = getattr(args, key)
             if args.mode:
                 data["mode"] = args.mode
+            if args.ledger:
+                data["ledger"]["url"] = args.ledger
             config = parse_config(data)
         else:
             config = sidecar_config(args.upstream, host=args.host or "127.0.0.1",
                                     port=args.port if args.port is not None else 8080,
-                                    mode=args.mode or "enforce")
+                                    mode=args.mode or "enforce",
+                                    ledger=args.ledger or DEFAULT_LEDGER_URL)
     except ConfigError as err:
         for line in err.problems:
             print(line, file=sys.stderr)
@@ -128,3 +152,63 @@ def _serve(args: argparse.Namespace) -> int:
     uvicorn.run(app, host=config.listen.host, port=config.listen.port, log_level="warning",
                 access_log=False, timeout_graceful_shutdown=10)
     return 0
+
+
+def _ledger(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from gateway.config import DEFAULT_LEDGER_URL, load_config
+    from gateway.ledger import ledger_from_url
+
+    try:
+        url = load_config(args.config).ledger.url if args.config else args.ledger or DEFAULT_LEDGER_URL
+        ledger = ledger_from_url(url)
+    except ConfigError as err:
+        for line in err.problems:
+            print(line, file=sys.stderr)
+        return 2
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
+
+    async def run() -> int:
+        try:
+            await ledger.open()
+        except Exception as exc:  # any backend failure: report it, do not trace
+            print(f"{url}: cannot open ledger: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        try:
+            if args.ledger_command == "stats":
+                counts = await ledger.count_by_state()
+                doc: object = {"backend": ledger.backend, "url": url, "tasks": sum(counts.values()),
+                               "by_state": counts}
+            else:
+                names = [args.upstream] if args.upstream else _upstreams(args)
+                found = [r for r in [await ledger.get(n, args.task_id) for n in names] if r]
+                if not found:
+                    print(f"task {args.task_id} is not in the ledger", file=sys.stderr)
+                    return 1
+                doc = [_record_json(r) for r in found]
+            print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+            return 0
+        finally:
+            await ledger.close()
+
+    return asyncio.run(run())
+
+
+def _upstreams(args: argparse.Namespace) -> list[str]:
+    """Upstream names to look a task up under: the config's, else the sidecar default."""
+    if args.config:
+        from gateway.config import load_config
+
+        return [u.name for u in load_config(args.config).upstreams]
+    return ["worker"]
+
+
+def _record_json(record: object) -> dict[str, object]:
+    import dataclasses
+
+    doc = dataclasses.asdict(record)  # type: ignore[call-overload]
+    doc.pop("observed_monotonic", None)
+    return doc

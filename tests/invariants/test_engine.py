@@ -448,7 +448,7 @@ class TestF05TerminalTask:
         out = book.request(exchange(method, params))
         assert out.action is Action.REJECT
         assert out.error is not None and out.error[0] == UNSUPPORTED_OPERATION
-        assert "t-5" in out.error[1]
+        assert "task t-5 is terminal" in out.error[1]  # F05's reply text
         assert [(f.category, f.kind) for f in out.findings] == [("rejection", "terminal_task")]
 
     @pytest.mark.parametrize("method", ["CancelTask", "tasks/cancel"])
@@ -458,6 +458,7 @@ class TestF05TerminalTask:
         out = book.request(exchange(method, {"id": "t-5"}))
         assert out.action is Action.REJECT
         assert out.error is not None and out.error[0] == TASK_NOT_CANCELABLE
+        assert "task t-5 is terminal" in out.error[1]
 
     @pytest.mark.parametrize("method", ["SendMessage", "CancelTask", "SubscribeToTask"])
     def test_f05_observe_mode_forwards_but_counts(self, book, method):
@@ -645,6 +646,22 @@ class TestF06Artifacts:
                                             Action.FORWARD, Action.FORWARD]
         assert outs[3].result["kind"] == "artifact-update"
         assert outs[3].result["artifact"]["parts"] == [{"kind": "text", "text": "x"}]
+
+    @pytest.mark.xfail(strict=True, reason="BUG: engine._normalize re-spells the (absent) state "
+                       "of every located item; an artifact-update has no status, so a v0.3 client "
+                       "gets 'status': {'state': 'unknown'} injected into each artifact-update")
+    def test_f06_v03_artifact_updates_are_forwarded_unchanged(self, book):
+        stream = book.open(exchange("message/stream", NEW_STREAM_V03))
+        event = v03_artifact_update("t-6", "c-6", "a-6", ["Hel"])
+        out = stream.event(event)
+        assert out.action is Action.FORWARD
+        assert out.result == event
+        assert "status" not in out.result
+
+    def test_f06_v10_artifact_updates_are_forwarded_unchanged(self, book):
+        stream = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+        event = artifact_update("t-6", "c-6", "a-6", ["Hel"])
+        assert stream.event(event).result == event
 
     def test_f06_append_false_on_an_unsealed_id_replaces_it_whole(self, book):
         stream = book.open(exchange("SendStreamingMessage", NEW_STREAM))
