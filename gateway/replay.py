@@ -77,12 +77,16 @@ def _exchange(obj: dict[str, Any], lineno: int) -> Exchange:
     info = jsonrpc.lookup_method(method) if isinstance(method, str) else None
     if info is None:
         raise TranscriptError(f"line {lineno}: unknown or missing method {method!r}")
+    try:
+        mode = Mode(obj.get("mode", "enforce"))
+    except ValueError:
+        raise TranscriptError(f"line {lineno}: mode must be enforce or observe") from None
     return Exchange(
         upstream=str(obj.get("upstream", "default")),
         operation=info.operation,
         version=info.version,
         task_id=jsonrpc.request_task_id(info, obj.get("params")),
-        mode=Mode(obj.get("mode", "enforce")),
+        mode=mode,
     )
 
 
@@ -108,7 +112,7 @@ def replay(lines: Iterable[str]) -> Iterator[Verdict]:
 def _judge_line(state: _Replay, obj: dict[str, Any], lineno: int) -> Verdict:
     kind = obj.get("kind")
     method = str(obj.get("method"))
-    if kind == "event" and "params" not in obj and obj.get("stream") in state.streams:
+    if kind == "event" and obj.get("stream") in state.streams:
         ex, stream = state.streams[obj["stream"]]
     else:
         ex = _exchange(obj, lineno)

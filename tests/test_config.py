@@ -127,10 +127,6 @@ class TestLoad:
         with pytest.raises(ConfigError) as info:
             sidecar_config("127.0.0.1:9999", host="h", port=1, mode="enforce", ledger="memory")
         assert info.value.problems[0].startswith("upstreams.0.url: ")
-
-    @pytest.mark.xfail(strict=True, reason="BUG: config/gateway.example.yaml still says "
-                       "'ledger: backend: memory' but LedgerConfig now has 'url' and forbids "
-                       "extra keys, so the shipped example fails check-config")
     def test_the_shipped_example_config_is_valid(self):
         config = load_config(ROOT / "config" / "gateway.example.yaml")
         assert len(config.upstreams) == 2

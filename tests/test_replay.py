@@ -131,11 +131,6 @@ class TestReplay:
         prefix = "1: response GetTask -> forward "
         assert text.startswith(prefix)
         assert orjson.loads(text[len(prefix):]) == GET_T5["result"]
-
-    @pytest.mark.xfail(strict=True, reason="BUG: gateway/replay.py _judge_line starts a fresh "
-                       "StreamState for every event line that carries params, so repeating params "
-                       "on later events of one stream loses its binding and terminal flag (the "
-                       "docstring says events with the same stream name share stream state)")
     def test_events_of_one_stream_share_state_even_when_they_repeat_params(self):
         params = {"message": {"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "x"}]}}
 
@@ -175,10 +170,6 @@ class TestTranscriptErrors:
         assert next(gen).line == 1
         with pytest.raises(TranscriptError):
             next(gen)
-
-    @pytest.mark.xfail(strict=True, reason="BUG: gateway/replay.py _exchange calls Mode(...) "
-                       "unguarded, so an invalid 'mode' raises a bare ValueError without the line "
-                       "number and `python -m gateway replay` exits 1 with a traceback, not 2")
     def test_an_invalid_mode_is_a_transcript_error(self):
         with pytest.raises(TranscriptError, match=r"^line 1: "):
             run([line({**GET_T5, "mode": "enforcing"})])

@@ -33,6 +33,8 @@ PUSH_NOTIFICATION_NOT_SUPPORTED = -32003
 UNSUPPORTED_OPERATION = -32004
 CONTENT_TYPE_NOT_SUPPORTED = -32005
 INVALID_AGENT_RESPONSE = -32006
+EXTENDED_AGENT_CARD_NOT_CONFIGURED = -32007
+EXTENSION_SUPPORT_REQUIRED = -32008
 VERSION_NOT_SUPPORTED = -32009
 
 ERROR_REASONS: dict[int, str] = {
@@ -42,12 +44,13 @@ ERROR_REASONS: dict[int, str] = {
     UNSUPPORTED_OPERATION: "UNSUPPORTED_OPERATION",
     CONTENT_TYPE_NOT_SUPPORTED: "CONTENT_TYPE_NOT_SUPPORTED",
     INVALID_AGENT_RESPONSE: "INVALID_AGENT_RESPONSE",
+    EXTENDED_AGENT_CARD_NOT_CONFIGURED: "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+    EXTENSION_SUPPORT_REQUIRED: "EXTENSION_SUPPORT_REQUIRED",
     VERSION_NOT_SUPPORTED: "VERSION_NOT_SUPPORTED",
 }
 KNOWN_CODES = frozenset(
     {PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR}
     | set(ERROR_REASONS)
-    | {-32007, -32008}
 )
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 ERROR_DOMAIN = "a2a-protocol.org"
@@ -148,7 +151,7 @@ def parse_request(body: bytes) -> Request | ParseFailure:
         :class:`Request`, or :class:`ParseFailure` holding: -32700 (id null) for invalid JSON;
         -32600 for a batch array, a non-object, a missing/wrong ``jsonrpc``, a non-string
         ``method`` or a non-scalar ``id`` (id null in that last case); -32602 when ``params`` is
-        present but not an object for a known A2A method.
+        present but not an object for a known A2A method (an absent ``params`` is allowed).
     """
     try:
         doc = orjson.loads(body)
@@ -167,7 +170,7 @@ def parse_request(body: bytes) -> Request | ParseFailure:
     if not isinstance(method, str) or not method:
         return _fail(INVALID_REQUEST, 'Invalid Request: "method" must be a string', raw_id)
     params = doc.get("params")
-    if method in METHODS and not isinstance(params, dict):
+    if method in METHODS and "params" in doc and not isinstance(params, dict):
         return _fail(INVALID_PARAMS, "Invalid params: params must be an object", raw_id)
     if is_reserved_unknown(method):
         return _fail(METHOD_NOT_FOUND, f"Method not found: {method}", raw_id)

@@ -52,10 +52,16 @@ class SSEDecoder:
         self._pending = 0
         self._saw_field = False
         self._last_cr = False
+        self._started = False
 
     def feed(self, chunk: bytes) -> list[Event | Comment]:
         """Consume ``chunk`` and return every event and comment it completes, in order."""
         out: list[Event | Comment] = []
+        if not chunk:
+            return out
+        if not self._started:
+            self._started = True
+            chunk = chunk.removeprefix(b"\xef\xbb\xbf")  # a leading BOM is not part of a field
         buf = self._buf
         if self._last_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the LF of a CRLF split across reads
@@ -126,7 +132,7 @@ class SSEDecoder:
         elif name == "id":
             if "\0" not in value:
                 self._id = value
-        elif name == "retry" and value.isdigit():
+        elif name == "retry" and value.isascii() and value.isdigit():
             self._retry = int(value)
 
 

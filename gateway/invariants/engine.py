@@ -20,7 +20,7 @@ Checks, in order, for a worker payload (each cites FIELD-CASES.md):
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from gateway.a2a import jsonrpc
@@ -193,7 +193,12 @@ def _apply_mode(ex: Exchange, verdict: Outcome, original: Any) -> Outcome:
 def _normalize(
     ex: Exchange, item: Item, findings: list[Finding]
 ) -> tuple[TaskState, dict[str, Any]] | None:
-    """Canonical state and the object re-spelled for the client, or ``None`` if unknown."""
+    """Canonical state and the object re-spelled for the client, or ``None`` if unknown.
+
+    Only Tasks and status updates carry a state; anything else comes back unchanged.
+    """
+    if item.kind not in (Kind.TASK, Kind.STATUS):
+        return TaskState.UNSPECIFIED, item.obj
     raw = item.raw_state
     try:
         norm = normalize_state(raw, ex.version)
@@ -283,20 +288,23 @@ def _after_stream_terminal(
     findings: list[Finding],
     clock: Clock,
 ) -> Outcome:
-    """The stream already delivered its task's terminal state: nothing more is delivered."""
+    """The stream already delivered its task's terminal state: nothing more is delivered.
+
+    A repeated snapshot or status in the same terminal state is benign (SPEC §11.7 allows a
+    final Task snapshot) and not counted; anything else is ``event_after_terminal`` plus
+    ``artifact_after_terminal`` or ``terminal_regression``, and poisons the task id.
+    """
+    if record is not None and item.kind in (Kind.TASK, Kind.STATUS):
+        if state in (record.state, TaskState.UNSPECIFIED):
+            return Outcome(Action.DROP, None, stream, findings=findings)
     findings.append(Finding("divergence", "event_after_terminal", f"task {item.task_id}"))
-    new_record = None
     if item.kind is Kind.ARTIFACT:
         findings.append(Finding("divergence", "artifact_after_terminal", f"task {item.task_id}"))
-    elif record is not None and state not in (record.state, TaskState.UNSPECIFIED):
+    elif record is not None:
         findings.append(
-            Finding(
-                "divergence",
-                "terminal_regression",
-                f"task {item.task_id} {record.state} -> {state}",
-            )
+            Finding("divergence", "terminal_regression", f"task {item.task_id} {record.state} -> {state}")
         )
-        new_record = _poison(record, clock)
+    new_record = _poison(record, clock) if record is not None and not record.poisoned else None
     return Outcome(Action.DROP, None, stream, record=new_record, findings=findings)
 
 
@@ -310,7 +318,12 @@ def _on_terminal_record(
     findings: list[Finding],
     clock: Clock,
 ) -> Outcome | None:
-    """The ledger holds this task as terminal; the worker's payload cannot move it."""
+    """The ledger holds this task as terminal; the worker's payload cannot move it.
+
+    A contradiction poisons the task id; from then on every Task snapshot is corrected to the
+    recorded terminal status and the artifacts seen before it. A poisoned task's later
+    snapshots are corrected without being counted again (one lie, one count).
+    """
     tid = record.task_id
     creating = ex.operation in (Operation.SEND, Operation.STREAM) and ex.task_id is None
     if creating and (stream is None or stream.task_id is None):
@@ -323,11 +336,12 @@ def _on_terminal_record(
         if art is not None and art["artifactId"] in record.artifacts:
             return Outcome(Action.FORWARD, obj, stream, findings=findings)  # seen before terminal
         findings.append(Finding("divergence", "artifact_after_terminal", f"task {tid}"))
-        return Outcome(Action.DROP, None, stream, findings=findings)
+        poisoned = None if record.poisoned else _poison(record, clock)
+        return Outcome(Action.DROP, None, stream, record=poisoned, findings=findings)
     if state is record.state or state is TaskState.UNSPECIFIED or _earlier(obj, record):
         if item.kind is Kind.TASK and record.poisoned:
-            return Outcome(Action.FORWARD, _corrected(ex, obj, record, findings), stream,
-                           findings=findings)
+            corrected = _corrected(ex, obj, record, findings, count=False)
+            return Outcome(Action.FORWARD, corrected, stream, findings=findings)
         if item.kind is Kind.TASK and isinstance(obj.get("artifacts"), list):
             cleaned = clean_snapshot_artifacts(obj["artifacts"], record, findings)
             if cleaned is not obj["artifacts"]:
@@ -335,14 +349,24 @@ def _on_terminal_record(
         new_stream = _bind(stream, item, terminal=state is record.state)
         return Outcome(Action.FORWARD, obj, new_stream, findings=findings,
                        close=state is record.state and stream is not None)
-    findings.append(
-        Finding("divergence", "terminal_regression", f"task {tid} {record.state} -> {state}")
-    )
-    poisoned = _poison(record, clock)
-    if item.kind is Kind.STATUS:
-        return Outcome(Action.DROP, None, stream, record=poisoned, findings=findings)
-    corrected = _corrected(ex, obj, poisoned, findings)
+    first = not record.poisoned
+    if first or stream is not None:
+        findings.append(
+            Finding("divergence", "terminal_regression", f"task {tid} {record.state} -> {state}")
+        )
+    poisoned = _poison(record, clock) if first else None
+    truth = record if poisoned is None else poisoned
     new_stream = _bind(stream, item, terminal=True)
+    if item.kind is Kind.STATUS:
+        if stream is None:
+            return Outcome(Action.DROP, None, stream, record=poisoned, findings=findings)
+        # This stream has not delivered the end yet: deliver the recorded truth, then close.
+        fixed = {**obj, "status": _recorded_status(ex, truth)}
+        if "final" in fixed or fixed.get("kind") == "status-update":
+            fixed["final"] = True
+        return Outcome(Action.FORWARD, fixed, new_stream, record=poisoned, findings=findings,
+                       close=True)
+    corrected = _corrected(ex, obj, truth, findings, count=first)
     return Outcome(Action.FORWARD, corrected, new_stream, record=poisoned, findings=findings,
                    close=stream is not None)
 
@@ -362,18 +386,29 @@ def _timestamp(status: object) -> datetime | None:
     if not isinstance(status, dict) or not isinstance(status.get("timestamp"), str):
         return None
     try:
-        return datetime.fromisoformat(status["timestamp"])
+        stamp = datetime.fromisoformat(status["timestamp"])
     except ValueError:
         return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=timezone.utc)
+
+
+def _recorded_status(ex: Exchange, record: TaskRecord) -> dict[str, Any]:
+    """The recorded terminal status object, spelled for the client's version."""
+    status = dict(record.terminal_status or {})
+    status["state"] = spell_state(record.state, ex.version)
+    return status
 
 
 def _corrected(
-    ex: Exchange, obj: dict[str, Any], record: TaskRecord, findings: list[Finding]
+    ex: Exchange, obj: dict[str, Any], record: TaskRecord, findings: list[Finding], *, count: bool
 ) -> dict[str, Any]:
-    """A Task snapshot made true: recorded terminal status, only artifacts seen before it."""
-    status = dict(record.terminal_status or {})
+    """A Task snapshot made true: recorded terminal status, only artifacts seen before it.
+
+    ``count``: add an ``artifact_after_terminal`` finding per artifact removed.
+    """
+    status = _recorded_status(ex, record)
     worker_state = obj.get("status", {}).get("state") if isinstance(obj.get("status"), dict) else None
-    status["state"] = spell_state(record.state, ex.version)
+    reason = "terminal_regression" if worker_state != status["state"] else "artifact_after_terminal"
     arts = obj.get("artifacts")
     kept: list[Any] = []
     if isinstance(arts, list):
@@ -381,7 +416,7 @@ def _corrected(
             aid = art.get("artifactId") if isinstance(art, dict) else None
             if aid in record.artifacts:
                 kept.append(art)
-            else:
+            elif count:
                 findings.append(
                     Finding("divergence", "artifact_after_terminal", f"task {record.task_id} {aid}")
                 )
@@ -390,7 +425,7 @@ def _corrected(
     if "artifacts" in obj or kept:
         out["artifacts"] = kept
     meta = obj.get("metadata")
-    note = {"reason": "terminal_regression", "workerState": worker_state}
+    note = {"reason": reason, "workerState": worker_state}
     out["metadata"] = {**(meta if isinstance(meta, dict) else {}), CORRECTED_KEY: note}
     return out
 

@@ -8,14 +8,19 @@ other end-to-end header pass untouched; the gateway never adds ``A2A-Version``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import httpx
 
 from gateway.config import UpstreamConfig
 from gateway.errors import UpstreamError
 from gateway.proxy.types import Receive, Scope
+
+T = TypeVar("T")
 
 HOP_BY_HOP = frozenset(
     {
@@ -182,6 +187,33 @@ async def stream_body(receive: Receive, limit: int) -> AsyncIterator[bytes]:
             yield chunk
         if not message.get("more_body", False):
             return
+
+
+async def until_disconnect(receive: Receive, work: Awaitable[T]) -> tuple[bool, T | None]:
+    """Run ``work`` until it finishes or the client disconnects, whichever comes first.
+
+    Call only after the request body has been read. Returns ``(True, result)`` when ``work``
+    finished, ``(False, None)`` when the client went away (``work`` is then cancelled, so its
+    ``finally`` blocks close the upstream response).
+    """
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, watcher):
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pending
+    if task.cancelled():
+        return False, None
+    return True, task.result()
 
 
 def timeout_for(upstream: UpstreamConfig) -> httpx.Timeout:

@@ -33,6 +33,7 @@ from gateway.proxy.forward import (
     map_transport_error,
     read_body,
     timeout_for,
+    until_disconnect,
     upstream_request_headers,
 )
 from gateway.observability.metrics import code_label
@@ -138,9 +139,13 @@ class JsonRpcHandler:
             await send_json(self.send, 200, doc)
             return
         if streaming:
-            relay = StreamRelay(self, ex, req, body)
-            await relay.run()
+            await StreamRelay(self, ex, req, body).run()
             return
+        finished, _ = await until_disconnect(self.receive, self._unary(ex, req, body))
+        if not finished:  # a client that gives up on a blocking call releases the worker call
+            self.outcome = "client_disconnected"
+
+    async def _unary(self, ex: Exchange, req: Request, body: bytes) -> None:
         try:
             response = await self._post(body, stream=False)
         except UpstreamError as exc:

@@ -23,6 +23,7 @@ from gateway.proxy.forward import (
     map_transport_error,
     stream_body,
     timeout_for,
+    until_disconnect,
     upstream_request_headers,
 )
 from gateway.proxy.runtime import Runtime
@@ -81,16 +82,24 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
     try:
         headers = client_response_headers(response.headers)
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        try:
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.HTTPError as exc:
-            err = map_transport_error(exc)
-            rt.metrics.upstream_errors.labels(route.upstream.name, err.reason).inc()
-            return "upstream_error"  # headers are out: ending the body short is all we can do
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finished, outcome = await until_disconnect(receive, _pipe(rt, route, response, send))
     finally:
         await response.aclose()
+    if not finished:
+        return "client_disconnected"
+    return outcome or "ok"
+
+
+async def _pipe(rt: Runtime, route: Route, response: httpx.Response, send: Send) -> str:
+    """Copy the raw response body to the client as it arrives."""
+    try:
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except httpx.HTTPError as exc:
+        err = map_transport_error(exc)
+        rt.metrics.upstream_errors.labels(route.upstream.name, err.reason).inc()
+        return "upstream_error"  # headers are out: ending the body short is all we can do
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
     return "ok" if response.status_code < 400 else "upstream_status"
 
 

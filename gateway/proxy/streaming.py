@@ -21,7 +21,6 @@ Implements PROTOCOL.md §7 and §11 pitfalls 5-7, FIELD-CASES.md F03, F04, F06, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import time
 from typing import TYPE_CHECKING, Any
@@ -35,7 +34,7 @@ from gateway.a2a.payloads import locate
 from gateway.a2a.sse import Comment, Event, EventTooLargeError, SSEDecoder, encode_comment, encode_event
 from gateway.errors import LedgerError, UpstreamError
 from gateway.invariants.model import Action, Exchange, Mode, StreamState
-from gateway.proxy.forward import client_response_headers, map_transport_error
+from gateway.proxy.forward import client_response_headers, map_transport_error, until_disconnect
 
 if TYPE_CHECKING:
     from gateway.proxy.jsonrpc import JsonRpcHandler
@@ -93,18 +92,9 @@ class StreamRelay:
         headers = client_response_headers(response.headers, drop=_DROP_HEADERS)
         await self.h.send({"type": "http.response.start", "status": 200, "headers": [*headers, *SSE_HEADERS]})
         chunks = response.aiter_bytes()
-        pump = asyncio.ensure_future(self._pump(chunks))
-        watch = asyncio.ensure_future(self._watch_disconnect())
-        try:
-            await asyncio.wait({pump, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (pump, watch):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-        if pump.done() and not pump.cancelled():
-            if pump.result() is _Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
+        finished, nxt = await until_disconnect(self.h.receive, self._pump(chunks))
+        if finished:
+            if nxt is _Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
                 await self._drain(chunks)
         else:
             self.close_reason = "client_disconnected"
@@ -117,12 +107,6 @@ class StreamRelay:
                    "reason": self.close_reason,
                    "duration_s": round(time.perf_counter() - started, 6)},
         )
-
-    async def _watch_disconnect(self) -> None:
-        while True:
-            message = await self.h.receive()
-            if message["type"] == "http.disconnect":
-                return
 
     async def _pump(self, chunks: Any) -> _Next:
         """Relay until the worker ends the stream or the stream must close."""

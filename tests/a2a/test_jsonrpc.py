@@ -144,11 +144,6 @@ class TestEnvelopeEdges:
         req = request('{"jsonrpc":"2.0","id":null,"method":"GetTask","params":{"id":"t-1"}}')
         assert req.has_id is True
         assert req.id is None
-
-    @pytest.mark.xfail(strict=True, reason="BUG: parse_request answers -32602 when params is "
-                       "absent, although its docstring and JSON-RPC 2.0 say params MAY be omitted "
-                       "and the v0.3 schema defines agent/getAuthenticatedExtendedCard "
-                       "without params")
     def test_absent_params_is_not_invalid_params(self):
         """JSON-RPC §4.2: params MAY be omitted; only a present non-object params is -32602."""
         req = request('{"jsonrpc":"2.0","id":1,"method":"agent/getAuthenticatedExtendedCard"}')
@@ -326,10 +321,6 @@ class TestErrorResponse:
     def test_error_object_keeps_code_and_message(self):
         err = jsonrpc.error_object(-32002, "cannot cancel", version=V03)
         assert err == {"code": -32002, "message": "cannot cancel"}
-
-    @pytest.mark.xfail(strict=True, reason="BUG: ERROR_REASONS lacks -32007 "
-                       "EXTENDED_AGENT_CARD_NOT_CONFIGURED and -32008 EXTENSION_SUPPORT_REQUIRED, "
-                       "so their v1.0 errors carry no ErrorInfo (PROTOCOL.md §6.1, §6.3)")
     @pytest.mark.parametrize(("code", "reason"), [(-32007, "EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
                                                   (-32008, "EXTENSION_SUPPORT_REQUIRED")])
     def test_v10_card_and_extension_errors_carry_error_info(self, code, reason):

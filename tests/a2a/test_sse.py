@@ -63,10 +63,6 @@ class TestLineEndings:
         dec = SSEDecoder()
         assert dec.feed(b"data: a\r") == []
         assert dec.feed(b"\r") == [Event("a")]
-
-    @pytest.mark.xfail(strict=True, reason="BUG: SSEDecoder.feed(b'') resets _last_cr, so a CRLF "
-                       "whose CR and LF arrive around an empty read becomes two line endings "
-                       "and dispatches the event early (gateway/a2a/sse.py feed)")
     def test_an_empty_read_between_cr_and_lf_changes_nothing(self):
         dec = SSEDecoder()
         out = dec.feed(b"data: a\r") + dec.feed(b"") + dec.feed(b"\ndata: b\n\n")
@@ -141,18 +137,9 @@ class TestFields:
 
     def test_extra_blank_lines_dispatch_nothing(self):
         assert feed_all(b"\n\n\r\n\ndata: x\n\n\n\n") == [Event("x")]
-
-    @pytest.mark.xfail(strict=True, raises=ValueError,
-                       reason="BUG: 'retry' accepts any str.isdigit() value; "
-                       "'retry: ²' makes int() raise ValueError out of feed() "
-                       "(gateway/a2a/sse.py _line: use value.isascii() and value.isdigit())")
     def test_non_ascii_digit_retry_is_ignored(self):
         """WHATWG: retry is used only if it consists of ASCII digits."""
         assert feed_all("retry: ²\ndata: x\n\n".encode()) == [Event("x")]
-
-    @pytest.mark.xfail(strict=True, reason="BUG: the decoder does not strip a leading UTF-8 BOM "
-                       "(WHATWG event-stream decoding), so the first field name becomes "
-                       "'\\ufeffdata' and the first event is lost")
     def test_leading_bom_is_stripped(self):
         assert feed_all("\ufeffdata: x\n\n".encode()) == [Event("x")]
 

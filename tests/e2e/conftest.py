@@ -184,11 +184,14 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    """Real uvicorn servers: the demo worker (recorded) and the gateway in front of it."""
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Real uvicorn servers: the demo worker (recorded) and the gateway in front of it, with the
+    gateway's default embedded SQLite ledger in a temporary directory."""
     recorder = RecordingApp(build_worker_app(PLACEHOLDER_PUBLIC_URL))
+    ledger_url = f"sqlite:///{tmp_path_factory.mktemp('ledger')}/ledger.db"
     with serve_in_thread(recorder, name="e2e-worker") as worker:
-        config = sidecar_config(worker.url, host="127.0.0.1", port=0, mode="enforce", name=UPSTREAM_NAME)
+        config = sidecar_config(worker.url, host="127.0.0.1", port=0, mode="enforce",
+                                name=UPSTREAM_NAME, ledger=ledger_url)
         assert config.mode == "enforce"
         registry = CollectorRegistry()
         gateway_app = build_app(config, registry=registry)

@@ -729,15 +729,6 @@ async def test_v10_rest_stream_relayed_incrementally(stack: Stack, http: httpx.A
     assert tail[0][1]["statusUpdate"]["taskId"] == task_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: gateway/proxy/passthrough.py _relay never watches receive() for http.disconnect; "
-        "uvicorn's send() silently returns after a client disconnect, so a REST SSE stream "
-        "(/rest/message:stream, /rest/tasks/{id}:subscribe) keeps its upstream request open "
-        "until the worker ends the stream (a 'slow' task: forever)"
-    ),
-)
 async def test_v10_rest_stream_client_disconnect_closes_upstream(
     stack: Stack, http: httpx.AsyncClient, trace: str
 ) -> None:
