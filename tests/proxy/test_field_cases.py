@@ -619,3 +619,22 @@ def test_metrics_endpoint_exposes_divergences_by_kind(h: Harness) -> None:
     assert 'a2a_gateway_local_rejections_total{action="enforced",method="SendMessage",reason="terminal_task",upstream="worker"} 1.0' in text
     assert 'a2a_gateway_tracked_tasks{state="TASK_STATE_COMPLETED"} 1.0' in text
     wait_until(lambda: h.http.get(h.gateway.url + "/readyz").status_code == 200)
+
+
+def test_client_that_abandons_a_blocking_call_releases_the_worker_request(h: Harness) -> None:
+    """A blocking SendMessage may take minutes; when the client hangs up, the gateway closes
+    its worker request instead of holding it until the read timeout."""
+    import socket
+
+    gate = Gate(timeout=10)
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": {"task": task("t-x", "TASK_STATE_COMPLETED")}})
+    h.worker.on("SendMessage", sse=[gate, body], headers={"content-type": "application/json"})
+    payload = orjson.dumps(send_msg(1))
+    sock = socket.create_connection(("127.0.0.1", h.gateway.port))
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
+                 b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    wait_until(lambda: gate.reached.is_set())
+    sock.close()
+    wait_until(lambda: h.worker.stream_closed.is_set())
+    gate.release()
+    wait_until(lambda: h.metric("a2a_gateway_requests_total", method="SendMessage", outcome="client_disconnected") == 1)
