@@ -4,7 +4,8 @@
 virtualenv):
 
 1. starts :mod:`demo.worker` and the gateway
-   (``python -m gateway serve --upstream http://127.0.0.1:WPORT/ --port GPORT``)
+   (``python -m gateway serve --upstream http://127.0.0.1:WPORT/ --port GPORT``
+   with its embedded SQLite ledger in the run's temporary directory)
    as subprocesses on free 127.0.0.1 ports, and waits until the worker's agent
    card answers 200 and the gateway's ``/readyz`` answers 200;
 2. runs :func:`demo.client.run_demo` through the gateway (send, stream, get,
@@ -408,7 +409,8 @@ def run(startup_timeout: float) -> int:
             gateway = start(
                 'gateway',
                 ['-m', 'gateway', 'serve', '--upstream', worker_url,
-                 '--host', HOST, '--port', str(gateway_port), '--mode', 'enforce'],
+                 '--host', HOST, '--port', str(gateway_port), '--mode', 'enforce',
+                 '--ledger', f'sqlite:///{log_dir / "ledger.db"}'],
                 log_dir / 'gateway.log',
                 repo,
             )
@@ -423,6 +425,8 @@ def run(startup_timeout: float) -> int:
                 f'  gateway: {gateway_url}  (pid {gateway.proc.pid}, mode enforce, '
                 f'ready in {took:.1f}s) -> upstream {worker_url}'
             )
+            _say(f'  ledger:  embedded SQLite at {log_dir / "ledger.db"}'
+                 f'  (inspect: a2a-gateway ledger --ledger sqlite:///{log_dir / "ledger.db"} stats)')
 
             _heading(f'1. the demo client, through the gateway ({gateway_url})')
             task_ids: dict[str, str] = {}
