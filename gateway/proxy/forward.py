@@ -149,23 +149,17 @@ async def read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
     Raises:
         BodyTooLargeError: ``Content-Length`` or the bytes read exceed ``limit``.
     """
+    if declared_length(scope) > limit:
+        raise BodyTooLargeError
+    return b"".join([chunk async for chunk in stream_body(receive, limit)])
+
+
+def declared_length(scope: Scope) -> int:
+    """The request's ``Content-Length`` in bytes (0 when absent or not a number)."""
     for name, value in scope["headers"]:
-        if name.lower() == b"content-length" and value.isdigit() and int(value) > limit:
-            raise BodyTooLargeError
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLargeError
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
+        if name.lower() == b"content-length" and value.isdigit():
+            return int(value)
+    return 0
 
 
 async def stream_body(receive: Receive, limit: int) -> AsyncIterator[bytes]:

@@ -20,6 +20,7 @@ from gateway.proxy.forward import (
     BodyTooLargeError,
     Route,
     client_response_headers,
+    declared_length,
     map_transport_error,
     stream_body,
     timeout_for,
@@ -56,10 +57,9 @@ async def relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send:
 
 async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> str:
     limit = rt.config.limits.max_body_bytes
-    for name, value in scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            await _error(send, 413, f"request body exceeds {limit} bytes")
-            return "too_large"
+    if declared_length(scope) > limit:
+        await _error(send, 413, f"request body exceeds {limit} bytes")
+        return "too_large"
     method = scope["method"]
     has_body = method not in ("GET", "HEAD", "DELETE", "OPTIONS")
     request = rt.client.build_request(
