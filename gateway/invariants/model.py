@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from gateway.a2a.jsonrpc import Operation
@@ -67,6 +68,9 @@ class ArtifactRecord:
     parts: int = 0
 
 
+NO_ARTIFACTS: Mapping[str, ArtifactRecord] = MappingProxyType({})  # shared by artifact-less records
+
+
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
     """The ledger's record of one task, keyed by (``upstream``, ``task_id``).
@@ -88,7 +92,7 @@ class TaskRecord:
     observed_monotonic: float
     terminal_status: Mapping[str, Any] | None = None
     poisoned: bool = False
-    artifacts: Mapping[str, ArtifactRecord] = field(default_factory=dict)
+    artifacts: Mapping[str, ArtifactRecord] = field(default_factory=lambda: NO_ARTIFACTS)
     needs_resync: bool = False
     version: int = 0
 

@@ -3,18 +3,22 @@
 Bounded: at most ``max_tasks`` records. When full, the least recently updated terminal record
 is evicted first (then the least recently updated of any kind); each eviction is logged with
 the task id and counted in :attr:`MemoryLedger.evicted`. Nothing survives a restart.
+
+Plain dicts (insertion-ordered) hold the records and the terminal index, sharing one key tuple
+per task, so a tracked task costs well under 1 KiB (``bench/ledger_bench.py`` measures it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import Counter, OrderedDict
+from collections import Counter
 
 from gateway.invariants.model import TaskRecord
 from gateway.ledger.base import VersionConflictError
 
 _log = logging.getLogger("a2a_gateway")
+Key = tuple[str, str]
 
 
 class MemoryLedger:
@@ -27,8 +31,8 @@ class MemoryLedger:
     backend = "memory"
 
     def __init__(self, max_tasks: int = 100_000) -> None:
-        self._records: OrderedDict[tuple[str, str], TaskRecord] = OrderedDict()
-        self._terminal: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._records: dict[Key, TaskRecord] = {}
+        self._terminal: dict[Key, None] = {}
         self._max = max_tasks
         self.evicted = 0
 
@@ -42,23 +46,25 @@ class MemoryLedger:
     async def put(self, record: TaskRecord, expected_version: int) -> TaskRecord:
         """Compare-and-set on ``version``; see :meth:`TaskLedger.put`."""
         key = (record.upstream, record.task_id)
-        current = self._records.get(key)
+        current = self._records.pop(key, None)
         stored_version = current.version if current is not None else 0
         if stored_version != expected_version:
+            if current is not None:
+                self._records[key] = current
             raise VersionConflictError(f"{key}: stored {stored_version}, expected {expected_version}")
         stored = dataclasses.replace(record, version=expected_version + 1)
-        self._records[key] = stored
-        self._records.move_to_end(key)
+        self._records[key] = stored  # re-inserted: the dict's order is least recently updated first
         if stored.terminal:
+            self._terminal.pop(key, None)
             self._terminal[key] = None
-            self._terminal.move_to_end(key)
         if len(self._records) > self._max:
             self._evict()
         return stored
 
     def _evict(self) -> None:
         if self._terminal:
-            victim, _ = self._terminal.popitem(last=False)
+            victim = next(iter(self._terminal))
+            del self._terminal[victim]
         else:
             victim = next(iter(self._records))
         record = self._records.pop(victim)

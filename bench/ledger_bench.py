@@ -1,0 +1,180 @@
+"""Ledger benchmark: transitions per second and bytes per tracked task, for each backend.
+
+    python -m bench.ledger_bench [--tasks N] [--memory-tasks N] [--backends memory,sqlite,redis]
+
+For each backend, N tasks each go WORKING → COMPLETED the way the proxy does it: ledger
+``get``, engine ``check_payload``, ledger ``put`` (compare-and-set), so a "transition" is one
+judged and stored event. Bytes per tracked task: memory — ``tracemalloc`` growth over
+``--memory-tasks`` tasks (default 1 000 000; ids are allocated inside the measurement, as in
+production); SQLite — database file size over N; Redis — ``used_memory`` growth over N
+(a private ``redis-server`` on 127.0.0.1 is started and stopped; skipped when not installed).
+Prints one table and writes it to ``bench/results/ledger-<date>.txt``. No timing assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import tracemalloc
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from gateway import __version__
+from gateway.a2a.jsonrpc import Operation
+from gateway.a2a.states import ProtocolVersion
+from gateway.invariants import engine
+from gateway.invariants.model import Clock, Exchange, StreamState
+from gateway.ledger import ledger_from_url
+from gateway.ledger.base import TaskLedger
+
+EX = Exchange("worker", Operation.STREAM, ProtocolVersion.V1_0, None)
+RESULTS = Path(__file__).parent / "results"
+
+
+def _events(task_id: str, context_id: str) -> tuple[dict[str, object], dict[str, object]]:
+    working = {"task": {"id": task_id, "contextId": context_id, "status": {"state": "TASK_STATE_WORKING"}}}
+    done = {"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": {
+        "state": "TASK_STATE_COMPLETED", "timestamp": "2026-11-29T20:45:38.476Z"}}}
+    return working, done
+
+
+async def _transition(ledger: TaskLedger, result: dict[str, object], stream: StreamState) -> StreamState:
+    task_id = engine.payload_task_id(result)
+    assert task_id is not None
+    record = await ledger.get("worker", task_id)
+    outcome = engine.check_payload(EX, stream, record, result, Clock(time.time(), time.monotonic()))
+    if outcome.record is not None:
+        await ledger.put(outcome.record, record.version if record else 0)
+    return outcome.stream or stream
+
+
+async def _run_tasks(ledger: TaskLedger, n: int) -> float:
+    """Drive ``n`` tasks through two transitions each; returns elapsed seconds."""
+    started = time.perf_counter()
+    for _ in range(n):
+        working, done = _events(str(uuid.uuid4()), str(uuid.uuid4()))
+        stream = await _transition(ledger, working, StreamState())
+        await _transition(ledger, done, stream)
+    return time.perf_counter() - started
+
+
+async def memory_bytes_per_task(n: int) -> float:
+    """``tracemalloc`` growth per tracked (completed) task in the memory backend."""
+    ledger = ledger_from_url("memory", max_tasks=n + 1)
+    await ledger.open()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    await _run_tasks(ledger, n)
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return (after - before) / n
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def _redis() -> Iterator[str | None]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        yield None
+        return
+    port = _free_port()
+    workdir = tempfile.mkdtemp(prefix="bench-redis-")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", workdir],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.02)  # polling for readiness, bounded by the deadline
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def bench_backend(name: str, url: str, n: int) -> tuple[float, float | None]:
+    """(transitions per second, bytes per task or None) for one backend."""
+    ledger = ledger_from_url(url, max_tasks=n + 1)
+    await ledger.open()
+    used_before = None
+    if name == "redis":
+        import redis.asyncio as aioredis
+
+        probe = aioredis.Redis.from_url(url)
+        used_before = (await probe.info("memory"))["used_memory"]
+    elapsed = await _run_tasks(ledger, n)
+    per_task: float | None = None
+    if name == "redis":
+        per_task = ((await probe.info("memory"))["used_memory"] - used_before) / n
+        await probe.aclose()
+    await ledger.close()
+    if name == "sqlite":
+        path = Path(url.removeprefix("sqlite://"))
+        size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+        per_task = size / n
+    return 2 * n / elapsed, per_task
+
+
+async def main_async(args: argparse.Namespace) -> list[str]:
+    lines = [f"a2a-gateway {__version__} ledger benchmark, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+             f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+             f"{platform.platform()}",
+             f"tasks per backend: {args.tasks} (2 judged transitions each); memory size over "
+             f"{args.memory_tasks} tasks", "",
+             f"{'backend':<8} {'transitions/s':>14} {'bytes/task':>11}"]
+    backends = args.backends.split(",")
+    with tempfile.TemporaryDirectory() as tmp, _redis() as redis_url:
+        for name in backends:
+            if name == "memory":
+                tps, _ = await bench_backend("memory", "memory", args.tasks)
+                per_task: float | None = await memory_bytes_per_task(args.memory_tasks)
+            elif name == "sqlite":
+                tps, per_task = await bench_backend("sqlite", f"sqlite:///{tmp}/ledger.db", args.tasks)
+            elif name == "redis":
+                if redis_url is None:
+                    lines.append("redis    skipped: redis-server not installed")
+                    continue
+                tps, per_task = await bench_backend("redis", redis_url, args.tasks)
+            else:
+                raise SystemExit(f"unknown backend {name}")
+            size = f"{per_task:>11.0f}" if per_task is not None else f"{'-':>11}"
+            lines.append(f"{name:<8} {tps:>14.0f} {size}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=20_000, help="tasks per backend (default 20000)")
+    parser.add_argument("--memory-tasks", type=int, default=1_000_000,
+                        help="tasks for the memory size measurement (default 1000000)")
+    parser.add_argument("--backends", default="memory,sqlite,redis")
+    args = parser.parse_args()
+    lines = asyncio.run(main_async(args))
+    text = "\n".join(lines)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"ledger-{time.strftime('%Y%m%d-%H%M%S')}.txt"
+    out.write_text(text + "\n")
+    print(f"\nsaved to {out}")
+
+
+if __name__ == "__main__":
+    main()
