@@ -126,7 +126,7 @@ def build_app(
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        if ready["value"]:
+        if ready["value"] and not runtime.draining.is_set():
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "not ready"}, status_code=503)
 

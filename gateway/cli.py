@@ -1,8 +1,9 @@
 """Command line: ``a2a-gateway serve | check-config | replay``. Parses arguments only; the
 work is done by :mod:`gateway.app`, :mod:`gateway.config` and :mod:`gateway.replay`.
 
-Exit codes: 0 success, 1 runtime failure, 2 invalid configuration or usage, 3 the listen
-socket could not be opened (uvicorn's startup failure).
+Exit codes: 0 success, 1 runtime failure (ledger cannot be opened, task not found, ``replay
+--strict`` found divergences), 2 invalid configuration or usage, 3 the server could not start
+(listen socket in use).
 """
 
 from __future__ import annotations
@@ -53,18 +54,23 @@ def _parser() -> argparse.ArgumentParser:
                        help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH or "
                        "redis://HOST:PORT/DB (default sqlite:.a2a-gateway/ledger.db, or ledger.url)")
 
-    ledger = sub.add_parser("ledger", help="inspect the task ledger",
-                            description="Read the configured task ledger (no gateway needed).")
-    ledger_source = ledger.add_mutually_exclusive_group()
-    ledger_source.add_argument("--config", metavar="FILE", help="take ledger.url from this config")
-    ledger_source.add_argument("--ledger", metavar="URL", help="ledger URL (default "
-                               "sqlite:.a2a-gateway/ledger.db)")
+    source = argparse.ArgumentParser(add_help=False)
+    where = source.add_mutually_exclusive_group()
+    where.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                       help="take ledger.url from this config file")
+    where.add_argument("--ledger", metavar="URL", default=argparse.SUPPRESS,
+                       help="ledger URL (default sqlite:.a2a-gateway/ledger.db, relative to the "
+                       "working directory)")
+    ledger = sub.add_parser("ledger", help="inspect the task ledger", parents=[source],
+                            description="Read the task ledger of a gateway (running or not). "
+                            "A SQLite ledger must already exist; nothing is created.")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
-    show = ledger_sub.add_parser("show", help="print one task's record as JSON")
+    show = ledger_sub.add_parser("show", help="print one task's record as JSON", parents=[source])
     show.add_argument("task_id", metavar="TASK_ID")
     show.add_argument("--upstream", metavar="NAME",
-                      help="upstream name (default: every upstream that has the task)")
-    ledger_sub.add_parser("stats", help="print tracked tasks by state as JSON")
+                      help="upstream name (default: every upstream of the config; 'worker' in "
+                      "the sidecar form)")
+    ledger_sub.add_parser("stats", help="print tracked tasks by state as JSON", parents=[source])
 
     check = sub.add_parser("check-config", help="validate a config file and print it normalized",
                            description="Validate FILE; print the normalized config as JSON "
@@ -76,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
                          "gateway/replay.py and the README) through the invariant engine and "
                          "print one verdict per line.")
     rep.add_argument("file", metavar="FILE.jsonl")
+    rep.add_argument("--strict", action="store_true",
+                     help="exit 1 when any line has a divergence or a rejection (for CI)")
     return parser
 
 
@@ -85,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check-config":
         return _check_config(args.file)
     if args.command == "replay":
-        return _replay(args.file)
+        return _replay(args.file, strict=args.strict)
     if args.command == "ledger":
         return _ledger(args)
     return _serve(args)
@@ -104,28 +112,35 @@ def _check_config(path: str) -> int:
     return 0
 
 
-def _replay(path: str) -> int:
+def _replay(path: str, *, strict: bool = False) -> int:
     from gateway.replay import TranscriptError, replay
 
+    flagged = 0
     try:
         with open(path, encoding="utf-8") as fh:
             for verdict in replay(fh):
                 print(verdict.render())
+                if verdict.action == "reject" or any(
+                    f.startswith(("divergence:", "rejection:")) for f in verdict.findings
+                ):
+                    flagged += 1
     except OSError as err:
         print(f"{path}: {err.strerror}", file=sys.stderr)
         return 2
     except TranscriptError as err:
         print(f"{path}: {err}", file=sys.stderr)
         return 2
+    if strict and flagged:
+        print(f"{flagged} line(s) with divergences or rejections", file=sys.stderr)
+        return 1
     return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    import asyncio
 
-    from gateway.app import build_app
     from gateway.config import DEFAULT_LEDGER_URL, load_config, parse_config, sidecar_config
-    from gateway.observability.logging import configure_logging
+    from gateway.observability.logging import configure_logging, get_logger
 
     try:
         if args.config:
@@ -148,20 +163,72 @@ def _serve(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         return 2
     configure_logging(config.log.level, config.log.format)
-    app = build_app(config)
-    uvicorn.run(app, host=config.listen.host, port=config.listen.port, log_level="warning",
-                access_log=False, timeout_graceful_shutdown=10)
-    return 0
+    problem = asyncio.run(_check_ledger(config.ledger.url))
+    if problem:
+        print(f"ledger {config.ledger.url}: {problem}", file=sys.stderr)
+        return 1
+    get_logger().info("starting", extra={
+        "listen": f"{config.listen.host}:{config.listen.port}", "mode": config.mode,
+        "ledger": config.ledger.url, "upstreams": {u.prefix: u.url for u in config.upstreams}})
+    return _run_server(config)
+
+
+async def _check_ledger(url: str) -> str | None:
+    """Open and close the ledger once, so a bad path or a down Redis is one clear line."""
+    from gateway.ledger import ledger_from_url
+
+    ledger = ledger_from_url(url)
+    try:
+        await ledger.open()
+    except Exception as exc:  # any backend failure becomes one readable line
+        return f"cannot open: {type(exc).__name__}: {exc}"
+    finally:
+        await ledger.close()
+    return None
+
+
+def _run_server(config: object) -> int:
+    """Run uvicorn; at shutdown open streams end cleanly before uvicorn waits for the rest."""
+    import math
+
+    import uvicorn
+
+    from gateway.app import build_app
+
+    app = build_app(config)  # type: ignore[arg-type]
+    runtime = app.state.runtime
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: object = None) -> None:
+            runtime.begin_drain()
+            await super().shutdown(sockets=sockets)  # type: ignore[arg-type]
+
+        def handle_exit(self, sig: int, frame: object) -> None:
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+            # uvicorn re-raises the signal after a graceful stop; a drained gateway exits 0.
+            self._captured_signals.clear()
+
+    listen = runtime.config.listen
+    server = Server(uvicorn.Config(
+        app, host=listen.host, port=listen.port, log_config=None, access_log=False,
+        timeout_graceful_shutdown=math.ceil(listen.shutdown_grace_seconds),
+    ))
+    server.run()
+    return 0 if server.started else 3
 
 
 def _ledger(args: argparse.Namespace) -> int:
     import asyncio
 
     from gateway.config import DEFAULT_LEDGER_URL, load_config
-    from gateway.ledger import ledger_from_url
+    from gateway.ledger import ledger_from_url, sqlite_path
 
+    config_file = getattr(args, "config", None)
     try:
-        url = load_config(args.config).ledger.url if args.config else args.ledger or DEFAULT_LEDGER_URL
+        url = load_config(config_file).ledger.url if config_file else getattr(args, "ledger", DEFAULT_LEDGER_URL)
+        if url.startswith("sqlite:") and not sqlite_path(url).is_file():
+            print(f"{url}: no ledger database at {sqlite_path(url).resolve()}", file=sys.stderr)
+            return 1
         ledger = ledger_from_url(url)
     except ConfigError as err:
         for line in err.problems:
@@ -186,7 +253,8 @@ def _ledger(args: argparse.Namespace) -> int:
                 names = [args.upstream] if args.upstream else _upstreams(args)
                 found = [r for r in [await ledger.get(n, args.task_id) for n in names] if r]
                 if not found:
-                    print(f"task {args.task_id} is not in the ledger", file=sys.stderr)
+                    print(f"task {args.task_id} is not in the ledger under upstream "
+                          f"{', '.join(names)}", file=sys.stderr)
                     return 1
                 doc = [_record_json(r) for r in found]
             print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
@@ -199,10 +267,11 @@ def _ledger(args: argparse.Namespace) -> int:
 
 def _upstreams(args: argparse.Namespace) -> list[str]:
     """Upstream names to look a task up under: the config's, else the sidecar default."""
-    if args.config:
+    config_file = getattr(args, "config", None)
+    if config_file:
         from gateway.config import load_config
 
-        return [u.name for u in load_config(args.config).upstreams]
+        return [u.name for u in load_config(config_file).upstreams]
     return ["worker"]
 
 

@@ -26,6 +26,8 @@ class ListenConfig(_Frozen):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    """At shutdown, open streams end at once (cleanly); unary requests get this long."""
 
 
 class TimeoutConfig(_Frozen):

@@ -29,7 +29,7 @@ class JsonFormatter(logging.Formatter):
             "event": record.getMessage(),
         }
         for key, value in vars(record).items():
-            if key not in _STD_ATTRS and not key.startswith("_"):
+            if key not in _STD_ATTRS and not key.startswith("_") and key != "color_message":
                 doc[key] = value
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
@@ -43,10 +43,11 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logger = logging.getLogger(LOGGER_NAME)
-    logger.handlers[:] = [handler]
-    logger.setLevel(level.upper())
-    logger.propagate = False
+    for name in (LOGGER_NAME, "uvicorn", "uvicorn.error"):  # uvicorn's own lines as JSON too
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level.upper())
+        logger.propagate = False
 
 
 def get_logger() -> logging.Logger:

@@ -183,12 +183,14 @@ async def stream_body(receive: Receive, limit: int) -> AsyncIterator[bytes]:
             return
 
 
-async def until_disconnect(receive: Receive, work: Awaitable[T]) -> tuple[bool, T | None]:
-    """Run ``work`` until it finishes or the client disconnects, whichever comes first.
+async def until_disconnect(
+    receive: Receive, work: Awaitable[T], *, stop: asyncio.Event | None = None
+) -> tuple[bool, T | None]:
+    """Run ``work`` until it finishes, the client disconnects, or ``stop`` is set.
 
     Call only after the request body has been read. Returns ``(True, result)`` when ``work``
-    finished, ``(False, None)`` when the client went away (``work`` is then cancelled, so its
-    ``finally`` blocks close the upstream response).
+    finished, ``(False, None)`` otherwise (``work`` is then cancelled, so its ``finally`` blocks
+    close the upstream response). ``stop`` is the gateway's drain signal at shutdown.
     """
 
     async def watch() -> None:
@@ -197,10 +199,14 @@ async def until_disconnect(receive: Receive, work: Awaitable[T]) -> tuple[bool, 
 
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(watch())
+    waiters = {task, watcher}
+    stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    if stopper is not None:
+        waiters.add(stopper)
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for pending in (task, watcher):
+        for pending in waiters:
             if not pending.done():
                 pending.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -82,7 +82,13 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
     try:
         headers = client_response_headers(response.headers)
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        finished, outcome = await until_disconnect(receive, _pipe(rt, route, response, send))
+        is_stream = response.headers.get("content-type", "").startswith("text/event-stream")
+        finished, outcome = await until_disconnect(
+            receive, _pipe(rt, route, response, send), stop=rt.draining if is_stream else None
+        )
+        if not finished and rt.draining.is_set():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return "shutdown"
     finally:
         await response.aclose()
     if not finished:

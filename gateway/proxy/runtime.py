@@ -14,6 +14,7 @@ mode — relay the payload unchecked instead (counted).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -53,6 +54,13 @@ class Runtime:
     client: httpx.AsyncClient
     metrics: Metrics
     log: logging.Logger
+    draining: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    def begin_drain(self) -> None:
+        """Shutdown has begun: readiness turns 503 and open streams end cleanly."""
+        if not self.draining.is_set():
+            self.log.info("draining", extra={"open_streams_end": True})
+        self.draining.set()
 
     @property
     def mode(self) -> Mode:

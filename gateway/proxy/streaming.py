@@ -92,13 +92,22 @@ class StreamRelay:
         headers = client_response_headers(response.headers, drop=_DROP_HEADERS)
         await self.h.send({"type": "http.response.start", "status": 200, "headers": [*headers, *SSE_HEADERS]})
         chunks = response.aiter_bytes()
-        finished, nxt = await until_disconnect(self.h.receive, self._pump(chunks))
+        finished, nxt = await until_disconnect(self.h.receive, self._pump(chunks),
+                                               stop=self.rt.draining)
         if finished:
             if nxt is _Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
                 await self._drain(chunks)
+        elif self.rt.draining.is_set():
+            # Shutdown: end the client's stream cleanly; it can resume with SubscribeToTask.
+            self.close_reason = "shutdown"
+            self.h.outcome = "shutdown"
+            await self._write(encode_comment("gateway shutting down; resubscribe to continue"))
+            await self.h.send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
             self.close_reason = "client_disconnected"
             self.h.outcome = "client_disconnected"
+        self.h.task_id = self.h.task_id or self.stream.task_id
+        self.h.context_id = self.h.context_id or self.stream.context_id
         self.rt.log.info(
             "stream_closed",
             extra={"upstream": self.ex.upstream, "method": self.h.method_label,

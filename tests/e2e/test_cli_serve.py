@@ -1,0 +1,106 @@
+"""`a2a-gateway serve` as a real process: graceful shutdown with an open stream, JSON logs,
+clear start-up failures."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from tests.support.scripted_worker import Event, Gate, ScriptedWorker
+from tests.support.servers import free_port, serve_in_thread, subprocess_server
+
+
+@pytest.fixture
+def worker() -> Iterator[tuple[ScriptedWorker, str]]:
+    w = ScriptedWorker()
+    with serve_in_thread(w) as srv:
+        yield w, srv.url
+
+
+def test_sigterm_ends_open_streams_cleanly_and_exits_zero(worker: tuple[ScriptedWorker, str], tmp_path: Path) -> None:
+    w, wurl = worker
+    gate = Gate(timeout=20)
+    w.on("SendStreamingMessage", sse=[
+        Event(result={"task": {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}}),
+        gate,
+    ])
+    port = free_port()
+    cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
+           "--ledger", f"sqlite:///{tmp_path}/ledger.db"]
+    url = f"http://127.0.0.1:{port}"
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+        "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}})
+    with subprocess_server(cmd, url + "/readyz") as proc:
+        with httpx.Client(trust_env=False, timeout=10) as client:
+            headers = {"A2A-Version": "1.0", "content-type": "application/json"}
+            with client.stream("POST", url + "/", content=body, headers=headers) as r:
+                chunks = r.iter_raw()
+                raw = next(chunks)
+                assert b"t-1" in raw
+                proc.send_signal(signal.SIGTERM)
+                raw += b"".join(chunks)  # ends cleanly: no RemoteProtocolError
+        assert proc.wait(timeout=10) == 0
+        stderr = proc.stderr_text()
+    gate.release()
+    assert raw.endswith(b": gateway shutting down; resubscribe to continue\n\n")
+    lines = [orjson.loads(line) for line in stderr.splitlines() if line.strip()]  # all JSON
+    closed = [line for line in lines if line["event"] == "stream_closed"]
+    assert closed and closed[0]["reason"] == "shutdown" and closed[0]["task_id"] == "t-1"
+    assert any(line["event"] == "starting" for line in lines)
+
+
+def test_unusable_ledger_is_one_clear_line_not_a_traceback(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--upstream", "http://127.0.0.1:9/",
+         "--port", str(free_port()), "--ledger", f"sqlite:///{blocker}/ledger.db"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 1
+    assert "ledger sqlite:///" in proc.stderr and "cannot open" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_port_in_use_exits_3(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "gateway", "serve", "--upstream", "http://127.0.0.1:9/",
+             "--port", str(port), "--ledger", "memory"],
+            capture_output=True, text=True, timeout=30,
+        )
+    assert proc.returncode == 3
+    assert "address already in use" in proc.stderr.lower()
+
+
+def test_ledger_cli_reads_what_the_gateway_stored(worker: tuple[ScriptedWorker, str], tmp_path: Path) -> None:
+    w, wurl = worker
+    ledger = f"sqlite:///{tmp_path}/ledger.db"
+    w.on("GetTask", json_result={"id": "t-9", "contextId": "c-9", "status": {"state": "completed"}})
+    port = free_port()
+    cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port), "--ledger", ledger]
+    with subprocess_server(cmd, f"http://127.0.0.1:{port}/readyz"):
+        httpx.post(f"http://127.0.0.1:{port}/", trust_env=False, headers={"A2A-Version": "1.0"},
+                   json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-9"}})
+    show = subprocess.run([sys.executable, "-m", "gateway", "ledger", "show", "t-9", "--ledger", ledger],
+                          capture_output=True, text=True, timeout=30)
+    assert show.returncode == 0, show.stderr
+    record = orjson.loads(show.stdout)[0]
+    assert record["state"] == "TASK_STATE_COMPLETED" and record["context_id"] == "c-9"
+    stats = subprocess.run([sys.executable, "-m", "gateway", "ledger", "--ledger", ledger, "stats"],
+                           capture_output=True, text=True, timeout=30)
+    assert orjson.loads(stats.stdout)["by_state"] == {"TASK_STATE_COMPLETED": 1}
+    missing = subprocess.run([sys.executable, "-m", "gateway", "ledger", "stats", "--ledger",
+                              f"sqlite:///{tmp_path}/nope.db"], capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 1 and not (tmp_path / "nope.db").exists()
