@@ -26,7 +26,9 @@ from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
 from gateway.observability.logging import get_logger
 from gateway.observability.metrics import Metrics
+from gateway.a2a.card import WELL_KNOWN_PATHS
 from gateway.proxy import passthrough
+from gateway.proxy.card import CardCache, serve_card
 from gateway.proxy.forward import Router
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.runtime import Runtime
@@ -46,6 +48,9 @@ class ProxyApp:
         route = self.router.match(scope["path"], scope.get("raw_path"))
         if route is None:
             await JSONResponse({"error": "no upstream is mounted at this path"}, 404)(scope, receive, send)
+            return
+        if scope["method"] in ("GET", "HEAD") and route.path in WELL_KNOWN_PATHS:
+            await serve_card(self.rt, route, scope, receive, send)
             return
         if scope["method"] == "POST" and route.path.rstrip("/") == route.upstream.jsonrpc_path.rstrip("/"):
             await JsonRpcHandler(self.rt, route, scope, receive, send).run()
@@ -104,11 +109,13 @@ def build_app(
         follow_redirects=False,
     )
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
+    runtime.cards.update({u.name: CardCache(runtime, u) for u in config.upstreams})
     ready = {"value": False}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await _open_ledger(runtime)
+        await asyncio.gather(*(card.refresh() for card in runtime.cards.values()))
         pruner = asyncio.ensure_future(_prune_forever(runtime))
         ready["value"] = True
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -41,6 +42,24 @@ class TimeoutConfig(_Frozen):
     pool: Seconds = 5.0
 
 
+class CardConfig(_Frozen):
+    """How the gateway treats one upstream's Agent Card (it governs admission of new tasks).
+
+    ``path``: where the worker serves it (the legacy ``/.well-known/agent.json`` is tried after
+    a 404). ``ttl_seconds``: freshness when the worker sends no ``Cache-Control: max-age``.
+    ``on_unreachable``: ``reject`` new tasks while the card cannot be fetched, or
+    ``allow_stale`` (admit against the last good card). ``signed``: a card with
+    ``signatures`` is served ``verbatim`` (URLs not rewritten) or ``strip``ped and rewritten.
+    ``required_skill``: a skill id the card must advertise for new tasks to be admitted.
+    """
+
+    path: str = "/.well-known/agent-card.json"
+    ttl_seconds: Seconds = 300.0
+    on_unreachable: Literal["reject", "allow_stale"] = "reject"
+    signed: Literal["verbatim", "strip"] = "verbatim"
+    required_skill: str | None = None
+
+
 class UpstreamConfig(_Frozen):
     """One A2A worker mounted at a path prefix of the gateway.
 
@@ -54,12 +73,19 @@ class UpstreamConfig(_Frozen):
     prefix: str = "/"
     jsonrpc_path: str = "/"
     timeouts: TimeoutConfig = TimeoutConfig()
+    card: CardConfig = CardConfig()
+    heartbeat_seconds: Seconds = 30.0
+    """Expected longest silence of a live task (unless the card declares one, see
+    ``gateway.a2a.card.HEARTBEAT_EXTENSION``); past it an action on the task is preceded by a
+    forced GetTask."""
 
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL")
+        if not urlsplit(value).hostname:
+            raise ValueError("has no host")
         return value.rstrip("/") + "/"
 
     @field_validator("prefix", "jsonrpc_path")
@@ -79,6 +105,35 @@ class LimitsConfig(_Frozen):
 
 
 DEFAULT_LEDGER_URL = "sqlite:.a2a-gateway/ledger.db"
+
+
+class PublicConfig(_Frozen):
+    """How the gateway names itself in the Agent Cards it serves.
+
+    ``url``: the public origin (``https://gw.example.net``); when unset, the origin of each
+    request (its ``Host``) is used, or ``Forwarded`` / ``X-Forwarded-Host`` / ``-Proto`` when
+    the request comes from an address in ``trusted_proxies``.
+    """
+
+    url: str | None = None
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+
+class StreamsConfig(_Frozen):
+    """SSE relaying. ``keepalive_seconds``: the gateway's own comment to the client after this
+    much silence. ``resubscribe_attempts`` / ``resubscribe_backoff_seconds``: how often (and
+    with what first delay, doubling) a stream cut before its task ended is resumed upstream."""
+
+    keepalive_seconds: Seconds = 15.0
+    resubscribe_attempts: int = Field(default=3, ge=0)
+    resubscribe_backoff_seconds: float = Field(default=0.2, ge=0)
+
+
+class AdmissionConfig(_Frozen):
+    """``skill_metadata_key``: a message ``metadata`` key whose value names the skill a new
+    task wants; the card must advertise it."""
+
+    skill_metadata_key: str | None = None
 
 
 class LedgerConfig(_Frozen):
@@ -123,6 +178,9 @@ class GatewayConfig(_Frozen):
     limits: LimitsConfig = LimitsConfig()
     ledger: LedgerConfig = LedgerConfig()
     log: LogConfig = LogConfig()
+    public: PublicConfig = PublicConfig()
+    streams: StreamsConfig = StreamsConfig()
+    admission: AdmissionConfig = AdmissionConfig()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -183,6 +241,8 @@ def sidecar_config(
     mode: str,
     name: str = "worker",
     ledger: str = DEFAULT_LEDGER_URL,
+    heartbeat_seconds: float = 30.0,
+    card_ttl_seconds: float = 300.0,
 ) -> GatewayConfig:
     """The config of the no-file sidecar form: one upstream mounted at ``/``.
 
@@ -193,7 +253,9 @@ def sidecar_config(
         {
             "listen": {"host": host, "port": port},
             "mode": mode,
-            "upstreams": [{"name": name, "url": upstream, "prefix": "/"}],
+            "upstreams": [{"name": name, "url": upstream, "prefix": "/",
+                           "heartbeat_seconds": heartbeat_seconds,
+                           "card": {"ttl_seconds": card_ttl_seconds}}],
             "ledger": {"url": ledger},
         }
     )

@@ -487,6 +487,7 @@ def _transition(
         terminal_status=terminal_status,
         artifacts=artifacts or NO_ARTIFACTS,
         needs_resync=False,
+        card_etag=ex.card_etag or base.card_etag,
         observed_at=clock.wall,
         observed_monotonic=clock.monotonic,
     )

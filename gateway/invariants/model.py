@@ -43,6 +43,7 @@ DIVERGENCE_KINDS = (
     "context_id_mismatch",
     "reused_task_id",
     "jsonrpc_id_mismatch",
+    "stale_record",
 )
 
 
@@ -78,7 +79,8 @@ class TaskRecord:
     ``state`` is canonical. ``terminal_status`` is the status object (v1.0 spelling) recorded
     when the task first became terminal; it wins over anything the worker says later.
     ``observed_at`` is wall-clock seconds since the epoch, ``observed_monotonic`` monotonic
-    seconds (meaningful only in the process that wrote it). ``needs_resync`` is set by the
+    seconds (meaningful only in the process that wrote it). ``card_etag`` is the upstream's
+    Agent Card ETag in force at the last observation. ``needs_resync`` is set by the
     ledger at start-up for tasks that were live while the gateway was down: the next action on
     such a task is preceded by a forced GetTask. ``version`` is the compare-and-set counter
     owned by the ledger.
@@ -94,6 +96,7 @@ class TaskRecord:
     poisoned: bool = False
     artifacts: Mapping[str, ArtifactRecord] = field(default_factory=lambda: NO_ARTIFACTS)
     needs_resync: bool = False
+    card_etag: str | None = None
     version: int = 0
 
     @property
@@ -107,7 +110,8 @@ class Exchange:
     """The client request a payload belongs to.
 
     ``task_id`` is the task the request names (``params.id`` or ``params.message.taskId``), or
-    ``None`` for a request that may create a new task.
+    ``None`` for a request that may create a new task. ``card_etag`` is the upstream's Agent
+    Card ETag in force; it is written into every record the exchange produces.
     """
 
     upstream: str
@@ -115,6 +119,7 @@ class Exchange:
     version: ProtocolVersion
     task_id: str | None
     mode: Mode = Mode.ENFORCE
+    card_etag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

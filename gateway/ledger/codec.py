@@ -3,7 +3,8 @@
 The stored document uses short keys to keep a tracked task small::
 
     {"u": upstream, "t": taskId, "c": contextId|null, "s": "WORKING", "oa": 1764445538.47,
-     "ts": {terminal status}|null, "p": poisoned, "a": {"artifactId": [sealed, parts]}}
+     "ts": {terminal status}|null, "p": poisoned, "a": {"artifactId": [sealed, parts]},
+     "e": card ETag|null}
 
 ``version`` and ``needs_resync`` live beside the document (columns / hash fields) because the
 ledger updates them without rewriting it. ``observed_monotonic`` is process-local and is not
@@ -33,6 +34,7 @@ def encode(record: TaskRecord) -> bytes:
         "ts": dict(record.terminal_status) if record.terminal_status is not None else None,
         "p": record.poisoned,
         "a": {k: [v.sealed, v.parts] for k, v in record.artifacts.items()},
+        "e": record.card_etag,
     }
     return orjson.dumps(doc)
 
@@ -56,6 +58,7 @@ def decode(data: bytes | str, *, version: int, needs_resync: bool) -> TaskRecord
             poisoned=bool(doc["p"]),
             artifacts={k: ArtifactRecord(bool(v[0]), int(v[1])) for k, v in doc["a"].items()},
             needs_resync=needs_resync,
+            card_etag=doc.get("e"),
             version=version,
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:

@@ -16,6 +16,11 @@ metric                                                 labels
 ``a2a_gateway_local_rejections_total``                 upstream, method, reason, action
 ``a2a_gateway_error_rewrites_total``                   upstream, from_code, to_code
 ``a2a_gateway_forced_get_total``                       upstream, reason
+``a2a_gateway_card_fetches_total``                     upstream, outcome
+``a2a_gateway_upstream_degraded``                      upstream, reason
+``a2a_gateway_card_local_urls_total``                  upstream
+``a2a_gateway_card_signatures_stripped_total``         upstream
+``a2a_gateway_stream_resubscribes_total``              upstream, outcome
 ``a2a_gateway_tracked_tasks``                          state
 ``a2a_gateway_ledger_operation_duration_seconds``      backend, operation
 ``a2a_gateway_ledger_errors_total``                    backend, operation
@@ -107,6 +112,38 @@ class Metrics:
             "a2a_gateway_forced_get_total",
             "GetTask calls the gateway sent to a worker before acting on a task, by reason",
             ["upstream", "reason"],
+            registry=registry,
+        )
+        self.card_fetches = Counter(
+            "a2a_gateway_card_fetches_total",
+            "Agent Card fetches and revalidations, by outcome (fresh, not_modified, changed, "
+            "unreachable, invalid)",
+            ["upstream", "outcome"],
+            registry=registry,
+        )
+        self.degraded = Gauge(
+            "a2a_gateway_upstream_degraded",
+            "1 while an upstream is degraded (reason card_unreachable, stream_lost)",
+            ["upstream", "reason"],
+            registry=registry,
+        )
+        self.card_local_urls = Counter(
+            "a2a_gateway_card_local_urls_total",
+            "Cards advertising an unspecified, loopback or link-local URL (never routed to)",
+            ["upstream"],
+            registry=registry,
+        )
+        self.card_signatures_stripped = Counter(
+            "a2a_gateway_card_signatures_stripped_total",
+            "Signed cards served rewritten with their signatures removed (card.signed: strip)",
+            ["upstream"],
+            registry=registry,
+        )
+        self.resubscribes = Counter(
+            "a2a_gateway_stream_resubscribes_total",
+            "Upstream streams cut before their task ended, by what the gateway did "
+            "(resubscribed, terminal_snapshot, gave_up)",
+            ["upstream", "outcome"],
             registry=registry,
         )
         self.tracked_tasks = Gauge(

@@ -25,7 +25,8 @@ from gateway.a2a.jsonrpc import Operation, Request
 from gateway.a2a.payloads import locate
 from gateway.errors import LedgerError, UpstreamError
 from gateway.invariants import engine
-from gateway.invariants.model import Action, Exchange, Outcome, TaskRecord
+from gateway.invariants.admission import CARD_UNAVAILABLE, CardView, admit, forced_get_reason
+from gateway.invariants.model import Action, Exchange, Mode, Outcome, TaskRecord
 from gateway.proxy.forward import (
     BodyTooLargeError,
     Route,
@@ -116,19 +117,53 @@ class JsonRpcHandler:
         message = parsed.params.get("message") if isinstance(parsed.params, dict) else None
         if isinstance(message, dict) and isinstance(message.get("contextId"), str):
             self.context_id = message["contextId"]
-        ex = Exchange(self.upstream, info.operation, info.version, self.task_id, self.rt.mode)
+        card = await self.rt.cards[self.upstream].current(self.header(b"a2a-version") or "")
+        ex = Exchange(self.upstream, info.operation, info.version, self.task_id, self.rt.mode,
+                      card_etag=card.etag)
         try:
-            await self._exchange(ex, parsed, body, info.streaming)
+            if await self._admit(ex, parsed, card):
+                await self._exchange(ex, parsed, body, info.streaming, card)
         except LedgerError as exc:
             self.outcome = "ledger_error"
             self.rt.log.error("ledger_error", extra={"upstream": self.upstream, "error": str(exc)})
             doc = jsonrpc.error_response(parsed.id, jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable")
             await send_json(self.send, 503, doc)
 
-    async def _exchange(self, ex: Exchange, req: Request, body: bytes, streaming: bool) -> None:
+    def header(self, name: bytes) -> str | None:
+        """A request header's value (``name`` lower-case), or ``None``."""
+        for key, value in self.scope["headers"]:
+            if key.lower() == name:
+                return value.decode("latin-1")
+        return None
+
+    async def _admit(self, ex: Exchange, req: Request, card: CardView) -> bool:
+        """Card-governed admission (new tasks, capabilities); answers the refusal itself."""
+        cfg = self.route.upstream.card
+        refusal = admit(ex, req.params, card, allow_stale=cfg.on_unreachable == "allow_stale",
+                        required_skill=cfg.required_skill,
+                        skill_key=self.rt.config.admission.skill_metadata_key)
+        if refusal is None:
+            return True
+        action = "observed" if ex.mode is Mode.OBSERVE else "enforced"
+        self.rt.metrics.rejections.labels(self.upstream, self.method_label, refusal.reason, action).inc()
+        if ex.mode is Mode.OBSERVE:
+            return True
+        self.outcome = "not_admitted"
+        status = 503 if refusal.reason == CARD_UNAVAILABLE else 200
+        doc = jsonrpc.error_response(req.id, refusal.code, refusal.message, version=ex.version)
+        await send_json(self.send, status, doc)
+        return False
+
+    async def _exchange(
+        self, ex: Exchange, req: Request, body: bytes, streaming: bool, card: CardView
+    ) -> None:
         record = await self.rt.record_of(ex.upstream, ex.task_id)
-        if record is not None and record.needs_resync and engine.is_task_action(ex):
-            record = await self.forced_get(ex, record, "restart")
+        if engine.is_task_action(ex):
+            cache = self.rt.cards[self.upstream]
+            reason = forced_get_reason(record, card, now=time.time(),
+                                       heartbeat_seconds=cache.heartbeat_seconds())
+            if reason is not None and record is not None:
+                record = await self.forced_get(ex, record, reason)
         admission = engine.check_request(ex, record)
         self.rt.count(ex, admission.findings, self.method_label)
         if admission.action is Action.REJECT and admission.error is not None:
@@ -198,6 +233,8 @@ class JsonRpcHandler:
         """Judge a buffered worker answer and send it to the client (also used for a
         streaming request answered with plain JSON, F09)."""
         content = response.content
+        if response.status_code in (401, 403, 404):  # may mean a changed card: re-check admission
+            self.rt.cards[self.upstream].mark_stale()
         if 400 <= response.status_code < 500 and not _is_json(response):
             self.outcome = "upstream_status"
             await self._send_raw(response, content)
@@ -255,8 +292,9 @@ class JsonRpcHandler:
 
     async def forced_get(self, ex: Exchange, record: TaskRecord, reason: str) -> TaskRecord | None:
         """GetTask to the worker before acting on a task whose recorded state may be stale
-        (``reason``: ``restart`` — the gateway was down while the task was live). Counted in
-        ``a2a_gateway_forced_get_total``. Returns the fresh record."""
+        (``reason`` from :func:`~gateway.invariants.admission.forced_get_reason`). Counted in
+        ``a2a_gateway_forced_get_total``; a fresh state that differs from the record is a
+        ``stale_record`` divergence. Returns the fresh record."""
         self.rt.metrics.forced_gets.labels(self.upstream, reason).inc()
         fresh = await self.probe_task(ex)
         if fresh is not None and fresh.needs_resync:
@@ -265,9 +303,8 @@ class JsonRpcHandler:
         elif fresh is None:
             await self.rt.clear_resync(record)
         if fresh is not None and fresh.state is not record.state:
-            self.rt.log.warning("resync_divergence", extra={
-                "upstream": self.upstream, "task_id": ex.task_id, "recorded": record.state.value,
-                "fresh": fresh.state.value, "reason": reason})
+            detail = f"task {ex.task_id} recorded {record.state.value}, worker says {fresh.state.value} ({reason})"
+            self.rt.count(ex, [engine.Finding("divergence", "stale_record", detail)])
         return fresh
 
     async def probe_task(self, ex: Exchange) -> TaskRecord | None:

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -41,6 +41,9 @@ from gateway.invariants.model import (
 from gateway.ledger.base import TaskLedger, VersionConflictError
 from gateway.observability.metrics import Metrics
 
+if TYPE_CHECKING:
+    from gateway.proxy.card import CardCache
+
 _CAS_ATTEMPTS = 8
 T = TypeVar("T")
 
@@ -55,6 +58,7 @@ class Runtime:
     metrics: Metrics
     log: logging.Logger
     draining: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
 
     def begin_drain(self) -> None:
         """Shutdown has begun: readiness turns 503 and open streams end cleanly."""

@@ -753,22 +753,31 @@ async def test_v10_rest_stream_client_disconnect_closes_upstream(
 # --------------------------------------------------------------------------- agent card
 
 
-async def test_agent_card_relayed_unchanged(stack: Stack, http: httpx.AsyncClient) -> None:
-    """The card is relayed as the worker serves it (bytes, weak ETag, conditional GET); the
-    client therefore has to re-root its URLs (``rewrite_card_urls``) to stay on the gateway."""
-    before = await stack.scrape()
+async def test_agent_card_is_served_with_gateway_urls(stack: Stack, http: httpx.AsyncClient) -> None:
+    """F10 with a real a2a-sdk worker: the card served by the gateway advertises the gateway
+    (v1.0 ``supportedInterfaces`` and the SDK's hybrid v0.3 ``url``), keeps every other member,
+    has its own ETag and answers a matching ``If-None-Match`` with 304 — also at the legacy
+    ``agent.json`` path. A stock SDK client that follows this card stays on the gateway."""
     path = "/.well-known/agent-card.json"
-    direct = await http.get(stack.worker.url_for(path))
+    direct = (await http.get(stack.worker.url_for(path))).json()
     via = await http.get(stack.gateway.url_for(path))
-    assert via.status_code == direct.status_code == 200
-    assert via.content == direct.content
-    etag = via.headers.get("etag")
-    assert etag and etag == direct.headers.get("etag")
+    assert via.status_code == 200
     card = via.json()
-    assert {i["url"] for i in card["supportedInterfaces"]} == {
-        PLACEHOLDER_PUBLIC_URL, PLACEHOLDER_PUBLIC_URL + "rest"
-    }
+    gateway = stack.gateway.url + "/"
+    assert {i["url"] for i in card["supportedInterfaces"]} == {gateway, gateway + "rest"}
+    assert card["url"] == gateway
+    assert {k: v for k, v in card.items() if k not in ("supportedInterfaces", "url")} == {
+        k: v for k, v in direct.items() if k not in ("supportedInterfaces", "url")}
+    etag = via.headers["etag"]
     not_modified = await http.get(stack.gateway.url_for(path), headers={"If-None-Match": etag})
-    assert not_modified.status_code == 304
-    after = await stack.scrape()
-    assert delta(before, after, REQUESTS, method="card", outcome="ok") == 2
+    assert not_modified.status_code == 304 and not_modified.headers["etag"] == etag
+    legacy = await http.get(stack.gateway.url_for("/.well-known/agent.json"))
+    assert legacy.json() == card
+    client = await create_client(stack.gateway.url, client_config=ClientConfig(
+        streaming=False, supported_protocol_bindings=["JSONRPC"]))
+    try:
+        events = [e async for e in client.send_message(SendMessageRequest(
+            message=new_text_message("via card", role=Role.ROLE_USER)))]
+    finally:
+        await client.close()
+    assert events and events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED

@@ -32,6 +32,10 @@ class Harness:
         content = body if isinstance(body, bytes) else orjson.dumps(body)
         return self.http.post(self.gateway.url + "/", content=content, headers=hdrs)
 
+    def rpc_calls(self) -> list[Any]:
+        """Requests the worker received other than Agent Card fetches."""
+        return [r for r in self.worker.requests if "/.well-known/" not in r.path]
+
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of ``name`` whose labels include ``labels`` (0 when none)."""
         total = 0.0

@@ -482,7 +482,7 @@ def test_f15_malformed_input_answered_by_gateway(h: Harness, raw: bytes, code: i
     doc = r.json()
     assert doc["error"]["code"] == code
     assert doc["id"] == want_id and type(doc["id"]) is type(want_id)
-    assert h.worker.requests == []
+    assert h.rpc_calls() == []
 
 
 def test_f15_cancel_of_known_completed_task_is_32002(h: Harness) -> None:
@@ -521,7 +521,7 @@ def test_f15_body_over_cap_is_413(make_harness: Any) -> None:
     h = make_harness(limits={"max_body_bytes": 1024})
     r = h.rpc(send_msg(1, "x" * 4096), headers=V1)
     assert r.status_code == 413
-    assert h.worker.requests == []
+    assert h.rpc_calls() == []
 
 
 def test_upstream_refused_is_transport_error_not_a_state(make_harness: Any) -> None:

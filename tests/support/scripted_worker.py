@@ -108,6 +108,18 @@ class ReceivedRequest:
         return self.json.get("params") if isinstance(self.json, dict) else None
 
 
+def default_card(**capabilities: Any) -> dict[str, Any]:
+    """A valid v1.0 Agent Card for the scripted worker (streaming and push on by default)."""
+    return {
+        "name": "scripted", "description": "scripted test worker", "version": "1.0.0",
+        "supportedInterfaces": [{"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC",
+                                 "protocolVersion": "1.0"}],
+        "capabilities": {"streaming": True, "pushNotifications": True, **capabilities},
+        "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": ["test"]}],
+    }
+
+
 # --------------------------------------------------------------------------- SSE steps
 
 
@@ -315,7 +327,12 @@ class _AbortStream(Exception):
 class ScriptedWorker:
     """Pure-ASGI scripted A2A worker (HTTP + lifespan). Thread-safe to script and inspect."""
 
+    #: served at GET /.well-known/agent-card.json when no path script matches (a worker has a
+    #: card; the gateway admits new tasks against it). Set to None to serve 404 instead.
+    default_card: dict[str, Any] | None
+
     def __init__(self, name: str = "worker") -> None:
+        self.default_card = default_card()
         self.name = name
         self._lock = threading.Lock()
         self._rpc_scripts: dict[Any, list[Script]] = {}
@@ -586,6 +603,8 @@ class ScriptedWorker:
         elif request.http_method == "POST" and isinstance(request.json, dict):
             err = {"code": -32600, "message": f"no script for POST {request.path} (no JSON-RPC method)"}
             await self._send_json(send, 200, None, self._envelope(request, None, "error", err))
+        elif request.http_method == "GET" and request.path == "/.well-known/agent-card.json" and self.default_card:
+            await self._send_json(send, 200, None, _dumps(self.default_card))
         else:
             text = f"no script for {request.http_method} {request.path}".encode()
             await self._send_simple(send, 404, [("content-type", "text/plain")], text)

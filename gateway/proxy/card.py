@@ -1,0 +1,294 @@
+"""Agent Card cache per upstream, and serving the card through the gateway.
+
+Implements issue "Agent Card authority" §1-2 (PROTOCOL.md §4.1, §11 pitfall 12; FIELD-CASES.md
+F10, F11):
+
+* :class:`CardCache` fetches the worker's card at start and when stale; honours
+  ``Cache-Control: max-age`` (else ``card.ttl_seconds``); revalidates with ``If-None-Match``;
+  tries the legacy ``/.well-known/agent.json`` only after a 404; never caches an invalid card
+  (the last good one stays); treats an unreachable card endpoint as transport degradation
+  (gauge ``a2a_gateway_upstream_degraded``), never as a capability change. Every card has an
+  ETag: the worker's, or one derived from the canonical JSON. A worker that varies its card by
+  ``A2A-Version`` is cached per variant.
+* :func:`serve_card` answers ``GET {prefix}/.well-known/agent-card.json`` (and the legacy
+  ``agent.json``) with every interface URL rewritten to the gateway's public URL for the
+  mount, its own ETag (hash of the served body), ``304`` on a matching ``If-None-Match``, and
+  the worker's ``Cache-Control`` / ``Last-Modified`` / ``Vary``. Signed cards follow
+  ``card.signed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+
+from gateway.a2a.card import (
+    WELL_KNOWN_PATHS,
+    canonical_etag,
+    card_problem,
+    content_etag,
+    heartbeat_interval,
+    rewrite_card,
+)
+from gateway.config import UpstreamConfig
+from gateway.invariants.admission import CardView
+from gateway.proxy.forward import Route, timeout_for
+from gateway.proxy.types import Receive, Scope, Send
+
+if TYPE_CHECKING:  # typing only: runtime.py imports this module
+    from gateway.proxy.runtime import Runtime
+
+
+@dataclass(frozen=True, slots=True)
+class CachedCard:
+    """One good card as fetched. Times are monotonic seconds; ``max_age`` in seconds."""
+
+    doc: dict[str, Any]
+    body: bytes
+    etag: str
+    worker_etag: str | None
+    cache_control: str | None
+    last_modified: str | None
+    vary: str | None
+    fetched_at: float
+    max_age: float
+
+    def fresh(self, now: float) -> bool:
+        """Fetched or revalidated within its max-age."""
+        return now - self.fetched_at < self.max_age
+
+
+def _max_age(cache_control: str | None, default: float) -> float:
+    for part in (cache_control or "").split(","):
+        name, _, value = part.strip().partition("=")
+        if name.lower() == "max-age" and value.strip().isdigit():
+            return float(value.strip())
+        if name.lower() in ("no-cache", "no-store"):
+            return 0.0
+    return default
+
+
+def _local_host(url: object) -> bool:
+    """True for an unspecified, loopback or link-local host (never routable from elsewhere)."""
+    host = urlsplit(url).hostname if isinstance(url, str) else None
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_unspecified or ip.is_loopback or ip.is_link_local
+
+
+class CardCache:
+    """The Agent Card of one upstream, kept fresh. One instance per upstream."""
+
+    def __init__(self, rt: Runtime, upstream: UpstreamConfig) -> None:
+        self.rt = rt
+        self.upstream = upstream
+        self._cards: dict[str, CachedCard] = {}
+        self._varies = False
+        self._lock = asyncio.Lock()
+        self.reachable = True
+        self._stale = False
+        self._retry_at = 0.0  # monotonic: while unreachable, no refetch before this
+
+    def _variant(self, a2a_version: str) -> str:
+        return a2a_version if self._varies else ""
+
+    def _url(self, path: str) -> str:
+        return self.upstream.url.rstrip("/") + path
+
+    def mark_stale(self) -> None:
+        """Revalidate before the next use (a 401/403/404 from a task endpoint)."""
+        self._stale = True
+
+    def view(self, a2a_version: str = "") -> CardView:
+        """What admission and freshness need, from the cache as it is (no I/O)."""
+        card = self._cards.get(self._variant(a2a_version))
+        if card is None:
+            return CardView(None, False, self.reachable, None)
+        fresh = card.fresh(time.monotonic()) and not self._stale
+        return CardView(card.doc, fresh, self.reachable, card.etag)
+
+    def heartbeat_seconds(self) -> float:
+        """The card's declared heartbeat interval, else the upstream's configured one."""
+        card = self._cards.get("")
+        declared = heartbeat_interval(card.doc) if card is not None else None
+        return declared or self.upstream.heartbeat_seconds
+
+    async def current(self, a2a_version: str = "") -> CardView:
+        """The card view after revalidating it if stale (single flight per upstream)."""
+        view = self.view(a2a_version)
+        if (view.fresh and view.doc is not None) or time.monotonic() < self._retry_at:
+            return view
+        async with self._lock:
+            view = self.view(a2a_version)
+            if not (view.fresh and view.doc is not None):
+                await self.refresh(a2a_version)
+        return self.view(a2a_version)
+
+    def cached(self, a2a_version: str = "") -> CachedCard | None:
+        """The cached card for a client's ``A2A-Version`` variant."""
+        return self._cards.get(self._variant(a2a_version))
+
+    async def refresh(self, a2a_version: str = "") -> str:
+        """Fetch or revalidate now. Returns the outcome label (also counted):
+        ``fresh``, ``not_modified``, ``changed``, ``unreachable`` or ``invalid``."""
+        outcome = await self._fetch(a2a_version)
+        self.rt.metrics.card_fetches.labels(self.upstream.name, outcome).inc()
+        degraded = outcome == "unreachable"
+        self.reachable = not degraded
+        # an unreachable card is retried after a short pause, not on every request
+        self._retry_at = time.monotonic() + min(5.0, self.upstream.card.ttl_seconds) if degraded else 0.0
+        self.rt.metrics.degraded.labels(self.upstream.name, "card_unreachable").set(int(degraded))
+        if outcome != "unreachable":
+            self._stale = False
+        if outcome in ("changed", "invalid", "unreachable"):
+            self.rt.log.warning("card_" + outcome, extra={"upstream": self.upstream.name})
+        return outcome
+
+    async def _fetch(self, a2a_version: str) -> str:
+        key = self._variant(a2a_version)
+        old = self._cards.get(key)
+        headers = {"accept": "application/json"}
+        if a2a_version:
+            headers["a2a-version"] = a2a_version
+        if old is not None and old.worker_etag:
+            headers["if-none-match"] = old.worker_etag
+        try:
+            response = await self._get(self.upstream.card.path, headers)
+            if response.status_code == 404 and self.upstream.card.path != WELL_KNOWN_PATHS[1]:
+                response = await self._get(WELL_KNOWN_PATHS[1], headers)
+        except httpx.HTTPError:
+            return "unreachable"
+        now = time.monotonic()
+        if response.status_code == 304 and old is not None:
+            cc = response.headers.get("cache-control", old.cache_control)
+            self._cards[key] = _replace_time(old, now, _max_age(cc, self.upstream.card.ttl_seconds))
+            return "not_modified"
+        if response.status_code != 200:
+            return "unreachable" if response.status_code >= 500 else "invalid"
+        try:
+            doc = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            return "invalid"
+        if card_problem(doc) is not None:
+            return "invalid"
+        card = self._build(doc, response, now)
+        self._varies = "a2a-version" in (card.vary or "").lower()
+        self._cards[self._variant(a2a_version)] = card
+        if old is None:
+            self._count_local_urls(doc)
+            return "fresh"
+        return "not_modified" if card.etag == old.etag else "changed"
+
+    async def _get(self, path: str, headers: dict[str, str]) -> httpx.Response:
+        return await self.rt.client.get(self._url(path), headers=headers,
+                                        timeout=timeout_for(self.upstream))
+
+    def _build(self, doc: dict[str, Any], response: httpx.Response, now: float) -> CachedCard:
+        worker_etag = response.headers.get("etag")
+        cc = response.headers.get("cache-control")
+        return CachedCard(
+            doc=doc, body=response.content,
+            etag=worker_etag or canonical_etag(doc), worker_etag=worker_etag,
+            cache_control=cc, last_modified=response.headers.get("last-modified"),
+            vary=response.headers.get("vary"), fetched_at=now,
+            max_age=_max_age(cc, self.upstream.card.ttl_seconds),
+        )
+
+    def _count_local_urls(self, doc: dict[str, Any]) -> None:
+        urls = [doc.get("url")] + [i.get("url") for i in doc.get("supportedInterfaces", []) or []
+                                   if isinstance(i, dict)]
+        if any(_local_host(u) for u in urls):
+            self.rt.metrics.card_local_urls.labels(self.upstream.name).inc()
+
+
+def _replace_time(card: CachedCard, now: float, max_age: float) -> CachedCard:
+    return CachedCard(card.doc, card.body, card.etag, card.worker_etag, card.cache_control,
+                      card.last_modified, card.vary, now, max_age)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def public_base(rt: Runtime, route: Route, scope: Scope) -> str:
+    """The public URL of a mount, as clients must reach it (never an upstream address).
+
+    ``public.url`` when configured; else ``Forwarded`` / ``X-Forwarded-Proto`` /
+    ``X-Forwarded-Host`` when the peer is a trusted proxy; else the request's scheme and Host.
+    """
+    prefix = route.upstream.prefix.rstrip("/") + "/"
+    configured = rt.config.public.url
+    if configured:
+        return configured.rstrip("/") + prefix
+    scheme = scope.get("scheme", "http")
+    host = _header(scope, b"host") or "localhost"
+    peer = (scope.get("client") or ("", 0))[0]
+    if peer in rt.config.public.trusted_proxies:
+        forwarded = _header(scope, b"forwarded")
+        if forwarded:
+            first = forwarded.split(",")[0]
+            for pair in first.split(";"):
+                key, _, value = pair.strip().partition("=")
+                if key.lower() == "proto" and value:
+                    scheme = value.strip('"')
+                elif key.lower() == "host" and value:
+                    host = value.strip('"')
+        host = (_header(scope, b"x-forwarded-host") or host).split(",")[0].strip()
+        scheme = (_header(scope, b"x-forwarded-proto") or scheme).split(",")[0].strip()
+    return f"{scheme}://{host}{prefix}"
+
+
+async def serve_card(rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer a well-known Agent Card GET/HEAD for a mount from the cache."""
+    cache = rt.cards[route.upstream.name]
+    variant = _header(scope, b"a2a-version") or ""
+    await cache.current(variant)
+    card = cache.cached(variant)
+    if card is None:
+        body = orjson.dumps({"error": {"code": 502, "status": "UNAVAILABLE",
+                                       "message": "agent card of this upstream is unavailable"}})
+        await _respond(send, scope, 502, [(b"content-type", b"application/json")], body)
+        return
+    signed = "signatures" in card.doc
+    if signed and route.upstream.card.signed == "verbatim":
+        served = card.body
+    else:
+        if signed:
+            rt.metrics.card_signatures_stripped.labels(route.upstream.name).inc()
+        doc = rewrite_card(card.doc, upstream_url=route.upstream.url,
+                           public_base=public_base(rt, route, scope))
+        served = orjson.dumps(doc)
+    etag = content_etag(served)
+    headers = [(b"etag", etag.encode()),
+               (b"cache-control", (card.cache_control or f"max-age={int(card.max_age)}").encode())]
+    if card.last_modified:
+        headers.append((b"last-modified", card.last_modified.encode("latin-1")))
+    if card.vary:
+        headers.append((b"vary", card.vary.encode("latin-1")))
+    if etag in (_header(scope, b"if-none-match") or "").replace("W/", "").split(", "):
+        await _respond(send, scope, 304, headers, b"")
+        return
+    await _respond(send, scope, 200, [*headers, (b"content-type", b"application/json")], served)
+
+
+async def _respond(send: Send, scope: Scope, status: int, headers: list[tuple[bytes, bytes]],
+                   body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
