@@ -47,12 +47,14 @@ import dataclasses
 import json
 import os
 import platform
+import resource
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -477,10 +479,22 @@ end
 """
 
 
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def self_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run_wrk(wrk: str, script: Path, port: int, seconds: float, s: Settings) -> dict[str, Any]:
     argv = [wrk, f"-t{s.wrk_threads}", f"-c{s.wrk_connections}", f"-d{max(1, round(seconds))}s",
             "--timeout", "5s", "-s", str(script), f"http://{HOST}:{port}/"]
+    cpu0 = children_cpu()
     out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60, check=False)
+    wrk_cpu = children_cpu() - cpu0
     text = out.stdout + out.stderr
     doc: dict[str, Any] = {}
     for line in text.splitlines():
@@ -496,7 +510,8 @@ def run_wrk(wrk: str, script: Path, port: int, seconds: float, s: Settings) -> d
     return {"rps": doc["requests"] / secs, "requests": doc["requests"], "non2xx": max(non2xx, doc["status"]),
             "socket_errors": doc["connect"] + doc["read"] + doc["write"] + doc["timeout"],
             "p50_ms": doc["p50"] / 1000, "p99_ms": doc["p99"] / 1000, "p999_ms": doc["p999"] / 1000,
-            "mean_ms": doc["mean"] / 1000, "max_ms": doc["max"] / 1000}
+            "mean_ms": doc["mean"] / 1000, "max_ms": doc["max"] / 1000,
+            "client_cpu_us_per_req": wrk_cpu / max(1, doc["requests"]) * 1e6}
 
 
 def engine_bench(seconds: float, tasks: int = 1000) -> dict[str, Any]:
@@ -703,7 +718,9 @@ async def measure_run(env: Env, run: int) -> dict[str, Any]:
         for t in order:
             port, _ = ports[t]
             await fixed_rate(port, s.rate, min(1.0, s.rate_seconds / 4))  # warm-up, discarded
+            c0 = self_cpu()
             res = await fixed_rate(port, s.rate, s.rate_seconds)
+            res["client_cpu_us_per_req"] = (self_cpu() - c0) / max(1, res["requests"]) * 1e6
             out["fixed"][t] = res
             print(f"  run {run + 1} fixed {s.rate:.0f}/s      {t:<10} p50 {res['p50_ms']:.3f} ms  "
                   f"p99 {res['p99_ms']:.3f} ms  p99.9 {res['p999_ms']:.3f} ms  errors {sum(res['errors'].values())}",
@@ -711,8 +728,9 @@ async def measure_run(env: Env, run: int) -> dict[str, Any]:
         for t in order:
             port, proc = ports[t]
             await sse_streams(port, max(3, s.sse_streams // 20))  # warm-up, discarded
-            c0 = cpu_seconds(proc.pid)
+            c0, me0 = cpu_seconds(proc.pid), self_cpu()
             res = await sse_streams(port, s.sse_streams)
+            res["client_cpu_us_per_event"] = (self_cpu() - me0) / max(1, res["events"]) * 1e6
             if t != "direct":
                 res["proxy_cpu_us_per_event"] = (cpu_seconds(proc.pid) - c0) / max(1, res["events"]) * 1e6
             out["sse"][t] = res
@@ -804,13 +822,13 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
              f"fixed rate {s.rate:g} req/s for {s.rate_seconds:g}s ({int(s.rate * s.rate_seconds)} requests, "
              f"8-connection keep-alive pool); SSE {s.sse_streams} sequential streams x {STREAM_EVENTS} "
              f"events; engine {s.engine_seconds:g}s")
-    L.append("setup: all on 127.0.0.1; canned worker = 1 Python process (uvloop); nginx = 1 worker process, "
+    L.extend(textwrap.wrap("setup: all on 127.0.0.1; canned worker = 1 Python process (uvloop); nginx = 1 worker process, "
              "upstream keepalive 64; each gateway = 1 uvicorn worker, default config (enforce mode, "
              "info-level JSON request logs to a file). The clients (wrk, 1 thread; this Python process) "
              "share the 2 cores with the servers, so every figure includes that contention; the client "
              "side is kept light (wrk in C, raw asyncio sockets, no httpx on the measured path). "
              "Figures are medians over runs; ratios/differences are computed within each run, then "
-             "the median is taken. Target order rotates each run.")
+             "the median is taken. Target order rotates each run.", 110, subsequent_indent="  "))
     L.append("")
     w = 11
     head = f"{'figure':<40}" + "".join(f"{t:>{w}}" for t in present)
@@ -833,6 +851,7 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
         row("  latency p99 ms (wrk)", lambda t, wl=wl: ("wrk", wl, t, "p99_ms"), ".2f")
         row("  proxy CPU us/request", lambda t, wl=wl: ("wrk", wl, t, "proxy_cpu_us_per_req"), ".0f")
         row("  worker CPU us/request", lambda t, wl=wl: ("wrk", wl, t, "worker_cpu_us_per_req"), ".0f")
+        row("  client (wrk) CPU us/request", lambda t, wl=wl: ("wrk", wl, t, "client_cpu_us_per_req"), ".0f")
         L.append(f"{'  non-2xx / socket errors (sum of runs)':<40}" + "".join(
             f"{str(sum(get(r, 'wrk', wl, t, 'non2xx') or 0 for r in runs)) + '/' + str(sum(get(r, 'wrk', wl, t, 'socket_errors') or 0 for r in runs)):>{w}}"
             for t in present))
@@ -845,6 +864,7 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
         f"{fmt(derived.get(f'fixed p99 {t}-direct ms') if t != 'direct' else None, '.3f'):>{w}}" for t in present))
     L.append(f"{'  added p99.9 vs direct ms':<40}" + "".join(
         f"{fmt(derived.get(f'fixed p999 {t}-direct ms') if t != 'direct' else None, '.3f'):>{w}}" for t in present))
+    row("  client CPU us/request", lambda t: ("fixed", t, "client_cpu_us_per_req"), ".0f")
     L.append(f"{'  errors (sum of runs)':<40}" + "".join(
         f"{sum(sum((get(r, 'fixed', t, 'errors') or {}).values()) for r in runs):>{w}}" for t in present))
     row(f"SSE events/s ({STREAM_EVENTS}-event streams)", lambda t: ("sse", t, "events_per_s"), ".0f")
@@ -854,6 +874,7 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
     L.append(f"{'  added per event p50 vs direct ms':<40}" + "".join(
         f"{fmt(derived.get(f'sse {t} added ms/event') if t != 'direct' else None, '.4f'):>{w}}" for t in present))
     row("  proxy CPU us/event", lambda t: ("sse", t, "proxy_cpu_us_per_event"), ".0f")
+    row("  client CPU us/event", lambda t: ("sse", t, "client_cpu_us_per_event"), ".1f")
     L.append(f"{'  errors (sum of runs)':<40}" + "".join(
         f"{sum(sum((get(r, 'sse', t, 'errors') or {}).values()) for r in runs):>{w}}" for t in present))
     eng = med(runs, "engine", "obs_per_s")
@@ -862,14 +883,17 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
     L.append("RATIOS (median of per-run ratios; throughput = wrk req/s)")
     gws = [g for g in GATEWAYS if g in present]
     cols = [f"{g}/{b}" for g in gws for b in ("direct", "nginx")] + [f"{g}/gw-memory" for g in gws if g != "gw-memory"]
-    head = f"{'figure':<22}" + "".join(f"{c:>19}" for c in cols)
+    head = f"{'figure':<22}" + "".join(f"{c:>21}" for c in cols)
     L.append(head)
     L.append("-" * len(head))
     for wl in ("SendMessage", "GetTask"):
-        L.append(f"{wl + ' req/s':<22}" + "".join(f"{fmt(derived.get(f'{wl} {c}'), '.3f'):>19}" for c in cols))
-    L.append(f"{'SSE events/s':<22}" + "".join(
-        f"{fmt(derived.get(f'sse {c.split('/')[0]}/direct events/s') if c.endswith('/direct') else None, '.3f'):>19}"
-        for c in cols))
+        L.append(f"{wl + ' req/s':<22}" + "".join(f"{fmt(derived.get(f'{wl} {c}'), '.3f'):>21}" for c in cols))
+    sse_cells = []
+    for c in cols:
+        g, base = c.split("/")
+        v = derived.get(f"sse {g}/direct events/s") if base == "direct" else None
+        sse_cells.append(f"{fmt(v, '.3f'):>21}")
+    L.append(f"{'SSE events/s':<22}" + "".join(sse_cells))
     L.append("")
     L.append("GOALS (issue: Benchmark harness)")
     head = f"{'goal':<52}" + "".join(f"{g:>16}" for g in gws)
@@ -908,10 +932,16 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
     L.append("")
     L.append("ODDITIES (gateway /metrics after each run, gateway logs, client-side checks)")
     odd = False
+    wrk_calls = 2 if s.warmup > 0 else 1  # wrk invocations per target and workload
+    in_flight = wrk_calls * s.wrk_connections
     for i, r in enumerate(runs):
         for g, m in (r.get("metrics") or {}).items():
             for k, v in (m.get("not_ok") or {}).items():
-                L.append(f"  run {i + 1} {g}: requests_total{k} = {v:.0f}")
+                why = ""
+                if 'outcome="client_disconnected"' in k and v <= in_flight:
+                    why = (f"  (expected: each wrk invocation ends with up to {s.wrk_connections} requests in "
+                           f"flight; {wrk_calls} invocation(s) x {s.wrk_connections} = {in_flight} at most)")
+                L.append(f"  run {i + 1} {g}: requests_total{k} = {v:.0f}{why}")
                 odd = True
             for k, v in (m.get("watched") or {}).items():
                 if k.startswith("a2a_gateway_upstream_degraded") and not v:
@@ -1068,7 +1098,7 @@ def machine_info() -> dict[str, str]:
         "nginx": version([nginx, "-v"]), "wrk": version(["wrk", "--version"]).split(" Copyright")[0],
         "redis": version(["redis-server", "--version"]).split(" sha=")[0],
         "gateway": __version__,
-        "git": f"{head}" + (f" + {len(dirty)} uncommitted change(s) under gateway/" if dirty else ""),
+        "git": f"{head}" + (f" + {len(dirty)} uncommitted path(s) under gateway/" if dirty else ""),
         "uvicorn": pv("uvicorn"), "httpx": pv("httpx"), "starlette": pv("starlette"), "orjson": pv("orjson"),
         "uvloop": pv("uvloop"),
     }

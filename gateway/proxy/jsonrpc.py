@@ -14,6 +14,7 @@ FIELD-CASES.md F05, F09, F15, F16):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -282,7 +283,7 @@ class JsonRpcHandler:
         code = error.get("code") if isinstance(error, dict) else None
         if not engine.wants_terminal_probe(ex, code) or ex.task_id is None:
             return error
-        record = await self.probe_task(ex)
+        _, record = await self.probe_task(ex)
         if record is None or not record.terminal:
             return error
         new_code, message = engine.terminal_error(ex, record)
@@ -296,7 +297,7 @@ class JsonRpcHandler:
         ``a2a_gateway_forced_get_total``; a fresh state that differs from the record is a
         ``stale_record`` divergence. Returns the fresh record."""
         self.rt.metrics.forced_gets.labels(self.upstream, reason).inc()
-        fresh = await self.probe_task(ex)
+        _, fresh = await self.probe_task(ex)
         if fresh is not None and fresh.needs_resync:
             await self.rt.clear_resync(fresh)  # the worker did not answer with a task
             fresh = await self.rt.record_of(ex.upstream, ex.task_id)
@@ -307,9 +308,12 @@ class JsonRpcHandler:
             self.rt.count(ex, [engine.Finding("divergence", "stale_record", detail)])
         return fresh
 
-    async def probe_task(self, ex: Exchange) -> TaskRecord | None:
+    async def probe_task(self, ex: Exchange) -> tuple[Any, TaskRecord | None]:
         """Ask the worker ``GetTask`` for ``ex.task_id`` (same version, same client headers);
-        the answer goes through the engine and the ledger. Returns the stored record."""
+        the answer goes through the engine and the ledger.
+
+        Returns ``(task, record)``: the Task as the client would receive it (normalized,
+        corrected; ``None`` when the worker gave no task) and the stored record."""
         method = jsonrpc.TASK_GET_NAME[ex.version]
         probe = {"jsonrpc": "2.0", "id": "a2a-gateway-probe", "method": method,
                  "params": {"id": ex.task_id, "historyLength": 0}}
@@ -318,12 +322,13 @@ class JsonRpcHandler:
             doc = self.decode_answer(response, response.content)
         except UpstreamError as exc:
             self.rt.metrics.upstream_errors.labels(self.upstream, exc.reason).inc()
-            return None
+            return None, await self.rt.record_of(ex.upstream, ex.task_id)
         if "result" not in doc:
-            return None
-        get_ex = Exchange(ex.upstream, Operation.GET, ex.version, ex.task_id, ex.mode)
-        await self.rt.judge(get_ex, None, doc["result"])
-        return await self.rt.record_of(ex.upstream, ex.task_id)
+            return None, await self.rt.record_of(ex.upstream, ex.task_id)
+        get_ex = dataclasses.replace(ex, operation=Operation.GET)
+        outcome = await self.rt.judge(get_ex, None, doc["result"])
+        task = outcome.result if outcome.action is Action.FORWARD else None
+        return task, await self.rt.record_of(ex.upstream, ex.task_id)
 
     async def _send_raw(self, response: httpx.Response, content: bytes) -> None:
         headers = client_response_headers(response.headers, drop=("content-length", "content-encoding"))

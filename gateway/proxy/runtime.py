@@ -170,6 +170,20 @@ class Runtime:
             return outcome
         raise LedgerError(f"task {task_id}: too many concurrent updates")
 
+    async def touch(self, upstream: str, task_id: str) -> None:
+        """Record an observation of a live task without a payload (an SSE comment on its own
+        stream): ``observed_at`` moves on, nothing else. Best effort: races and ledger
+        failures are ignored (the next event records the time anyway)."""
+        try:
+            record = await self.ledger_call("get", lambda: self.ledger.get(upstream, task_id))
+            if record is None or record.terminal:
+                return
+            now = self.clock()
+            fresh = dataclasses.replace(record, observed_at=now.wall, observed_monotonic=now.monotonic)
+            await self.store(fresh, record.version)
+        except (VersionConflictError, LedgerError):
+            return
+
     async def clear_resync(self, record: TaskRecord) -> None:
         """Drop the ``needs_resync`` flag of ``record`` (a lost race means someone else did)."""
         if record.needs_resync:

@@ -21,6 +21,8 @@ Implements PROTOCOL.md §7 and §11 pitfalls 5-7, FIELD-CASES.md F03, F04, F06, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import enum
 import time
 from typing import TYPE_CHECKING, Any
@@ -30,7 +32,8 @@ import orjson
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Request
-from gateway.a2a.payloads import locate
+from gateway.a2a.payloads import Kind, locate
+from gateway.a2a.states import ProtocolVersion, TaskState, UnknownStateError, normalize_state
 from gateway.a2a.sse import Comment, Event, EventTooLargeError, SSEDecoder, encode_comment, encode_event
 from gateway.errors import LedgerError, UpstreamError
 from gateway.invariants.model import Action, Exchange, Mode, StreamState
@@ -50,7 +53,8 @@ _DROP_HEADERS = ("content-length", "content-encoding", "content-type", "cache-co
 class _Next(enum.Enum):
     CONTINUE = "continue"
     CLOSE_AND_DRAIN = "close_and_drain"  # terminal event delivered
-    CLOSE = "close"  # error event sent
+    CLOSE = "close"  # error event sent, or a normal end
+    CUT = "cut"  # the worker's stream ended (EOF or reset) without a terminal event
 
 
 class StreamRelay:
@@ -67,6 +71,12 @@ class StreamRelay:
         self.events = 0
         self.close_reason = "upstream_closed"
         self._backlog: list[Event | Comment] = []
+        self._chunks: Any = None
+        self._responses: list[httpx.Response] = []
+        self._last_write = time.monotonic()
+        self._last_state: TaskState | None = None
+        self._skip_snapshot: TaskState | None = None
+        self._cut_error: str | None = None
 
     async def run(self) -> None:
         """Open the upstream stream and relay it; answers JSON when the worker did."""
@@ -86,17 +96,19 @@ class StreamRelay:
             await self.h.fail_upstream(self.req, map_transport_error(exc))
         finally:
             await response.aclose()
+            for extra in self._responses:
+                await extra.aclose()
 
     async def _relay(self, response: httpx.Response) -> None:
         started = time.perf_counter()
         headers = client_response_headers(response.headers, drop=_DROP_HEADERS)
         await self.h.send({"type": "http.response.start", "status": 200, "headers": [*headers, *SSE_HEADERS]})
-        chunks = response.aiter_bytes()
-        finished, nxt = await until_disconnect(self.h.receive, self._pump(chunks),
+        self._chunks = response.aiter_bytes()
+        finished, nxt = await until_disconnect(self.h.receive, self._pump(),
                                                stop=self.rt.draining)
         if finished:
             if nxt is _Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
-                await self._drain(chunks)
+                await self._drain(self._chunks)
         elif self.rt.draining.is_set():
             # Shutdown: end the client's stream cleanly; it can resume with SubscribeToTask.
             self.close_reason = "shutdown"
@@ -117,39 +129,141 @@ class StreamRelay:
                    "duration_s": round(time.perf_counter() - started, 6)},
         )
 
-    async def _pump(self, chunks: Any) -> _Next:
-        """Relay until the worker ends the stream or the stream must close."""
-        nxt = _Next.CONTINUE
+    async def _pump(self) -> _Next:
+        """Relay until the stream ends; keep the client's connection alive meanwhile."""
+        keepalive = asyncio.ensure_future(self._keepalive())
         try:
-            async for chunk in chunks:
+            nxt = await self._pump_upstreams()
+        finally:
+            keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keepalive
+        await self.h.send({"type": "http.response.body", "body": b"", "more_body": False})
+        return nxt
+
+    async def _keepalive(self) -> None:
+        """An SSE comment to the client after ``streams.keepalive_seconds`` of silence, below
+        common proxy idle timeouts (F08)."""
+        interval = self.rt.config.streams.keepalive_seconds
+        while True:
+            wait = interval - (time.monotonic() - self._last_write)
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            await self._write(encode_comment("keepalive"))
+
+    async def _pump_upstreams(self) -> _Next:
+        attempt = 0
+        while True:
+            nxt = await self._pump_one()
+            if nxt is not _Next.CUT:
+                return nxt
+            nxt = await self._after_cut(attempt)
+            if nxt is not _Next.CONTINUE:
+                return nxt
+            attempt += 1
+
+    async def _pump_one(self) -> _Next:
+        """Relay one upstream response until it ends or the stream must close."""
+        try:
+            async for chunk in self._chunks:
                 try:
                     items = self.decoder.feed(chunk)
                 except EventTooLargeError as exc:
                     self.rt.metrics.upstream_errors.labels(self.ex.upstream, "event_too_large").inc()
                     await self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, str(exc))
-                    nxt = _Next.CLOSE
-                    break
+                    return _Next.CLOSE
                 nxt = await self._handle_items(items)
                 if nxt is not _Next.CONTINUE:
-                    break
-            else:
-                nxt = await self._at_eof()
+                    return nxt
+            nxt = await self._at_eof()
+            return _Next.CUT if nxt is _Next.CONTINUE else nxt
         except httpx.HTTPError as exc:
             err = map_transport_error(exc)
             self.rt.metrics.upstream_errors.labels(self.ex.upstream, err.reason).inc()
-            await self._error_event(jsonrpc.INTERNAL_ERROR, f"upstream error: {err}")
-            nxt = _Next.CLOSE
+            self._cut_error = f"upstream error: {err}"
+            return _Next.CUT
         except LedgerError as exc:
             self.rt.log.error("ledger_error", extra={"upstream": self.ex.upstream, "error": str(exc)})
             await self._error_event(jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable")
-            nxt = _Next.CLOSE
-        await self.h.send({"type": "http.response.body", "body": b"", "more_body": False})
-        return nxt
+            return _Next.CLOSE
+
+    async def _after_cut(self, attempt: int) -> _Next:
+        """The worker's stream ended before its task did (F08 (ii)).
+
+        Never ends the client's stream as if finished and never invents a state: asks
+        ``GetTask``; a terminal task is sent as a last Task snapshot and the stream closes;
+        otherwise the gateway resubscribes upstream (``SubscribeToTask`` /
+        ``tasks/resubscribe``), drops the repeated unchanged snapshot, and relays on. Bounded
+        by ``streams.resubscribe_attempts`` with doubling backoff; then a -32603 error event.
+        """
+        task_id = self.stream.task_id
+        if task_id is None or self.stream.terminal:
+            if self._cut_error is not None:  # nothing to resume: say why the stream ended
+                await self._error_event(jsonrpc.INTERNAL_ERROR, self._cut_error)
+            return _Next.CLOSE  # a direct Message, or already ended: a normal close
+        record = await self.rt.record_of(self.ex.upstream, task_id)
+        if record is not None and record.state.is_interrupted:
+            return _Next.CLOSE  # the worker closes streams on interrupted states (SDK, §7)
+        cfg = self.rt.config.streams
+        upstream = self.ex.upstream
+        self.rt.metrics.degraded.labels(upstream, "stream_lost").set(1)
+        while attempt < cfg.resubscribe_attempts:
+            if attempt:
+                await asyncio.sleep(cfg.resubscribe_backoff_seconds * 2 ** (attempt - 1))
+            attempt += 1
+            self.rt.metrics.forced_gets.labels(upstream, "upstream_eof").inc()
+            task_ex = dataclasses.replace(self.ex, task_id=task_id)
+            task, record = await self.h.probe_task(task_ex)
+            if record is not None and record.terminal and task is not None:
+                await self._write_result(self._snapshot(task))
+                self.stream = dataclasses.replace(self.stream, terminal=True)
+                self._done_after_cut("terminal_snapshot")
+                return _Next.CLOSE
+            if await self._resubscribe(task_id):
+                self._done_after_cut("resubscribed")
+                return _Next.CONTINUE
+        self._done_after_cut("gave_up")
+        await self._error_event(jsonrpc.INTERNAL_ERROR,
+                                f"upstream stream of task {task_id} was lost and could not be resumed")
+        return _Next.CLOSE
+
+    def _done_after_cut(self, outcome: str) -> None:
+        self.rt.metrics.resubscribes.labels(self.ex.upstream, outcome).inc()
+        self.rt.metrics.degraded.labels(self.ex.upstream, "stream_lost").set(0)
+        self.rt.log.warning("stream_cut", extra={"upstream": self.ex.upstream, "outcome": outcome,
+                                                 "task_id": self.stream.task_id})
+
+    def _snapshot(self, task: Any) -> Any:
+        """A Task as a stream event's ``result`` in the client's version."""
+        if self.ex.version is ProtocolVersion.V1_0:
+            return {"task": task}
+        return task if isinstance(task, dict) and "kind" in task else {**task, "kind": "task"}
+
+    async def _resubscribe(self, task_id: str) -> bool:
+        """Open ``SubscribeToTask`` upstream for the stream's task; True when it streams."""
+        method = "SubscribeToTask" if self.ex.version is ProtocolVersion.V1_0 else "tasks/resubscribe"
+        body = {"jsonrpc": "2.0", "id": self.req.id, "method": method, "params": {"id": task_id}}
+        try:
+            response = await self.h._post(orjson.dumps(body), stream=True)
+        except UpstreamError:
+            return False
+        self._responses.append(response)
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            await response.aclose()
+            return False
+        self._chunks = response.aiter_bytes()
+        self.decoder = SSEDecoder(self.rt.config.limits.max_event_bytes)
+        self._skip_snapshot = self._last_state
+        self._cut_error = None
+        return True
 
     async def _handle_items(self, items: list[Event | Comment]) -> _Next:
         for index, item in enumerate(items):
             if isinstance(item, Comment):
                 await self._write(encode_comment(item.text))
+                if self.stream.task_id is not None:  # a ping on the task's own stream is a sign of life
+                    await self.rt.touch(self.ex.upstream, self.stream.task_id)
                 continue
             nxt = await self._on_event(item)
             if nxt is not _Next.CONTINUE:
@@ -202,6 +316,12 @@ class StreamRelay:
             return _Next.CLOSE
         if outcome.action is Action.DROP or not deliver:
             return _Next.CONTINUE
+        state = self._state_of(outcome.result)
+        skip, self._skip_snapshot = self._skip_snapshot, None
+        if skip is not None and state is skip and locate(outcome.result).kind is Kind.TASK:
+            return _Next.CONTINUE  # the unchanged snapshot a resubscribe starts with (F08 (ii))
+        if state is not None and state is not TaskState.UNSPECIFIED:
+            self._last_state = state
         same_id = doc.get("id") == self.req.id and type(doc.get("id")) is type(self.req.id)
         if outcome.result is result and same_id:
             data: bytes | str = event.data
@@ -232,8 +352,23 @@ class StreamRelay:
         except (TimeoutError, httpx.HTTPError, EventTooLargeError, LedgerError):
             return
 
+    def _state_of(self, result: Any) -> TaskState | None:
+        item = locate(result)
+        if item.kind not in (Kind.TASK, Kind.STATUS):
+            return None
+        try:
+            return normalize_state(item.raw_state, self.ex.version).state
+        except UnknownStateError:
+            return None
+
     async def _write(self, frame: bytes) -> None:
+        self._last_write = time.monotonic()
         await self.h.send({"type": "http.response.body", "body": frame, "more_body": True})
+
+    async def _write_result(self, result: Any) -> None:
+        """A gateway-made event carrying ``result`` with the client's id."""
+        doc = {"jsonrpc": "2.0", "id": self.req.id, "result": result}
+        await self._write(encode_event(orjson.dumps(doc)))
 
     async def _error_event(self, code: int, message: str) -> None:
         self.h.outcome = "stream_error"

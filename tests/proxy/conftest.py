@@ -26,6 +26,17 @@ class Harness:
     registry: CollectorRegistry
     http: httpx.Client
 
+    def on_gateway_loop(self, coro: Any) -> Any:
+        """Run a coroutine on the gateway's event loop (to read or age its ledger)."""
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.gateway.loop).result(timeout=10)
+
+    @property
+    def runtime(self) -> Any:
+        """The gateway's shared Runtime (config, ledger, card caches)."""
+        return self.gateway.app.state.runtime
+
     def rpc(self, body: Any, *, headers: dict[str, str] | None = None) -> httpx.Response:
         """POST a JSON-RPC body (a dict, or raw bytes sent as-is) to the gateway's root."""
         hdrs = {"content-type": "application/json", **(headers or {})}
@@ -84,12 +95,13 @@ def frames(raw: bytes) -> list[dict[str, Any]]:
 
 
 def _config(worker_url: str, **overrides: Any) -> Any:
+    upstream = {"name": "worker", "url": worker_url, "prefix": "/", **overrides.pop("upstream", {})}
     doc: dict[str, Any] = {
         "mode": overrides.pop("mode", "enforce"),
-        "upstreams": [{"name": "worker", "url": worker_url, "prefix": "/",
-                       **overrides.pop("upstream", {})}],
+        "upstreams": [upstream],
         "limits": overrides.pop("limits", {}),
         "ledger": overrides.pop("ledger", {"url": "memory"}),
+        **overrides,
     }
     return parse_config(doc)
 
@@ -99,13 +111,19 @@ def make_harness() -> Iterator[Any]:
     """``make_harness(mode=..., limits=..., upstream=...)`` → a running :class:`Harness`."""
     stack: list[Any] = []
 
-    def factory(**overrides: Any) -> Harness:
+    def factory(*, upstream_path: str = "/", card: dict[str, Any] | None = None, **overrides: Any) -> Harness:
+        """``upstream_path``: the path of the worker URL the mount points at; ``card``: the
+        worker's Agent Card (served at that path's well-known URL before the gateway starts)."""
         worker = ScriptedWorker()
+        if card is not None:
+            worker.default_card = None
+            worker.on_path("GET", upstream_path.rstrip("/") + "/.well-known/agent-card.json",
+                           json_body=card, times=None)
         wctx = serve_in_thread(worker, name="worker")
         wsrv = wctx.__enter__()
         stack.append(wctx)
         registry = CollectorRegistry()
-        app = build_app(_config(wsrv.url, **overrides), registry=registry)
+        app = build_app(_config(wsrv.url + upstream_path, **overrides), registry=registry)
         gctx = serve_in_thread(app, name="gateway")
         gsrv = gctx.__enter__()
         stack.append(gctx)
