@@ -211,6 +211,7 @@ def _run_server(config: object) -> int:
     listen = runtime.config.listen
     server = Server(uvicorn.Config(
         app, host=listen.host, port=listen.port, log_config=None, access_log=False,
+        proxy_headers=False,  # public.trusted_proxies decides whom to believe, not uvicorn
         timeout_graceful_shutdown=math.ceil(listen.shutdown_grace_seconds),
     ))
     server.run()

@@ -124,7 +124,9 @@ def make_harness() -> Iterator[Any]:
         stack.append(wctx)
         registry = CollectorRegistry()
         app = build_app(_config(wsrv.url + upstream_path, **overrides), registry=registry)
-        gctx = serve_in_thread(app, name="gateway")
+        # like `a2a-gateway serve`: uvicorn's own proxy-header handling is off; the gateway's
+        # public.trusted_proxies decides whom to believe
+        gctx = serve_in_thread(app, name="gateway", config={"proxy_headers": False})
         gsrv = gctx.__enter__()
         stack.append(gctx)
         http = httpx.Client(trust_env=False, timeout=10)
