@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen port (default 8080, or listen.port)")
     serve.add_argument("--mode", choices=["enforce", "observe"],
                        help="enforce (default) applies verdicts; observe only counts them")
+    serve.add_argument("--heartbeat-interval", metavar="SECONDS", type=float, default=None,
+                       help="longest expected silence of a live task before an action on it "
+                       "is preceded by a forced GetTask (default 30; sidecar form)")
+    serve.add_argument("--card-ttl", metavar="SECONDS", type=float, default=None,
+                       help="Agent Card freshness when the worker sends no max-age "
+                       "(default 300; sidecar form)")
     serve.add_argument("--ledger", metavar="URL",
                        help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH or "
                        "redis://HOST:PORT/DB (default sqlite:.a2a-gateway/ledger.db, or ledger.url)")
@@ -157,10 +163,17 @@ def _serve(args: argparse.Namespace) -> int:
             config = sidecar_config(args.upstream, host=args.host or "127.0.0.1",
                                     port=args.port if args.port is not None else 8080,
                                     mode=args.mode or "enforce",
-                                    ledger=args.ledger or DEFAULT_LEDGER_URL)
+                                    ledger=args.ledger or DEFAULT_LEDGER_URL,
+                                    heartbeat_seconds=args.heartbeat_interval or 30.0,
+                                    card_ttl_seconds=args.card_ttl or 300.0)
     except ConfigError as err:
         for line in err.problems:
             print(line, file=sys.stderr)
+        return 2
+    if args.config and (args.heartbeat_interval or args.card_ttl):
+        print("--heartbeat-interval and --card-ttl belong to the sidecar form; set "
+              "upstreams[].heartbeat_seconds and upstreams[].card.ttl_seconds in the config",
+              file=sys.stderr)
         return 2
     configure_logging(config.log.level, config.log.format)
     problem = asyncio.run(_check_ledger(config.ledger.url))

@@ -300,7 +300,9 @@ async def test_close_streams_ends_held_open_stream(worker, client):
         worker.close_streams()
         async for chunk in it:
             buf.extend(chunk)
-    assert worker.streams_completed == 1 and worker.stream_disconnects == 0
+    # the worker thread counts the stream after its last send: wait for it, do not race it
+    await await_until(lambda: worker.streams_completed == 1)
+    assert worker.stream_disconnects == 0
 
 
 def test_unreleased_gate_does_not_block_server_shutdown(worker):
