@@ -983,41 +983,56 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
 # --------------------------------------------------------------------------- profile
 
 
-def summarize_raw(path: Path, top: int = 25) -> str:
-    """Top frames by self and by inclusive samples from py-spy's raw (collapsed) output."""
+def _module_of(frame: str) -> str:
+    """'func (pkg/mod.py:12)' -> a component: the top package, or gateway/<subpackage>."""
+    path = frame.rsplit("(", 1)[-1].split(":", 1)[0].replace(str(ROOT) + "/", "")
+    for marker in ("site-packages/", "lib/python3.11/", "lib/python3.12/"):
+        path = path.split(marker, 1)[-1]
+    parts = path.split("/")
+    if parts[0] == "gateway" and len(parts) > 2:
+        return "gateway/" + parts[1]
+    return parts[0].removesuffix(".py") or "?"
+
+
+def _short(frame: str) -> str:
+    frame = frame.replace(str(ROOT) + "/", "")
+    for marker in ("site-packages/", "lib/python3.11/", "lib/python3.12/"):
+        if marker in frame:
+            head, tail = frame.split("(", 1)
+            return head + "(" + tail.split(marker, 1)[1]
+    return frame
+
+
+def summarize_raw(path: Path, top: int = 20) -> str:
+    """Self time by component and by frame, and inclusive time of gateway frames, from
+    py-spy's raw (collapsed) output."""
     self_c: collections.Counter[str] = collections.Counter()
+    self_mod: collections.Counter[str] = collections.Counter()
     incl: collections.Counter[str] = collections.Counter()
     total = 0
     for line in path.read_text(errors="replace").splitlines():
         stack, _, n = line.rpartition(" ")
-        if not stack or not n.isdigit():
+        frames = [f for f in stack.split(";") if f]
+        if not frames or not n.isdigit():
             continue
         count = int(n)
         total += count
-        frames = [f for f in stack.split(";") if f]
-        if not frames:
-            continue
-
-        def short(f: str) -> str:
-            f = f.replace(str(ROOT) + "/", "").replace(sys.prefix + "/", "")
-            for marker in ("site-packages/", "lib/python3"):
-                if marker in f:
-                    f = f.split(marker, 1)[1]
-            return f
-
-        frames = [short(f) for f in frames]
-        self_c[frames[-1]] += count
-        for f in set(frames):
+        self_c[_short(frames[-1])] += count
+        self_mod[_module_of(frames[-1])] += count
+        for f in {_short(f) for f in frames}:
             incl[f] += count
     if not total:
         return "  (no samples)"
-    lines = [f"  {total} samples", "  top self:"]
+    lines = [f"  {total} samples (idle excluded)", "  self time by component:"]
+    lines += [f"    {100 * c / total:5.1f}%  {m}" for m, c in self_mod.most_common(14)]
+    lines.append("  top self frames:")
     lines += [f"    {100 * c / total:5.1f}%  {f}" for f, c in self_c.most_common(top)]
-    lines.append("  top inclusive (gateway/, starlette, uvicorn, httpx, httpcore, logging, prometheus):")
-    keep = ("gateway/", "starlette", "uvicorn", "httpx", "httpcore", "logging", "prometheus", "anyio", "h11",
-            "asyncio", "orjson", "sqlite", "redis")
-    lines += [f"    {100 * c / total:5.1f}%  {f}" for f, c in incl.most_common(400)
-              if any(k in f for k in keep)][:top]
+    lines.append("  inclusive, below the event loop (gateway/ frames and the HTTP client/server):")
+    skip = ("<module>", "main (", "_serve (", "_run_server", "Server.run", "asyncio_run", "Runner.run",
+            "_run_module_as_main", "_run_code")
+    keep = ("gateway/", "httpx/", "httpcore/", "uvicorn/", "starlette/", "logging/", "prometheus_client/")
+    lines += [f"    {100 * c / total:5.1f}%  {f}" for f, c in incl.most_common(500)
+              if any(k in f for k in keep) and not any(sk in f for sk in skip)][:top]
     return "\n".join(lines)
 
 
@@ -1026,15 +1041,16 @@ async def profile(env: Env, stamp: str) -> str:
     if not pyspy:
         return "PROFILE: skipped (py-spy not installed: pip install py-spy)"
     s = env.settings
-    out = [f"PROFILE of gw-memory with py-spy (--rate 250 --nonblocking, {s.profile_seconds:g}s per workload, "
-           "wrk SendMessage saturation, then back-to-back SSE streams; not measured runs)"]
+    out = [f"PROFILE of gw-memory with py-spy (record --rate 200, blocking mode for whole stacks, "
+           f"{s.profile_seconds:g}s per workload: wrk SendMessage saturation -c{s.wrk_connections}, then back-to-back "
+           "SSE streams; separate from the measured runs)"]
     with gateways(env, 99) as gws:
         port, gw = gws["gw-memory"]
         await probe_target(port)
         for wl in ("SendMessage", "SSE"):
             raw = env.tmp / f"profile-{wl}.txt"
             spy = subprocess.Popen(
-                [pyspy, "record", "--pid", str(gw.pid), "--rate", "250", "--nonblocking",
+                [pyspy, "record", "--pid", str(gw.pid), "--rate", "200",
                  "--duration", str(int(s.profile_seconds)), "--format", "raw", "-o", str(raw)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             try:
@@ -1139,6 +1155,12 @@ async def main_async(s: Settings) -> int:
             profile_text = await profile(env, stamp)
     elapsed = time.monotonic() - started
     notes.append(f"wall time {elapsed:.0f}s")
+    if not runs:
+        text = f"a2a-gateway {machine['gateway']} ({machine['git']}) — {machine['date']}\n{profile_text or ''}"
+        print(text)
+        (RESULTS / f"profile-{stamp}.txt").write_text(text + "\n")
+        print(f"\nsaved to bench/results/profile-{stamp}.txt")
+        return 0
     text, doc = report(runs, s, machine, notes, profile_text)
     print()
     print(text)

@@ -29,7 +29,7 @@ from gateway.observability.metrics import Metrics
 from gateway.a2a.card import WELL_KNOWN_PATHS
 from gateway.proxy import passthrough
 from gateway.proxy.card import CardCache, serve_card
-from gateway.proxy.forward import Router
+from gateway.proxy.forward import BadPathError, Router
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
@@ -45,7 +45,14 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        route = self.router.match(scope["path"], scope.get("raw_path"))
+        try:
+            route = self.router.match(scope["path"], scope.get("raw_path"))
+            if route is not None:
+                route.url(b"")  # the upstream URL must stay on the upstream host
+        except BadPathError as exc:
+            await JSONResponse({"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                          "message": str(exc)}}, 400)(scope, receive, send)
+            return
         if route is None:
             await JSONResponse({"error": "no upstream is mounted at this path"}, 404)(scope, receive, send)
             return

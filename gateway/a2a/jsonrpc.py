@@ -11,6 +11,7 @@ where it could be read.
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +158,8 @@ def parse_request(body: bytes) -> Request | ParseFailure:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _fail(PARSE_ERROR, "Parse error: request body is not valid JSON", None)
+    if isinstance(doc, dict) and isinstance(doc.get("id"), float):
+        doc = json.loads(body)  # keep integer ids beyond 64 bits exact (orjson makes floats)
     if isinstance(doc, list):
         return _fail(INVALID_REQUEST, "Invalid Request: batch requests are not supported", None)
     if not isinstance(doc, dict):
@@ -179,6 +182,22 @@ def parse_request(body: bytes) -> Request | ParseFailure:
 
 def _fail(code: int, message: str, req_id: JsonId) -> ParseFailure:
     return ParseFailure(error_response(req_id, code, message), code)
+
+
+def clean_response(doc: object) -> dict[str, Any] | None:
+    """A worker's JSON-RPC response object with exactly one of ``result`` / ``error``.
+
+    ``"error": null`` (emitted by many JSON-RPC libraries next to a result) counts as absent.
+    Returns ``None`` for anything else: not an object, neither member, or both — such an
+    answer is an invalid agent response and is never relayed unchecked.
+    """
+    if not isinstance(doc, dict):
+        return None
+    if "error" in doc and doc["error"] is None and "result" in doc:
+        doc = {k: v for k, v in doc.items() if k != "error"}
+    if ("result" in doc) == ("error" in doc):
+        return None
+    return doc
 
 
 def error_object(
@@ -217,8 +236,12 @@ def error_response(
 
 
 def dumps(obj: Any) -> bytes:
-    """Serialize a JSON value with orjson (UTF-8 bytes)."""
-    return orjson.dumps(obj)
+    """Serialize a JSON value (UTF-8 bytes): orjson, or the standard library for what orjson
+    cannot write (integers beyond 64 bits, kept exact in client ids)."""
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def request_task_id(info: MethodInfo, params: object) -> str | None:

@@ -90,7 +90,8 @@ class SSEDecoder:
     @property
     def has_pending(self) -> bool:
         """True when bytes of an unfinished event remain (a frame with no closing blank line)."""
-        return bool(self._buf.strip()) or self._saw_field
+        tail = bytes(self._buf).strip()
+        return self._saw_field or (bool(tail) and not tail.startswith(b":"))
 
     def flush(self) -> Event | None:
         """At EOF: the dangling last event, if its fields are complete lines or a final line.

@@ -133,6 +133,8 @@ def normalize_state(raw: object, version: ProtocolVersion) -> Normalized:
         return Normalized(_FROM_V03[raw], family)
     if raw in _DOUBLE_L:
         return Normalized(TaskState.CANCELED, "v03_grpc")
+    if not raw.isascii():  # "faıled" must not fold into FAILED: lookalikes are unknown
+        raise UnknownStateError(raw)
     folded = raw.strip().upper().replace("-", "_").replace(" ", "_").removeprefix("TASK_STATE_")
     state = _FOLDED.get(folded)
     if state is None:

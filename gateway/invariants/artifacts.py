@@ -61,7 +61,7 @@ def clean_snapshot_artifacts(
             continue
         if aid in merged:
             first = merged[aid]
-            first["parts"] = list(first.get("parts") or []) + list(art.get("parts") or [])
+            first["parts"] = _parts(first) + _parts(art)
             changed = True
             continue
         copy = dict(art)
@@ -71,9 +71,15 @@ def clean_snapshot_artifacts(
         known = record.artifacts.get(aid)
         if known is not None and known.sealed and parts_count(art) > known.parts:
             findings.append(Finding("divergence", "artifact_after_last_chunk", f"artifact {aid}"))
-            art["parts"] = list(art["parts"])[: known.parts]
+            art["parts"] = _parts(art)[: known.parts]
             changed = True
         if out is not None:
             sealed = known.sealed if known is not None else False
             out[aid] = ArtifactRecord(sealed=sealed, parts=parts_count(art))
     return result if changed else arts
+
+
+def _parts(artifact: dict[str, Any]) -> list[Any]:
+    """An artifact's ``parts`` as a list (empty when missing or malformed)."""
+    parts = artifact.get("parts")
+    return list(parts) if isinstance(parts, list) else []

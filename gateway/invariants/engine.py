@@ -106,6 +106,8 @@ def wants_terminal_probe(ex: Exchange, code: object) -> bool:
     The shell then asks the worker ``GetTask`` and, if that confirms a terminal state,
     answers with :func:`terminal_error` instead.
     """
+    if not isinstance(code, int) or isinstance(code, bool):
+        return False
     if ex.task_id is None or ex.operation not in _TASK_ACTIONS or code not in _SUSPECT_CODES:
         return False
     wanted = (
@@ -200,6 +202,8 @@ def _normalize(
     """
     if item.kind not in (Kind.TASK, Kind.STATUS):
         return TaskState.UNSPECIFIED, item.obj
+    if "status" in item.obj and not isinstance(item.obj["status"], dict):
+        return None  # a status that is not an object is no state at all: never guessed
     raw = item.raw_state
     try:
         norm = normalize_state(raw, ex.version)
@@ -415,7 +419,7 @@ def _corrected(
     if isinstance(arts, list):
         for art in arts:
             aid = art.get("artifactId") if isinstance(art, dict) else None
-            if aid in record.artifacts:
+            if isinstance(aid, str) and aid in record.artifacts:
                 kept.append(art)
             elif count:
                 findings.append(

@@ -42,6 +42,15 @@ class BodyTooLargeError(Exception):
     """The client's request body passed ``max_body_bytes``; answer HTTP 413."""
 
 
+class ClientGoneError(Exception):
+    """The client disconnected before its request body was complete; nothing is forwarded."""
+
+
+class BadPathError(ValueError):
+    """A request path the gateway refuses (HTTP 400): dot segments, or a path that would not
+    stay below the mount and on the configured upstream host."""
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """A matched request: the upstream and the path below its prefix (starts with ``/``)."""
@@ -50,15 +59,27 @@ class Route:
     path: str
     raw_path: str | None = None
 
-    def url(self, query: bytes) -> str:
+    def url(self, query: bytes) -> httpx.URL:
         """The upstream URL for this request (upstream base URL + rest of path + query).
 
         The rest of the path is taken from the client's raw (still percent-encoded) path when
         available, so ``%2F`` in a task id is not turned into a path separator.
+
+        Raises:
+            BadPathError: the result would not be on the configured upstream host.
         """
         base = self.upstream.url.rstrip("/")
-        url = base + (self.raw_path or self.path)
-        return url + ("?" + query.decode("latin-1") if query else "")
+        text = base + (self.raw_path or self.path)
+        if query:
+            text += "?" + query.decode("latin-1")
+        try:
+            url = httpx.URL(text)
+        except httpx.InvalidURL:
+            raise BadPathError("invalid request path") from None
+        expected = httpx.URL(self.upstream.url)
+        if (url.scheme, url.host, url.port) != (expected.scheme, expected.host, expected.port):
+            raise BadPathError("request path would leave the upstream")  # never an SSRF
+        return url
 
 
 class Router:
@@ -68,13 +89,23 @@ class Router:
         self._mounts = sorted(upstreams, key=lambda u: len(u.prefix), reverse=True)
 
     def match(self, path: str, raw_path: bytes | None = None) -> Route | None:
-        """The :class:`Route` for ``path`` (decoded; ``raw_path`` as sent), or ``None``."""
+        """The :class:`Route` for ``path`` (decoded; ``raw_path`` as sent), or ``None``.
+
+        Raises:
+            BadPathError: a ``.`` or ``..`` segment (which would escape the mount or dodge the
+                JSON-RPC path after normalization), or a raw path whose rest below the prefix
+                does not start with ``/`` (``/agent%2F@evil``).
+        """
+        if any(seg in (".", "..") for seg in path.split("/")):
+            raise BadPathError("dot segments are not allowed in request paths")
         raw = raw_path.decode("latin-1") if raw_path else None
         for up in self._mounts:
             if up.prefix == "/":
                 return Route(up, path or "/", raw or None)
             if path == up.prefix or path.startswith(up.prefix + "/"):
                 rest_raw = raw[len(up.prefix) :] if raw and raw.startswith(up.prefix) else None
+                if rest_raw and not rest_raw.startswith("/"):
+                    raise BadPathError("request path does not continue below the mount")
                 return Route(up, path[len(up.prefix) :] or "/", rest_raw or None)
         return None
 
@@ -87,60 +118,69 @@ def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> set[str]:
     return tokens
 
 
+_FORWARDING = frozenset({"x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "forwarded"})
+
+
 def upstream_request_headers(
-    scope: Scope, *, identity: bool, extra_drop: frozenset[str] = frozenset()
-) -> list[tuple[str, str]]:
-    """Headers to send upstream for a client request.
+    scope: Scope, *, identity: bool, trusted_proxies: Iterable[str] = ()
+) -> list[tuple[bytes, bytes]]:
+    """Headers to send upstream for a client request, as raw bytes (never re-encoded).
 
     Args:
         scope: the ASGI HTTP scope of the client request.
         identity: ask the worker for an uncompressed body (the gateway must read it).
-        extra_drop: further lower-case header names to remove.
+        trusted_proxies: peers whose ``X-Forwarded-*`` / ``Forwarded`` headers are kept; from
+            anyone else they are replaced, so a client cannot spoof them.
 
-    Returns ``(name, value)`` pairs; adds ``X-Forwarded-For``/``-Proto``/``-Host``.
+    Returns ``(name, value)`` pairs; ``X-Forwarded-For`` gets the peer appended, and
+    ``X-Forwarded-Host`` / ``-Proto`` are set when not kept from a trusted proxy.
     """
     raw: list[tuple[bytes, bytes]] = scope["headers"]
-    drop = _NEVER_FORWARD | _connection_tokens(raw) | extra_drop
-    out: list[tuple[str, str]] = []
-    forwarded_for = ""
-    host = ""
+    drop = _NEVER_FORWARD | _connection_tokens(raw)
+    peer = (scope.get("client") or ("", 0))[0]
+    trusted = peer in set(trusted_proxies)
+    out: list[tuple[bytes, bytes]] = []
+    forwarded_for = b""
+    host = b""
     for name_b, value_b in raw:
         name = name_b.decode("latin-1").lower()
-        value = value_b.decode("latin-1")
         if name == "host":
-            host = value
+            host = value_b
         if name == "x-forwarded-for":
-            forwarded_for = value
+            forwarded_for = value_b if trusted else b""
             continue
         if name in drop or (identity and name == "accept-encoding"):
             continue
-        out.append((name, value))
-    client = scope.get("client")
-    if client:
-        forwarded_for = f"{forwarded_for}, {client[0]}" if forwarded_for else client[0]
+        if name in _FORWARDING and not trusted:
+            continue
+        out.append((name_b.lower(), value_b))
+    if peer:
+        forwarded_for = forwarded_for + b", " + peer.encode() if forwarded_for else peer.encode()
     if forwarded_for:
-        out.append(("x-forwarded-for", forwarded_for))
-    if host and not any(n == "x-forwarded-host" for n, _ in out):
-        out.append(("x-forwarded-host", host))
-    if not any(n == "x-forwarded-proto" for n, _ in out):
-        out.append(("x-forwarded-proto", scope.get("scheme", "http")))
+        out.append((b"x-forwarded-for", forwarded_for))
+    if host and not any(n == b"x-forwarded-host" for n, _ in out):
+        out.append((b"x-forwarded-host", host))
+    if not any(n == b"x-forwarded-proto" for n, _ in out):
+        out.append((b"x-forwarded-proto", str(scope.get("scheme", "http")).encode()))
     if identity:
-        out.append(("accept-encoding", "identity"))
+        out.append((b"accept-encoding", b"identity"))
     return out
 
 
 def client_response_headers(
     headers: httpx.Headers, *, drop: Iterable[str] = ()
 ) -> list[tuple[bytes, bytes]]:
-    """Upstream response headers fit for the client: hop-by-hop and ``drop`` removed."""
+    """Upstream response headers fit for the client, as the worker's raw bytes: hop-by-hop and
+    ``drop`` removed."""
     tokens = {t.strip().lower() for t in headers.get("connection", "").split(",") if t.strip()}
     # uvicorn writes its own Date and Server; the worker's copies would be duplicates.
     removed = HOP_BY_HOP | tokens | {"date", "server"} | {d.lower() for d in drop}
-    return [
-        (k.encode("latin-1"), v.encode("latin-1"))
-        for k, v in headers.multi_items()
-        if k.lower() not in removed
-    ]
+    return [(k, v) for k, v in headers.raw if k.decode("latin-1").lower() not in removed]
+
+
+def is_event_stream(headers: httpx.Headers) -> bool:
+    """True when the ``Content-Type`` media type is ``text/event-stream`` (any letter case)."""
+    return headers.get("content-type", "").split(";")[0].strip().lower() == "text/event-stream"
 
 
 async def read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
@@ -167,12 +207,14 @@ async def stream_body(receive: Receive, limit: int) -> AsyncIterator[bytes]:
 
     Raises:
         BodyTooLargeError: more than ``limit`` bytes arrive.
+        ClientGoneError: the client disconnected mid-body (so a truncated body is never sent
+            upstream as if complete).
     """
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return
+            raise ClientGoneError
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:

@@ -30,6 +30,7 @@ from gateway.invariants.admission import CARD_UNAVAILABLE, CardView, admit, forc
 from gateway.invariants.model import Action, Exchange, Mode, Outcome, TaskRecord
 from gateway.proxy.forward import (
     BodyTooLargeError,
+    ClientGoneError,
     Route,
     client_response_headers,
     map_transport_error,
@@ -49,7 +50,7 @@ _BODY_HEADERS = ("content-length", "content-encoding", "content-type")
 
 async def send_json(send: Send, status: int, doc: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     """Send a complete JSON response."""
-    body = orjson.dumps(doc)
+    body = jsonrpc.dumps(doc)
     await send(
         {
             "type": "http.response.start",
@@ -97,6 +98,9 @@ class JsonRpcHandler:
         limits = self.rt.config.limits
         try:
             body = await read_body(self.receive, self.scope, limits.max_body_bytes)
+        except ClientGoneError:
+            self.outcome = "client_disconnected"
+            return
         except BodyTooLargeError:
             self.outcome = "too_large"
             msg = f"request body exceeds {limits.max_body_bytes} bytes"
@@ -195,7 +199,8 @@ class JsonRpcHandler:
         Raises:
             UpstreamError: connection refused, timeout, reset.
         """
-        headers = upstream_request_headers(self.scope, identity=True)
+        headers = upstream_request_headers(
+            self.scope, identity=True, trusted_proxies=self.rt.config.public.trusted_proxies)
         request = self.rt.client.build_request(
             "POST", self.route.url(self.scope.get("query_string", b"")), content=body,
             headers=headers, timeout=timeout_for(self.route.upstream),
@@ -226,9 +231,10 @@ class JsonRpcHandler:
             doc = orjson.loads(content)
         except orjson.JSONDecodeError:
             raise UpstreamError("invalid_response", "worker answered with a body that is not JSON") from None
-        if not isinstance(doc, dict) or not ("result" in doc or "error" in doc):
+        clean = jsonrpc.clean_response(doc)
+        if clean is None:
             raise UpstreamError("invalid_response", "worker answered with a non-JSON-RPC body")
-        return doc
+        return clean
 
     async def answer_json(self, ex: Exchange, req: Request, response: httpx.Response) -> None:
         """Judge a buffered worker answer and send it to the client (also used for a
@@ -247,7 +253,7 @@ class JsonRpcHandler:
             return
         out_doc, changed = await self.judge_answer(ex, req, doc)
         headers = client_response_headers(response.headers, drop=_BODY_HEADERS)
-        body = orjson.dumps(out_doc) if changed else content
+        body = jsonrpc.dumps(out_doc) if changed else content
         await self.send({"type": "http.response.start", "status": response.status_code,
                          "headers": [*headers, *JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
         await self.send({"type": "http.response.body", "body": body})

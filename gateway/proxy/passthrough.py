@@ -18,9 +18,11 @@ import orjson
 from gateway.errors import UpstreamError
 from gateway.proxy.forward import (
     BodyTooLargeError,
+    ClientGoneError,
     Route,
     client_response_headers,
     declared_length,
+    is_event_stream,
     map_transport_error,
     stream_body,
     timeout_for,
@@ -65,7 +67,8 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
     request = rt.client.build_request(
         method,
         route.url(scope.get("query_string", b"")),
-        headers=upstream_request_headers(scope, identity=False),
+        headers=upstream_request_headers(scope, identity=False,
+                                         trusted_proxies=rt.config.public.trusted_proxies),
         content=stream_body(receive, limit) if has_body else None,
         timeout=timeout_for(route.upstream),
     )
@@ -74,6 +77,8 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
     except BodyTooLargeError:
         await _error(send, 413, f"request body exceeds {limit} bytes")
         return "too_large"
+    except ClientGoneError:
+        return "client_disconnected"  # the upstream request was aborted, not sent truncated
     except httpx.HTTPError as exc:
         err: UpstreamError = map_transport_error(exc)
         rt.metrics.upstream_errors.labels(route.upstream.name, err.reason).inc()
@@ -84,7 +89,7 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
     try:
         headers = client_response_headers(response.headers)
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        is_stream = response.headers.get("content-type", "").startswith("text/event-stream")
+        is_stream = is_event_stream(response.headers)
         finished, outcome = await until_disconnect(
             receive, _pipe(rt, route, response, send), stop=rt.draining if is_stream else None
         )

@@ -36,8 +36,13 @@ from gateway.a2a.payloads import Kind, locate
 from gateway.a2a.states import ProtocolVersion, TaskState, UnknownStateError, normalize_state
 from gateway.a2a.sse import Comment, Event, EventTooLargeError, SSEDecoder, encode_comment, encode_event
 from gateway.errors import LedgerError, UpstreamError
-from gateway.invariants.model import Action, Exchange, Mode, StreamState
-from gateway.proxy.forward import client_response_headers, map_transport_error, until_disconnect
+from gateway.invariants.model import Action, Exchange, Finding, Mode, StreamState
+from gateway.proxy.forward import (
+    client_response_headers,
+    is_event_stream,
+    map_transport_error,
+    until_disconnect,
+)
 
 if TYPE_CHECKING:
     from gateway.proxy.jsonrpc import JsonRpcHandler
@@ -79,17 +84,22 @@ class StreamRelay:
         self._cut_error: str | None = None
 
     async def run(self) -> None:
-        """Open the upstream stream and relay it; answers JSON when the worker did."""
+        """Open the upstream stream and relay it; answers JSON when the worker did. A client
+        that leaves before the worker answers releases the upstream request at once."""
         try:
-            response = await self.h._post(self.body, stream=True)
+            finished, response = await until_disconnect(
+                self.h.receive, self.h._post(self.body, stream=True))
         except UpstreamError as exc:
             await self.h.fail_upstream(self.req, exc)
             return
+        if not finished or response is None:
+            self.h.outcome = "client_disconnected"
+            return
         try:
-            ctype = response.headers.get("content-type", "")
-            if response.status_code >= 300 or not ctype.startswith("text/event-stream"):
-                await response.aread()
-                await self.h.answer_json(self.ex, self.req, response)
+            if response.status_code >= 300 or not is_event_stream(response.headers):
+                finished, _ = await until_disconnect(self.h.receive, self._answer_json(response))
+                if not finished:
+                    self.h.outcome = "client_disconnected"
                 return
             await self._relay(response)
         except httpx.HTTPError as exc:
@@ -98,6 +108,10 @@ class StreamRelay:
             await response.aclose()
             for extra in self._responses:
                 await extra.aclose()
+
+    async def _answer_json(self, response: httpx.Response) -> None:
+        await response.aread()
+        await self.h.answer_json(self.ex, self.req, response)
 
     async def _relay(self, response: httpx.Response) -> None:
         started = time.perf_counter()
@@ -245,11 +259,11 @@ class StreamRelay:
         method = "SubscribeToTask" if self.ex.version is ProtocolVersion.V1_0 else "tasks/resubscribe"
         body = {"jsonrpc": "2.0", "id": self.req.id, "method": method, "params": {"id": task_id}}
         try:
-            response = await self.h._post(orjson.dumps(body), stream=True)
+            response = await self.h._post(jsonrpc.dumps(body), stream=True)
         except UpstreamError:
             return False
         self._responses.append(response)
-        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        if not is_event_stream(response.headers):
             await response.aclose()
             return False
         self._chunks = response.aiter_bytes()
@@ -290,10 +304,10 @@ class StreamRelay:
 
     async def _on_event(self, event: Event, *, deliver: bool = True) -> _Next:
         try:
-            doc = orjson.loads(event.data)
+            doc = jsonrpc.clean_response(orjson.loads(event.data))
         except orjson.JSONDecodeError:
             doc = None
-        if not isinstance(doc, dict) or not ("result" in doc or "error" in doc):
+        if doc is None:
             self.rt.metrics.upstream_errors.labels(self.ex.upstream, "invalid_response").inc()
             if deliver:
                 await self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, "worker sent an SSE event that is not a JSON-RPC response")
@@ -303,7 +317,7 @@ class StreamRelay:
             self.rt.metrics.sse_events.labels(self.ex.upstream, "error").inc()
             self.h.outcome = "worker_error"
             if deliver:
-                await self._write(encode_event(orjson.dumps({**doc, "id": self.req.id}), event=event.event))
+                await self._write(encode_event(jsonrpc.dumps({**doc, "id": self.req.id}), event=event.event))
             return _Next.CONTINUE
         result = doc["result"]
         self.rt.metrics.sse_events.labels(self.ex.upstream, locate(result).kind.value).inc()
@@ -323,10 +337,12 @@ class StreamRelay:
         if state is not None and state is not TaskState.UNSPECIFIED:
             self._last_state = state
         same_id = doc.get("id") == self.req.id and type(doc.get("id")) is type(self.req.id)
+        if not same_id:
+            self.rt.count(self.ex, [Finding("divergence", "jsonrpc_id_mismatch", str(doc.get("id")))])
         if outcome.result is result and same_id:
             data: bytes | str = event.data
         else:
-            data = orjson.dumps({**doc, "id": self.req.id, "result": outcome.result})
+            data = jsonrpc.dumps({**doc, "id": self.req.id, "result": outcome.result})
         await self._write(encode_event(data, event=event.event, id=event.id, retry=event.retry))
         if outcome.close:
             self.close_reason = "terminal"
@@ -368,9 +384,9 @@ class StreamRelay:
     async def _write_result(self, result: Any) -> None:
         """A gateway-made event carrying ``result`` with the client's id."""
         doc = {"jsonrpc": "2.0", "id": self.req.id, "result": result}
-        await self._write(encode_event(orjson.dumps(doc)))
+        await self._write(encode_event(jsonrpc.dumps(doc)))
 
     async def _error_event(self, code: int, message: str) -> None:
         self.h.outcome = "stream_error"
         doc = jsonrpc.error_response(self.req.id, code, message, version=self.ex.version)
-        await self._write(encode_event(orjson.dumps(doc), event="error"))
+        await self._write(encode_event(jsonrpc.dumps(doc), event="error"))
