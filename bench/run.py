@@ -1,6 +1,6 @@
 """Benchmark harness: the gateway measured side by side with a direct connection and with nginx.
 
-    python -m bench.run [--quick] [--runs N] [--duration S] [--profile]
+    python -m bench.run [--quick] [--runs N] [--duration S] [--profile] [--calibrate]
 
 One command, one machine, everything on 127.0.0.1. A canned A2A v1.0 worker
 (:mod:`bench.canned_worker`) answers at once; the same workloads go to five targets:
@@ -71,6 +71,7 @@ PY = sys.executable
 HOST = "127.0.0.1"
 TARGETS = ("direct", "nginx", "gw-memory", "gw-sqlite", "gw-redis")
 GATEWAYS = ("gw-memory", "gw-sqlite", "gw-redis")
+CALIBRATION = {"cal-hello": "hello", "cal-httpx": "httpx_proxy", "cal-raw": "raw_proxy"}
 STREAM_EVENTS = 100
 GET_TASK_ID = "t-get-1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -101,6 +102,7 @@ class Settings:
     quick: bool
     profile: bool
     profile_seconds: float
+    calibrate: bool = False
 
 
 # --------------------------------------------------------------------------- processes
@@ -384,7 +386,8 @@ def pct(values: list[float], q: float) -> float:
     return s[k]
 
 
-async def fixed_rate(port: int, rate: float, seconds: float, pool_size: int = 8) -> dict[str, Any]:
+async def fixed_rate(port: int, rate: float, seconds: float, pool_size: int = 8,
+                     check: bool = True) -> dict[str, Any]:
     """SendMessage at a fixed schedule; latency from the moment a request is written."""
     n = int(rate * seconds)
     raws = [raw_request(port, with_id(SEND_BODY, 1000 + i)) for i in range(n)]
@@ -403,7 +406,8 @@ async def fixed_rate(port: int, rate: float, seconds: float, pool_size: int = 8)
             t0 = time.perf_counter()
             status, body = await asyncio.wait_for(conn.request(raws[i]), 10)
             lat.append(time.perf_counter() - t0)
-            problem = check_send(status, body, 1000 + i)
+            problem = check_send(status, body, 1000 + i) if check else (
+                None if status == 200 else f"HTTP {status}")
             if problem:
                 errors[problem[:80]] += 1
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
@@ -539,17 +543,18 @@ def engine_bench(seconds: float, tasks: int = 1000) -> dict[str, Any]:
                     "lastChunk": False}}))
         payloads.append((tid, {"statusUpdate": {**ids, "status": {"state": "TASK_STATE_COMPLETED",
                                                                    "timestamp": ts}}}))
-    check, clock_now = engine.check_payload, time.time
+    check = engine.check_payload
     observations = findings = 0
     deadline = time.perf_counter() + seconds
     started = time.perf_counter()
     while True:
         ledger: dict[str, Any] = {}
         streams: dict[str, StreamState] = {}
+        clock = Clock(time.time(), time.monotonic())  # one per pass: the engine's cost, not the clock's
         for tid, result in payloads:
             record = ledger.get(tid)
             stream = streams.get(tid) or StreamState()
-            outcome = check(ex, stream, record, result, Clock(clock_now(), time.monotonic()))
+            outcome = check(ex, stream, record, result, clock)
             if outcome.record is not None:
                 ledger[tid] = outcome.record
             streams[tid] = outcome.stream or stream
@@ -634,6 +639,7 @@ class Env:
     notes: list[str]
     worker: Proc | None = None
     nginx: Proc | None = None
+    calibration: dict[str, tuple[int, Proc]] = dataclasses.field(default_factory=dict)
 
 
 def child_env() -> dict[str, str]:
@@ -715,6 +721,18 @@ async def measure_run(env: Env, run: int) -> dict[str, Any]:
                           f"p50 {res['p50_ms']:.2f} ms  p99 {res['p99_ms']:.2f} ms  non2xx {res['non2xx']}  "
                           f"sockerr {res['socket_errors']}", flush=True)
                     await asyncio.sleep(0.3)
+                if workload == "SendMessage":
+                    for t, (port, proc) in env.calibration.items():
+                        if s.warmup > 0:
+                            run_wrk(env.wrk, script, port, s.warmup, s)
+                        c0 = cpu_seconds(proc.pid)
+                        res = run_wrk(env.wrk, script, port, s.duration, s)
+                        res["proxy_cpu_us_per_req"] = (cpu_seconds(proc.pid) - c0) / max(1, res["requests"]) * 1e6
+                        out.setdefault("calibration", {}).setdefault("wrk", {})[t] = res
+                        print(f"  run {run + 1} wrk {workload:<11} {t:<10} {res['rps']:>9.0f} req/s  "
+                              f"p50 {res['p50_ms']:.2f} ms  p99 {res['p99_ms']:.2f} ms  non2xx {res['non2xx']}",
+                              flush=True)
+                        await asyncio.sleep(0.3)
         for t in order:
             port, _ = ports[t]
             await fixed_rate(port, s.rate, min(1.0, s.rate_seconds / 4))  # warm-up, discarded
@@ -725,6 +743,13 @@ async def measure_run(env: Env, run: int) -> dict[str, Any]:
             print(f"  run {run + 1} fixed {s.rate:.0f}/s      {t:<10} p50 {res['p50_ms']:.3f} ms  "
                   f"p99 {res['p99_ms']:.3f} ms  p99.9 {res['p999_ms']:.3f} ms  errors {sum(res['errors'].values())}",
                   flush=True)
+        for t, (port, _) in env.calibration.items():
+            check = t != "cal-hello"
+            await fixed_rate(port, s.rate, min(1.0, s.rate_seconds / 4), check=check)
+            res = await fixed_rate(port, s.rate, s.rate_seconds, check=check)
+            out.setdefault("calibration", {}).setdefault("fixed", {})[t] = res
+            print(f"  run {run + 1} fixed {s.rate:.0f}/s      {t:<10} p50 {res['p50_ms']:.3f} ms  "
+                  f"p99 {res['p99_ms']:.3f} ms  errors {sum(res['errors'].values())}", flush=True)
         for t in order:
             port, proc = ports[t]
             await sse_streams(port, max(3, s.sse_streams // 20))  # warm-up, discarded
@@ -764,6 +789,17 @@ def derive(run: dict[str, Any]) -> dict[str, float]:
         if t in fx and "direct" in fx:
             for q in ("p50", "p99", "p999"):
                 d[f"fixed {q} {t}-direct ms"] = fx[t][f"{q}_ms"] - fx["direct"][f"{q}_ms"]
+    cal = run.get("calibration") or {}
+    for t, res in (cal.get("wrk") or {}).items():
+        for base in ("direct", "nginx"):
+            if base in run["wrk"].get("SendMessage", {}):
+                d[f"SendMessage {t}/{base}"] = res["rps"] / run["wrk"]["SendMessage"][base]["rps"]
+        if "gw-memory" in run["wrk"].get("SendMessage", {}):
+            d[f"SendMessage gw-memory/{t}"] = run["wrk"]["SendMessage"]["gw-memory"]["rps"] / res["rps"]
+    for t, res in (cal.get("fixed") or {}).items():
+        if "direct" in fx:
+            for q in ("p50", "p99"):
+                d[f"fixed {q} {t}-direct ms"] = res[f"{q}_ms"] - fx["direct"][f"{q}_ms"]
     sse = run["sse"]
     for t in TARGETS[1:]:
         if t in sse and "direct" in sse:
@@ -929,6 +965,34 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
     vd = verdict(eng, ">=", 200_000)
     verdicts["engine >= 200000 observations/s"] = {"engine": {"value": eng, "verdict": vd}}
     L.append(f"{'engine >= 200,000 observations/s':<52}{fmt(eng, ',.0f') + ' ' + vd:>16}")
+    cal_targets = [t for t in CALIBRATION if any(t in (get(r, "calibration", "wrk") or {}) for r in runs)]
+    if cal_targets:
+        L.append("")
+        L.append("CALIBRATION (--calibrate): one uvicorn worker (uvloop, httptools) on this machine, same wrk and")
+        L.append("fixed-rate settings. cal-hello answers a fixed body (no upstream); cal-httpx relays with httpx and")
+        L.append("the gateway's pool limits, nothing else; cal-raw relays over a raw asyncio keep-alive pool.")
+        head = f"{'figure':<40}" + "".join(f"{t:>{w}}" for t in cal_targets) + f"{'gw-memory':>{w}}"
+        L.append(head)
+        L.append("-" * len(head))
+
+        def crow(label: str, key: str, spec: str, kind: str = "wrk") -> None:
+            cells = [f"{fmt(med(runs, 'calibration', kind, t, key), spec):>{w}}" for t in cal_targets]
+            gw = med(runs, kind, "SendMessage", "gw-memory", key) if kind == "wrk" else med(runs, kind, "gw-memory", key)
+            L.append(f"{label:<40}" + "".join(cells) + f"{fmt(gw, spec):>{w}}")
+
+        crow("SendMessage saturation req/s (wrk)", "rps", ".0f")
+        crow("  latency p50 ms (wrk)", "p50_ms", ".2f")
+        crow("  server CPU us/request", "proxy_cpu_us_per_req", ".0f")
+        crow(f"fixed {s.rate:g}/s p50 ms", "p50_ms", ".3f", "fixed")
+        crow("  p99 ms", "p99_ms", ".3f", "fixed")
+        L.append(f"{'  added p50 vs direct ms':<40}" + "".join(
+            f"{fmt(derived.get(f'fixed p50 {t}-direct ms'), '.3f'):>{w}}" for t in cal_targets)
+            + f"{fmt(derived.get('fixed p50 gw-memory-direct ms'), '.3f'):>{w}}")
+        L.append(f"{'  req/s / nginx req/s':<40}" + "".join(
+            f"{fmt(derived.get(f'SendMessage {t}/nginx'), '.3f'):>{w}}" for t in cal_targets)
+            + f"{fmt(derived.get('SendMessage gw-memory/nginx'), '.3f'):>{w}}")
+        L.append(f"{'  gw-memory req/s / this':<40}" + "".join(
+            f"{fmt(derived.get(f'SendMessage gw-memory/{t}'), '.3f'):>{w}}" for t in cal_targets))
     L.append("")
     L.append("ODDITIES (gateway /metrics after each run, gateway logs, client-side checks)")
     odd = False
@@ -1147,6 +1211,17 @@ async def main_async(s: Settings) -> int:
                                        "-g", "daemon off;"], tmp / "nginx.out")
             stack.callback(env.nginx.stop)
             wait_port(env.nginx_port, env.nginx)
+        if s.calibrate:
+            cal_env = {**child_env(), "CALIBRATION_UPSTREAM_PORT": str(env.worker_port)}
+            for t, app in CALIBRATION.items():
+                port = free_port()
+                proc = Proc(t, [PY, "-m", "uvicorn", f"bench.calibration_apps:{app}", "--host", HOST,
+                                "--port", str(port), "--log-level", "warning", "--no-access-log"],
+                            tmp / f"{t}.log", cwd=ROOT, env=cal_env)
+                stack.callback(proc.stop)
+                env.calibration[t] = (port, proc)
+            for t, (port, proc) in env.calibration.items():
+                wait_port(port, proc)
         for r in range(s.runs):
             print(f"run {r + 1}/{s.runs} ...", flush=True)
             runs.append(await measure_run(env, r))
@@ -1182,6 +1257,9 @@ def main() -> None:
     parser.add_argument("--wrk-threads", type=int, default=1)
     parser.add_argument("--wrk-connections", type=int, default=32)
     parser.add_argument("--profile", action="store_true", help="also profile gw-memory with py-spy")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="also measure bare uvicorn, a minimal httpx proxy and a minimal raw-asyncio "
+                        "proxy (SendMessage saturation and fixed rate; adds ~50 s per run)")
     args = parser.parse_args()
     q = args.quick
     s = Settings(
@@ -1190,7 +1268,7 @@ def main() -> None:
         rate=args.rate, rate_seconds=args.rate_seconds or (2 if q else 5),
         sse_streams=args.sse_streams or (30 if q else 200), engine_seconds=0.5 if q else 2.0,
         wrk_threads=args.wrk_threads, wrk_connections=args.wrk_connections, quick=q,
-        profile=args.profile, profile_seconds=5 if q else 10,
+        profile=args.profile, profile_seconds=5 if q else 10, calibrate=args.calibrate,
     )
     if s.runs < 0 or s.duration <= 0 or s.rate <= 0:
         parser.error("runs >= 0, duration > 0 and rate > 0")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from collections.abc import AsyncIterator
 
@@ -20,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from gateway.config import GatewayConfig
-from gateway.errors import LedgerError
+from gateway.config import GatewayConfig, load_config
+from gateway.errors import ConfigError, LedgerError
 from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
 from gateway.observability.logging import get_logger
@@ -29,7 +30,7 @@ from gateway.observability.metrics import Metrics
 from gateway.a2a.card import WELL_KNOWN_PATHS
 from gateway.proxy import passthrough
 from gateway.proxy.card import CardCache, serve_card
-from gateway.proxy.forward import BadPathError, Router
+from gateway.proxy.forward import BadPathError
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
@@ -40,13 +41,12 @@ class ProxyApp:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self.router = Router(runtime.config.upstreams)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         try:
-            route = self.router.match(scope["path"], scope.get("raw_path"))
+            route = self.rt.router.match(scope["path"], scope.get("raw_path"))
             if route is not None:
                 route.url(b"")  # the upstream URL must stay on the upstream host
         except BadPathError as exc:
@@ -86,12 +86,29 @@ async def _prune_forever(rt: Runtime) -> None:
             rt.log.info("ledger_pruned", extra={"backend": rt.ledger.backend, "deleted": deleted})
 
 
+async def _reload(rt: Runtime, path: str) -> bool:
+    """Re-read the config file and apply it (SIGHUP). An invalid file is refused, logged and
+    counted, and the config in force stays. Returns True when applied."""
+    try:
+        new = load_config(path)
+    except ConfigError as err:
+        rt.metrics.config_reloads.labels("refused").inc()
+        rt.log.error("config_reload_refused", extra={"path": path, "problems": err.problems})
+        return False
+    kept = rt.apply_config(new, cards=CardCache)
+    await asyncio.gather(*(rt.cards[name].refresh() for name in rt.cards if name not in kept))
+    rt.metrics.config_reloads.labels("applied").inc()
+    rt.log.info("config_reloaded", extra={"path": path, "upstreams": [u.name for u in new.upstreams]})
+    return True
+
+
 def build_app(
     config: GatewayConfig,
     *,
     ledger: TaskLedger | None = None,
     client: httpx.AsyncClient | None = None,
     registry: CollectorRegistry | None = None,
+    config_path: str | None = None,
 ) -> Starlette:
     """Build the gateway application.
 
@@ -102,6 +119,9 @@ def build_app(
         client: the upstream HTTP client (default: a pooled ``httpx.AsyncClient``); a client
             passed in is not closed by the app.
         registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
+        config_path: the file ``config`` came from; when given, SIGHUP re-reads it and
+            replaces upstreams and policies without dropping open streams (listen address and
+            ledger changes need a restart).
 
     Returns:
         A Starlette app; ``app.state.runtime`` is the shared :class:`Runtime`.
@@ -116,7 +136,7 @@ def build_app(
         follow_redirects=False,
     )
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
-    runtime.cards.update({u.name: CardCache(runtime, u) for u in config.upstreams})
+    runtime.apply_config(config, cards=CardCache)
     ready = {"value": False}
 
     @contextlib.asynccontextmanager
@@ -124,10 +144,15 @@ def build_app(
         await _open_ledger(runtime)
         await asyncio.gather(*(card.refresh() for card in runtime.cards.values()))
         pruner = asyncio.ensure_future(_prune_forever(runtime))
+        if config_path is not None:
+            asyncio.get_running_loop().add_signal_handler(
+                signal.SIGHUP, lambda: asyncio.ensure_future(_reload(runtime, config_path)))
         ready["value"] = True
         try:
             yield
         finally:
+            if config_path is not None:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             ready["value"] = False
             pruner.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -183,7 +183,7 @@ def _serve(args: argparse.Namespace) -> int:
     get_logger().info("starting", extra={
         "listen": f"{config.listen.host}:{config.listen.port}", "mode": config.mode,
         "ledger": config.ledger.url, "upstreams": {u.prefix: u.url for u in config.upstreams}})
-    return _run_server(config)
+    return _run_server(config, args.config)
 
 
 async def _check_ledger(url: str) -> str | None:
@@ -200,7 +200,7 @@ async def _check_ledger(url: str) -> str | None:
     return None
 
 
-def _run_server(config: object) -> int:
+def _run_server(config: object, config_path: str | None) -> int:
     """Run uvicorn; at shutdown open streams end cleanly before uvicorn waits for the rest."""
     import math
 
@@ -208,7 +208,7 @@ def _run_server(config: object) -> int:
 
     from gateway.app import build_app
 
-    app = build_app(config)  # type: ignore[arg-type]
+    app = build_app(config, config_path=config_path)  # type: ignore[arg-type]
     runtime = app.state.runtime
 
     class Server(uvicorn.Server):

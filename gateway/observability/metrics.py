@@ -21,6 +21,7 @@ metric                                                 labels
 ``a2a_gateway_card_local_urls_total``                  upstream
 ``a2a_gateway_card_signatures_stripped_total``         upstream
 ``a2a_gateway_stream_resubscribes_total``              upstream, outcome
+``a2a_gateway_config_reloads_total``                   outcome
 ``a2a_gateway_tracked_tasks``                          state
 ``a2a_gateway_ledger_operation_duration_seconds``      backend, operation
 ``a2a_gateway_ledger_errors_total``                    backend, operation
@@ -144,6 +145,12 @@ class Metrics:
             "Upstream streams cut before their task ended, by what the gateway did "
             "(resubscribed, terminal_snapshot, gave_up)",
             ["upstream", "outcome"],
+            registry=registry,
+        )
+        self.config_reloads = Counter(
+            "a2a_gateway_config_reloads_total",
+            "Config reloads on SIGHUP, by outcome (applied, refused)",
+            ["outcome"],
             registry=registry,
         )
         self.tracked_tasks = Gauge(

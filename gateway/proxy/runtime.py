@@ -40,6 +40,7 @@ from gateway.invariants.model import (
 )
 from gateway.ledger.base import TaskLedger, VersionConflictError
 from gateway.observability.metrics import Metrics
+from gateway.proxy.forward import Router
 
 if TYPE_CHECKING:
     from gateway.proxy.card import CardCache
@@ -59,6 +60,36 @@ class Runtime:
     log: logging.Logger
     draining: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
+    router: Router = dataclasses.field(default_factory=lambda: Router(()))
+
+    def apply_config(self, config: GatewayConfig, *, cards: Callable[..., CardCache]) -> set[str]:
+        """Put ``config`` in force: routing, policies, one card cache per upstream.
+
+        Requests already running keep the route and upstream they started with; a card cache
+        whose upstream URL and card settings did not change is kept (with its card). The listen
+        address and the ledger cannot change while running: they keep their old values (a
+        warning says so). Returns the names of the upstreams whose cache was kept.
+        """
+        old = getattr(self, "config", None)
+        if old is not None and (old.listen != config.listen or old.ledger != config.ledger):
+            self.log.warning("config_needs_restart", extra={"keys": ["listen", "ledger"]})
+            config = config.model_copy(update={"listen": old.listen, "ledger": old.ledger})
+        kept: set[str] = set()
+        fresh: dict[str, CardCache] = {}
+        for upstream in config.upstreams:
+            current = self.cards.get(upstream.name)
+            same = current is not None and (current.upstream.url, current.upstream.card) == (
+                upstream.url, upstream.card)
+            if current is not None and same:
+                current.upstream = upstream
+                fresh[upstream.name] = current
+                kept.add(upstream.name)
+            else:
+                fresh[upstream.name] = cards(self, upstream)
+        self.config = config
+        self.cards = fresh
+        self.router = Router(config.upstreams)
+        return kept
 
     def begin_drain(self) -> None:
         """Shutdown has begun: readiness turns 503 and open streams end cleanly."""

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from tests.support.scripted_worker import Event, Gate, ScriptedWorker
-from tests.support.servers import free_port, serve_in_thread, subprocess_server
+from tests.support.servers import free_port, serve_in_thread, subprocess_server, wait_until
 
 
 @pytest.fixture
@@ -104,3 +104,47 @@ def test_ledger_cli_reads_what_the_gateway_stored(worker: tuple[ScriptedWorker, 
     missing = subprocess.run([sys.executable, "-m", "gateway", "ledger", "stats", "--ledger",
                               f"sqlite:///{tmp_path}/nope.db"], capture_output=True, text=True, timeout=30)
     assert missing.returncode == 1 and not (tmp_path / "nope.db").exists()
+
+
+def test_sighup_reloads_config_without_dropping_open_streams(tmp_path: Path) -> None:
+    first, second = ScriptedWorker(), ScriptedWorker()
+    gate = Gate(timeout=20)
+    first.on("SendStreamingMessage", sse=[
+        Event(result={"task": {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}}),
+        gate,
+        Event(result={"statusUpdate": {"taskId": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_COMPLETED"}}}),
+    ])
+    second.on("GetTask", json_result={"id": "t-2", "contextId": "c-2", "status": {"state": "working"}}, times=None)
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+
+    def write(upstreams: str) -> None:
+        config.write_text(f"listen: {{port: {port}}}\nledger: {{url: memory}}\nupstreams:\n{upstreams}")
+
+    with serve_in_thread(first) as w1, serve_in_thread(second) as w2:
+        write(f"  - {{name: a, url: '{w1.url}/', prefix: /a}}\n")
+        url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
+        with subprocess_server(cmd, url + "/readyz") as proc, httpx.Client(trust_env=False, timeout=10) as client:
+            body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+                "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}})
+            get = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "t-2"}}
+            with client.stream("POST", url + "/a/", content=body,
+                               headers={"A2A-Version": "1.0", "content-type": "application/json"}) as r:
+                chunks = r.iter_raw()
+                assert b"t-1" in next(chunks)
+                assert client.post(url + "/b/", json=get).status_code == 404  # not mounted yet
+                write(f"  - {{name: a, url: '{w1.url}/', prefix: /a}}\n"
+                      f"  - {{name: b, url: '{w2.url}/', prefix: /b}}\n")
+                proc.send_signal(signal.SIGHUP)
+                wait_until(lambda: 'a2a_gateway_config_reloads_total{outcome="applied"} 1.0'
+                           in client.get(url + "/metrics").text)
+                assert client.post(url + "/b/", json=get).json()["result"]["status"]["state"] == "TASK_STATE_WORKING"
+                write("  - {name: a, url: 'ftp://nope', prefix: /a}\n")  # invalid: refused
+                proc.send_signal(signal.SIGHUP)
+                wait_until(lambda: 'a2a_gateway_config_reloads_total{outcome="refused"} 1.0'
+                           in client.get(url + "/metrics").text)
+                assert "result" in client.post(url + "/b/", json=get).json()  # old config in force
+                gate.release()
+                rest = b"".join(chunks)
+            assert b"TASK_STATE_COMPLETED" in rest  # the stream opened before the reloads finished normally
