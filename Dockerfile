@@ -1,26 +1,46 @@
-# a2a-gateway container image: one uvicorn worker per container, non-root.
+# a2a-gateway container image: one uvicorn worker per container, non-root (uid/gid 10001).
 # Build:  docker build -t a2a-gateway .
 # Run:    docker run -p 8080:8080 -v $PWD/gateway.yaml:/etc/a2a-gateway/gateway.yaml \
 #             -v a2a-gateway-data:/var/lib/a2a-gateway a2a-gateway
-FROM python:3.11-slim AS build
+# Overrides: arguments after the image name replace CMD, e.g.
+#             docker run a2a-gateway serve --config /etc/a2a-gateway/gateway.yaml --ledger redis://redis:6379/0
+#           (the gateway reads no environment variables; --host, --port, --mode and --ledger
+#           override the config file). Lint: hadolint Dockerfile (tests/deploy/test_image.py).
+
+# ---- build: install the package and its dependencies into /install ------------------------
+FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
-RUN pip install --no-cache-dir --prefix=/install .
+# `pip install .` from the build context; tests/deploy/test_image.py runs this same line.
+RUN pip install --no-cache-dir --disable-pip-version-check --prefix=/install .
 
-FROM python:3.11-slim
+# ---- runtime ----------------------------------------------------------------------------------
+FROM python:3.11-slim-bookworm
+LABEL org.opencontainers.image.title="a2a-gateway" \
+      org.opencontainers.image.description="ASGI gateway for the A2A (Agent2Agent) protocol" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# No .pyc writes at run time (the root filesystem may be read-only); logs leave unbuffered.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
 COPY --from=build /install /usr/local
-RUN useradd --system --uid 10001 --no-create-home gateway \
+RUN groupadd --system --gid 10001 gateway \
+    && useradd --system --no-log-init --uid 10001 --gid 10001 --no-create-home \
+       --home-dir /var/lib/a2a-gateway --shell /usr/sbin/nologin gateway \
     && mkdir -p /etc/a2a-gateway /var/lib/a2a-gateway \
-    && chown gateway /var/lib/a2a-gateway \
-    && printf 'listen:\n  host: 0.0.0.0\n  port: 8080\nupstreams:\n  - name: worker\n    url: http://127.0.0.1:9999/\nledger:\n  url: sqlite:////var/lib/a2a-gateway/ledger.db\n' \
-       > /etc/a2a-gateway/gateway.yaml
+    && chown 10001:10001 /var/lib/a2a-gateway
+# The sidecar config (worker on 127.0.0.1:9999, SQLite ledger in the volume); mount your own
+# file over it. Every key: config/gateway.example.yaml.
+COPY deploy/docker/gateway.yaml /etc/a2a-gateway/gateway.yaml
 # The embedded SQLite ledger lives here; mount a volume to keep it across container restarts.
 VOLUME /var/lib/a2a-gateway
 WORKDIR /var/lib/a2a-gateway
-USER gateway
+# Numeric, so Kubernetes' runAsNonRoot can verify it without a runAsUser.
+USER 10001:10001
 EXPOSE 8080
-HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
+# /healthz answers once start-up (ledger open, first Agent Card fetch) is done; the
+# start period covers a slow first card fetch. It assumes the default port 8080.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status == 200 else 1)"]
 ENTRYPOINT ["a2a-gateway"]
 CMD ["serve", "--config", "/etc/a2a-gateway/gateway.yaml"]

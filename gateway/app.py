@@ -33,6 +33,7 @@ from gateway.proxy.card import CardCache, serve_card
 from gateway.proxy.forward import BadPathError
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.runtime import Runtime
+from gateway.proxy.transport import UpstreamTransport
 from gateway.proxy.types import Receive, Scope, Send
 
 
@@ -130,11 +131,8 @@ def build_app(
     metrics = Metrics(registry)
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks)
     own_client = client is None
-    http = client or httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
-        trust_env=False,
-        follow_redirects=False,
-    )
+    transport = UpstreamTransport()
+    http = client or httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False)
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
     runtime.apply_config(config, cards=CardCache)
     ready = {"value": False}
@@ -184,4 +182,5 @@ def build_app(
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    app.state.transport = transport  # in_flight: upstream responses not yet closed
     return app
