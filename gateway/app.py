@@ -33,7 +33,7 @@ from gateway.proxy.card import CardCache, serve_card
 from gateway.proxy.forward import BadPathError
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.runtime import Runtime
-from gateway.proxy.transport import UpstreamTransport
+from gateway.proxy.transport import UpstreamClient, UpstreamTransport
 from gateway.proxy.types import Receive, Scope, Send
 
 
@@ -48,8 +48,6 @@ class ProxyApp:
             return
         try:
             route = self.rt.router.match(scope["path"], scope.get("raw_path"))
-            if route is not None:
-                route.url(b"")  # the upstream URL must stay on the upstream host
         except BadPathError as exc:
             await JSONResponse({"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                           "message": str(exc)}}, 400)(scope, receive, send)
@@ -107,7 +105,7 @@ def build_app(
     config: GatewayConfig,
     *,
     ledger: TaskLedger | None = None,
-    client: httpx.AsyncClient | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
     registry: CollectorRegistry | None = None,
     config_path: str | None = None,
 ) -> Starlette:
@@ -117,8 +115,9 @@ def build_app(
         config: the validated configuration.
         ledger: the task ledger (default: the one ``ledger.url`` names). The app opens it at
             start-up (flagging live tasks for a resync) and closes it at shutdown.
-        client: the upstream HTTP client (default: a pooled ``httpx.AsyncClient``); a client
-            passed in is not closed by the app.
+        transport: the upstream transport (default: :class:`UpstreamTransport`, aiohttp's
+            pool behind httpx's API; tests may pass ``httpx.MockTransport``). Closed at
+            shutdown.
         registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
         config_path: the file ``config`` came from; when given, SIGHUP re-reads it and
             replaces upstreams and policies without dropping open streams (listen address and
@@ -130,9 +129,8 @@ def build_app(
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks)
-    own_client = client is None
-    transport = UpstreamTransport()
-    http = client or httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False)
+    transport = transport or UpstreamTransport()
+    http = UpstreamClient(transport)
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
     runtime.apply_config(config, cards=CardCache)
     ready = {"value": False}
@@ -155,8 +153,7 @@ def build_app(
             pruner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pruner
-            if own_client:
-                await http.aclose()
+            await http.aclose()
             await ledger.close()
 
     async def healthz(request: Request) -> Response:

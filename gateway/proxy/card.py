@@ -193,8 +193,13 @@ class CardCache:
         return "not_modified" if card.etag == old.etag else "changed"
 
     async def _get(self, path: str, headers: dict[str, str]) -> httpx.Response:
-        return await self.rt.client.get(self._url(path), headers=headers,
-                                        timeout=timeout_for(self.upstream))
+        response = await self.rt.client.send("GET", self._url(path), headers=headers,
+                                             timeout=timeout_for(self.upstream))
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+        return response
 
     def _build(self, doc: dict[str, Any], response: httpx.Response, now: float) -> CachedCard:
         worker_etag = response.headers.get("etag")

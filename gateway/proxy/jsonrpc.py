@@ -193,7 +193,7 @@ class JsonRpcHandler:
             return
         await self.answer_json(ex, req, response)
 
-    async def _post(self, body: bytes, *, stream: bool, accept_sse: bool = False) -> httpx.Response:
+    async def _post(self, body: bytes, *, stream: bool) -> httpx.Response:
         """POST ``body`` to the route's upstream; the caller closes a streamed response.
 
         Raises:
@@ -201,14 +201,20 @@ class JsonRpcHandler:
         """
         headers = upstream_request_headers(
             self.scope, identity=True, trusted_proxies=self.rt.config.public.trusted_proxies)
-        request = self.rt.client.build_request(
-            "POST", self.route.url(self.scope.get("query_string", b"")), content=body,
-            headers=headers, timeout=timeout_for(self.route.upstream),
-        )
         try:
-            return await self.rt.client.send(request, stream=stream)
+            response = await self.rt.client.send(
+                "POST", self.route.url(self.scope.get("query_string", b"")), headers=headers,
+                content=body, timeout=timeout_for(self.route.upstream))
         except httpx.HTTPError as exc:
             raise map_transport_error(exc) from None
+        if not stream:
+            try:
+                await response.aread()
+            except httpx.HTTPError as exc:
+                raise map_transport_error(exc) from None
+            finally:
+                await response.aclose()
+        return response
 
     async def fail_upstream(self, req: Request, exc: UpstreamError) -> None:
         """Answer a worker transport failure: -32603 with the client's id, HTTP 502/504."""

@@ -64,16 +64,15 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
         return "too_large"
     method = scope["method"]
     has_body = method not in ("GET", "HEAD", "DELETE", "OPTIONS")
-    request = rt.client.build_request(
-        method,
-        route.url(scope.get("query_string", b"")),
-        headers=upstream_request_headers(scope, identity=False,
-                                         trusted_proxies=rt.config.public.trusted_proxies),
-        content=stream_body(receive, limit) if has_body else None,
-        timeout=timeout_for(route.upstream),
-    )
     try:
-        response = await rt.client.send(request, stream=True)
+        response = await rt.client.send(
+            method,
+            route.url(scope.get("query_string", b"")),
+            headers=upstream_request_headers(scope, identity=False,
+                                             trusted_proxies=rt.config.public.trusted_proxies),
+            content=stream_body(receive, limit) if has_body else None,
+            timeout=timeout_for(route.upstream),
+        )
     except BodyTooLargeError:
         await _error(send, 413, f"request body exceeds {limit} bytes")
         return "too_large"

@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
 
 from gateway.a2a.jsonrpc import Operation
 from gateway.config import GatewayConfig
@@ -44,6 +43,7 @@ from gateway.proxy.forward import Router
 
 if TYPE_CHECKING:
     from gateway.proxy.card import CardCache
+    from gateway.proxy.transport import UpstreamClient
 
 _CAS_ATTEMPTS = 8
 T = TypeVar("T")
@@ -55,7 +55,7 @@ class Runtime:
 
     config: GatewayConfig
     ledger: TaskLedger
-    client: httpx.AsyncClient
+    client: UpstreamClient
     metrics: Metrics
     log: logging.Logger
     draining: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)

@@ -113,6 +113,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             connector = aiohttp.TCPConnector(limit=self._max, keepalive_timeout=30)
             self._session = aiohttp.ClientSession(
                 connector=connector, trust_env=False, auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),  # a proxy never keeps or replays cookies
                 skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
             )
         return self._session
@@ -151,3 +152,42 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+class UpstreamClient:
+    """Sends one request to a worker and returns the streaming response — nothing more.
+
+    Unlike ``httpx.AsyncClient`` it keeps no cookie jar (a proxy must never store a worker's
+    ``Set-Cookie`` and replay it for other clients), follows no redirects and merges nothing
+    into the request: what the proxy built is what goes out.
+
+    Args:
+        transport: the transport to send with (default :class:`UpstreamTransport`; tests may
+            pass ``httpx.MockTransport``).
+    """
+
+    def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.transport = transport or UpstreamTransport()
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: list[tuple[bytes, bytes]] | dict[str, str],
+        timeout: httpx.Timeout,
+        content: bytes | AsyncIterator[bytes] | None = None,
+    ) -> httpx.Response:
+        """Send and return the response with its body still streaming (close it, or
+        ``await response.aread()``).
+
+        Raises:
+            httpx.HTTPError: the transport failed (see the module docstring for the classes).
+        """
+        request = httpx.Request(method, url, headers=headers, content=content,
+                                extensions={"timeout": timeout.as_dict()})
+        return await self.transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Close the transport's connections."""
+        await self.transport.aclose()

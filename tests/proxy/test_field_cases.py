@@ -638,3 +638,18 @@ def test_client_that_abandons_a_blocking_call_releases_the_worker_request(h: Har
     wait_until(lambda: h.worker.stream_closed.is_set())
     gate.release()
     wait_until(lambda: h.metric("a2a_gateway_requests_total", method="SendMessage", outcome="client_disconnected") == 1)
+
+
+def test_worker_cookies_are_relayed_but_never_kept_or_replayed(h: Harness) -> None:
+    """A proxy is shared by many clients: a worker's Set-Cookie goes to the client that got it
+    and is never stored by the gateway and sent upstream for someone else."""
+    answer = orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": task("t-c", "TASK_STATE_WORKING")})
+    h.worker.on("GetTask", raw=(200, {"content-type": "application/json",
+                                      "set-cookie": "session=alice-secret; Path=/"}, answer))
+    first = httpx.post(h.gateway.url + "/", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask",
+                                                  "params": {"id": "t-c"}}, headers=V1, trust_env=False)
+    assert first.headers["set-cookie"].startswith("session=alice-secret")
+    h.worker.on("GetTask", json_result=task("t-c", "TASK_STATE_WORKING"))
+    httpx.post(h.gateway.url + "/", json={"jsonrpc": "2.0", "id": 2, "method": "GetTask",
+                                          "params": {"id": "t-c"}}, headers=V1, trust_env=False)
+    assert "cookie" not in h.worker.calls("GetTask")[1].headers
