@@ -46,7 +46,18 @@ if TYPE_CHECKING:
     from gateway.proxy.transport import UpstreamClient
 
 _CAS_ATTEMPTS = 8
+_OBSERVATION_WRITE_SECONDS = 1.0
 T = TypeVar("T")
+
+
+def _only_fresher(old: TaskRecord | None, new: TaskRecord) -> bool:
+    """True when ``new`` differs from ``old`` only by an observation time less than a second
+    later: the write is skipped (a stream of WORKING updates does not rewrite the record per
+    event). Observation times only matter at heartbeat granularity (seconds)."""
+    if old is None or new.observed_at - old.observed_at >= _OBSERVATION_WRITE_SECONDS:
+        return False
+    return dataclasses.replace(new, observed_at=old.observed_at,
+                               observed_monotonic=old.observed_monotonic, version=old.version) == old
 
 
 @dataclass
@@ -191,7 +202,7 @@ class Runtime:
             if task_id is not None:
                 record = await self.ledger_call("get", lambda: self.ledger.get(ex.upstream, task_id))
             outcome = engine.check_payload(ex, stream, record, result, self.clock())
-            if outcome.record is None:
+            if outcome.record is None or _only_fresher(record, outcome.record):
                 return outcome
             try:
                 await self.store(outcome.record, record.version if record else 0)
