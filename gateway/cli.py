@@ -56,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--card-ttl", metavar="SECONDS", type=float, default=None,
                        help="Agent Card freshness when the worker sends no max-age "
                        "(default 300; sidecar form)")
+    serve.add_argument("--shutdown-grace", metavar="SECONDS", type=float, default=None,
+                       help="after SIGTERM, how long requests and open streams may run on "
+                       "before streams are closed cleanly (default 30, or "
+                       "listen.shutdown_grace_seconds)")
     serve.add_argument("--ledger", metavar="URL",
                        help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH or "
                        "redis://HOST:PORT/DB (default sqlite:.a2a-gateway/ledger.db, or ledger.url)")
@@ -158,6 +162,8 @@ def _serve(args: argparse.Namespace) -> int:
                 data["mode"] = args.mode
             if args.ledger:
                 data["ledger"]["url"] = args.ledger
+            if args.shutdown_grace is not None:
+                data["listen"]["shutdown_grace_seconds"] = args.shutdown_grace
             config = parse_config(data)
         else:
             config = sidecar_config(args.upstream, host=args.host or "127.0.0.1",
@@ -166,6 +172,10 @@ def _serve(args: argparse.Namespace) -> int:
                                     ledger=args.ledger or DEFAULT_LEDGER_URL,
                                     heartbeat_seconds=args.heartbeat_interval or 30.0,
                                     card_ttl_seconds=args.card_ttl or 300.0)
+            if args.shutdown_grace is not None:
+                data = config.model_dump(mode="json")
+                data["listen"]["shutdown_grace_seconds"] = args.shutdown_grace
+                config = parse_config(data)
     except ConfigError as err:
         for line in err.problems:
             print(line, file=sys.stderr)
@@ -225,7 +235,8 @@ def _run_server(config: object, config_path: str | None) -> int:
     server = Server(uvicorn.Config(
         app, host=listen.host, port=listen.port, log_config=None, access_log=False,
         proxy_headers=False,  # public.trusted_proxies decides whom to believe, not uvicorn
-        timeout_graceful_shutdown=math.ceil(listen.shutdown_grace_seconds),
+        # uvicorn's own deadline comes after ours, so streams are closed by us, cleanly
+        timeout_graceful_shutdown=math.ceil(listen.shutdown_grace_seconds) + 2,
     ))
     server.run()
     return 0 if server.started else 3

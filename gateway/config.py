@@ -27,8 +27,9 @@ class ListenConfig(_Frozen):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
-    """At shutdown, open streams end at once (cleanly); unary requests get this long."""
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0)
+    """After SIGTERM, in-flight requests and open streams get this long to finish; streams
+    still open then are closed cleanly (an SSE comment, then the end of the body)."""
 
 
 class TimeoutConfig(_Frozen):

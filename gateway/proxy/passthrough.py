@@ -90,9 +90,9 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         is_stream = is_event_stream(response.headers)
         finished, outcome = await until_disconnect(
-            receive, _pipe(rt, route, response, send), stop=rt.draining if is_stream else None
+            receive, _pipe(rt, route, response, send), stop=rt.drain_expired if is_stream else None
         )
-        if not finished and rt.draining.is_set():
+        if not finished and rt.drain_expired.is_set():
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return "shutdown"
     finally:

@@ -70,6 +70,7 @@ class Runtime:
     metrics: Metrics
     log: logging.Logger
     draining: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    drain_expired: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
 
@@ -103,10 +104,14 @@ class Runtime:
         return kept
 
     def begin_drain(self) -> None:
-        """Shutdown has begun: readiness turns 503 and open streams end cleanly."""
-        if not self.draining.is_set():
-            self.log.info("draining", extra={"open_streams_end": True})
+        """Shutdown has begun: readiness turns 503 at once; after
+        ``listen.shutdown_grace_seconds`` open streams are ended cleanly (call in the loop)."""
+        if self.draining.is_set():
+            return
+        grace = self.config.listen.shutdown_grace_seconds
+        self.log.info("draining", extra={"grace_s": grace})
         self.draining.set()
+        asyncio.get_running_loop().call_later(grace, self.drain_expired.set)
 
     @property
     def mode(self) -> Mode:

@@ -119,11 +119,11 @@ class StreamRelay:
         await self.h.send({"type": "http.response.start", "status": 200, "headers": [*headers, *SSE_HEADERS]})
         self._chunks = response.aiter_bytes()
         finished, nxt = await until_disconnect(self.h.receive, self._pump(),
-                                               stop=self.rt.draining)
+                                               stop=self.rt.drain_expired)
         if finished:
             if nxt is _Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
                 await self._drain(self._chunks)
-        elif self.rt.draining.is_set():
+        elif self.rt.drain_expired.is_set():
             # Shutdown: end the client's stream cleanly; it can resume with SubscribeToTask.
             self.close_reason = "shutdown"
             self.h.outcome = "shutdown"

@@ -34,7 +34,7 @@ def test_sigterm_ends_open_streams_cleanly_and_exits_zero(worker: tuple[Scripted
     ])
     port = free_port()
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
-           "--ledger", f"sqlite:///{tmp_path}/ledger.db"]
+           "--ledger", f"sqlite:///{tmp_path}/ledger.db", "--shutdown-grace", "0.5"]
     url = f"http://127.0.0.1:{port}"
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
         "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}})
@@ -148,3 +148,30 @@ def test_sighup_reloads_config_without_dropping_open_streams(tmp_path: Path) -> 
                 gate.release()
                 rest = b"".join(chunks)
             assert b"TASK_STATE_COMPLETED" in rest  # the stream opened before the reloads finished normally
+
+
+def test_sigterm_lets_a_stream_finish_within_the_grace(worker: tuple[ScriptedWorker, str], tmp_path: Path) -> None:
+    w, wurl = worker
+    gate = Gate(timeout=20)
+    w.on("SendStreamingMessage", sse=[
+        Event(result={"task": {"id": "t-2", "contextId": "c-2", "status": {"state": "TASK_STATE_WORKING"}}}),
+        gate,
+        Event(result={"statusUpdate": {"taskId": "t-2", "contextId": "c-2", "status": {"state": "TASK_STATE_COMPLETED"}}}),
+    ])
+    port = free_port()
+    cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
+           "--ledger", "memory", "--shutdown-grace", "20"]
+    url = f"http://127.0.0.1:{port}"
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+        "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}})
+    with subprocess_server(cmd, url + "/readyz") as proc, httpx.Client(trust_env=False, timeout=10) as client:
+        with client.stream("POST", url + "/", content=body,
+                           headers={"A2A-Version": "1.0", "content-type": "application/json"}) as r:
+            chunks = r.iter_raw()
+            assert b"t-2" in next(chunks)
+            proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: b'"event":"draining"' in proc.stderr_text().encode().replace(b" ", b""))
+            gate.release()  # the worker finishes while the gateway drains
+            rest = b"".join(chunks)
+        assert proc.wait(timeout=10) == 0
+    assert b"TASK_STATE_COMPLETED" in rest and b"shutting down" not in rest
