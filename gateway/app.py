@@ -101,6 +101,16 @@ async def _reload(rt: Runtime, path: str) -> bool:
     return True
 
 
+async def _refresh_cards_forever(rt: Runtime, every: float = 5.0) -> None:
+    """Revalidate stale Agent Cards in the background (every ``every`` seconds), so an idle
+    gateway's card freshness and degraded gauge stay current and admission rarely waits."""
+    while True:
+        await asyncio.sleep(every)
+        for cache in list(rt.cards.values()):
+            with contextlib.suppress(Exception):  # a fetch failure is counted inside
+                await cache.current()
+
+
 def build_app(
     config: GatewayConfig,
     *,
@@ -140,6 +150,7 @@ def build_app(
         await _open_ledger(runtime)
         await asyncio.gather(*(card.refresh() for card in runtime.cards.values()))
         pruner = asyncio.ensure_future(_prune_forever(runtime))
+        refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))
         if config_path is not None:
             asyncio.get_running_loop().add_signal_handler(
                 signal.SIGHUP, lambda: asyncio.ensure_future(_reload(runtime, config_path)))
@@ -150,9 +161,10 @@ def build_app(
             if config_path is not None:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             ready["value"] = False
-            pruner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pruner
+            for task in (pruner, refresher):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await http.aclose()
             await ledger.close()
 

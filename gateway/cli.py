@@ -9,6 +9,7 @@ Exit codes: 0 success, 1 runtime failure (ledger cannot be opened, task not foun
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,6 +19,9 @@ from gateway import __version__
 from gateway.errors import ConfigError
 
 EXAMPLES = """\
+environment: A2A_GATEWAY_CONFIG, _UPSTREAM, _HOST, _PORT, _MODE and _LEDGER set the serve flags
+of the same name (a flag given on the command line wins; both win over the config file).
+
 examples:
   a2a-gateway serve --upstream http://127.0.0.1:9999/ --port 8080
   a2a-gateway serve --upstream http://127.0.0.1:9999/ --ledger redis://127.0.0.1:6379/0
@@ -27,6 +31,12 @@ examples:
   a2a-gateway ledger stats
   a2a-gateway ledger --config gateway.yaml show 6db7f1c2-...
 """
+
+
+def _env(name: str) -> str | None:
+    """A ``serve`` flag's default from ``A2A_GATEWAY_<NAME>`` (flags win over the environment;
+    both win over the config file)."""
+    return os.environ.get(f"A2A_GATEWAY_{name}") or None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,13 +53,18 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gateway",
                            description="Run the gateway. Give --config FILE, or --upstream URL "
                            "for the no-file sidecar form (one worker mounted at /).")
-    source = serve.add_mutually_exclusive_group(required=True)
-    source.add_argument("--config", metavar="FILE", help="YAML configuration file")
-    source.add_argument("--upstream", metavar="URL", help="the worker's base URL (sidecar form)")
-    serve.add_argument("--host", help="listen address (default 127.0.0.1, or listen.host)")
-    serve.add_argument("--port", type=int, help="listen port (default 8080, or listen.port)")
-    serve.add_argument("--mode", choices=["enforce", "observe"],
-                       help="enforce (default) applies verdicts; observe only counts them")
+    source = serve.add_mutually_exclusive_group()
+    source.add_argument("--config", metavar="FILE", default=_env("CONFIG"),
+                        help="YAML configuration file [A2A_GATEWAY_CONFIG]")
+    source.add_argument("--upstream", metavar="URL", default=_env("UPSTREAM"),
+                        help="the worker's base URL (sidecar form) [A2A_GATEWAY_UPSTREAM]")
+    serve.add_argument("--host", default=_env("HOST"),
+                       help="listen address (default 127.0.0.1, or listen.host) [A2A_GATEWAY_HOST]")
+    serve.add_argument("--port", type=int, default=_env("PORT"),
+                       help="listen port (default 8080, or listen.port) [A2A_GATEWAY_PORT]")
+    serve.add_argument("--mode", choices=["enforce", "observe"], default=_env("MODE"),
+                       help="enforce (default) applies verdicts; observe only counts them "
+                       "[A2A_GATEWAY_MODE]")
     serve.add_argument("--heartbeat-interval", metavar="SECONDS", type=float, default=None,
                        help="longest expected silence of a live task before an action on it "
                        "is preceded by a forced GetTask (default 30; sidecar form)")
@@ -60,9 +75,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="after SIGTERM, how long requests and open streams may run on "
                        "before streams are closed cleanly (default 30, or "
                        "listen.shutdown_grace_seconds)")
-    serve.add_argument("--ledger", metavar="URL",
+    serve.add_argument("--ledger", metavar="URL", default=_env("LEDGER"),
                        help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH or "
-                       "redis://HOST:PORT/DB (default sqlite:.a2a-gateway/ledger.db, or ledger.url)")
+                       "redis://HOST:PORT/DB (default sqlite:.a2a-gateway/ledger.db, or "
+                       "ledger.url) [A2A_GATEWAY_LEDGER]")
 
     source = argparse.ArgumentParser(add_help=False)
     where = source.add_mutually_exclusive_group()
@@ -111,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check_config(path: str) -> int:
     from gateway.config import load_config
+    from gateway.ledger import redact
 
     try:
         config = load_config(path)
@@ -118,7 +135,9 @@ def _check_config(path: str) -> int:
         for line in err.problems:
             print(line, file=sys.stderr)
         return 2
-    print(orjson.dumps(config.model_dump(mode="json"), option=orjson.OPT_INDENT_2).decode())
+    data = config.model_dump(mode="json")
+    data["ledger"]["url"] = redact(data["ledger"]["url"])
+    print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
     return 0
 
 
@@ -147,9 +166,14 @@ def _replay(path: str, *, strict: bool = False) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if bool(args.config) == bool(args.upstream):
+        print("a2a-gateway serve: give exactly one of --config FILE or --upstream URL", file=sys.stderr)
+        return 2
+
     import asyncio
 
     from gateway.config import DEFAULT_LEDGER_URL, load_config, parse_config, sidecar_config
+    from gateway.ledger import redact
     from gateway.observability.logging import configure_logging, get_logger
 
     try:
@@ -188,11 +212,11 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(config.log.level, config.log.format)
     problem = asyncio.run(_check_ledger(config.ledger.url))
     if problem:
-        print(f"ledger {config.ledger.url}: {problem}", file=sys.stderr)
+        print(f"ledger {redact(config.ledger.url)}: {problem}", file=sys.stderr)
         return 1
     get_logger().info("starting", extra={
         "listen": f"{config.listen.host}:{config.listen.port}", "mode": config.mode,
-        "ledger": config.ledger.url, "upstreams": {u.prefix: u.url for u in config.upstreams}})
+        "ledger": redact(config.ledger.url), "upstreams": {u.prefix: u.url for u in config.upstreams}})
     return _run_server(config, args.config)
 
 
@@ -246,7 +270,7 @@ def _ledger(args: argparse.Namespace) -> int:
     import asyncio
 
     from gateway.config import DEFAULT_LEDGER_URL, load_config
-    from gateway.ledger import ledger_from_url, sqlite_path
+    from gateway.ledger import ledger_from_url, redact, sqlite_path
 
     config_file = getattr(args, "config", None)
     try:
@@ -267,12 +291,12 @@ def _ledger(args: argparse.Namespace) -> int:
         try:
             await ledger.open()
         except Exception as exc:  # any backend failure: report it, do not trace
-            print(f"{url}: cannot open ledger: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(f"{redact(url)}: cannot open ledger: {type(exc).__name__}", file=sys.stderr)
             return 1
         try:
             if args.ledger_command == "stats":
                 counts = await ledger.count_by_state()
-                doc: object = {"backend": ledger.backend, "url": url, "tasks": sum(counts.values()),
+                doc: object = {"backend": ledger.backend, "url": redact(url), "tasks": sum(counts.values()),
                                "by_state": counts}
             else:
                 names = [args.upstream] if args.upstream else _upstreams(args)

@@ -16,7 +16,16 @@ from pathlib import Path
 
 from gateway.ledger.base import TaskLedger, VersionConflictError
 
-__all__ = ["TaskLedger", "VersionConflictError", "ledger_from_url", "sqlite_path"]
+__all__ = ["TaskLedger", "VersionConflictError", "ledger_from_url", "redact", "sqlite_path"]
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs and printed config)."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 def sqlite_path(url: str) -> Path:
