@@ -129,8 +129,8 @@ class CardCache:
     async def current(self, a2a_version: str = "") -> CardView:
         """The card view after revalidating it if stale (single flight per upstream)."""
         view = self.view(a2a_version)
-        if (view.fresh and view.doc is not None) or time.monotonic() < self._retry_at:
-            return view
+        if view.doc is not None and (view.fresh or time.monotonic() < self._retry_at):
+            return view  # fresh, or stale but unreachable a moment ago (retried in a while)
         async with self._lock:
             view = self.view(a2a_version)
             if not (view.fresh and view.doc is not None):

@@ -317,3 +317,20 @@ def test_gateway_sends_keepalive_comments_while_the_worker_is_silent(make_harnes
                 gate.release()
     assert raw.index(b": keepalive") < raw.index(b"TASK_STATE_COMPLETED")
     wait_until(lambda: gate.is_set())
+
+
+def test_worker_that_starts_after_the_gateway_is_admitted_once_its_card_answers(make_harness: Any) -> None:
+    """A gateway that could not fetch any card at start (worker still booting) fetches it on
+    the next request instead of waiting out a retry pause."""
+    h = make_harness()
+    h.worker.default_card = None
+    h.worker.on_path("GET", "/.well-known/agent-card.json", raw=(503, {}, b"booting"), times=1)
+    cache = h.runtime.cards["worker"]
+    cache._cards.clear()  # as if the start-up fetch had failed
+    h.on_gateway_loop(cache.refresh())
+    assert cache.view().doc is None and not cache.reachable
+    h.worker.default_card = default_card()
+    served = h.http.get(h.gateway.url + "/.well-known/agent-card.json")
+    assert served.status_code == 200
+    h.worker.on("SendMessage", json_result={"task": {"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}})
+    assert "result" in send(h, 1).json()
