@@ -426,7 +426,7 @@ def run(startup_timeout: float) -> int:
                 f'ready in {took:.1f}s) -> upstream {worker_url}'
             )
             _say(f'  ledger:  embedded SQLite at {log_dir / "ledger.db"}'
-                 f'  (inspect: a2a-gateway ledger --ledger sqlite:///{log_dir / "ledger.db"} stats)')
+                 f'  (inspect: .venv/bin/a2a-gateway ledger --ledger sqlite:///{log_dir / "ledger.db"} stats)')
 
             _heading(f'1. the demo client, through the gateway ({gateway_url})')
             task_ids: dict[str, str] = {}

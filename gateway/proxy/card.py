@@ -260,7 +260,14 @@ def public_base(rt: Runtime, route: Route, scope: Scope) -> str:
 
 
 async def serve_card(rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
-    """Answer a well-known Agent Card GET/HEAD for a mount from the cache."""
+    """Answer a well-known Agent Card GET/HEAD for a mount from the cache (counted as
+    ``a2a_gateway_requests_total{method="card"}``)."""
+    status = await _serve_card(rt, route, scope, send)
+    outcome = "ok" if status < 400 else "unavailable"
+    rt.metrics.requests.labels(route.upstream.name, "card", outcome).inc()
+
+
+async def _serve_card(rt: Runtime, route: Route, scope: Scope, send: Send) -> int:
     cache = rt.cards[route.upstream.name]
     variant = _header(scope, b"a2a-version") or ""
     await cache.current(variant)
@@ -269,7 +276,7 @@ async def serve_card(rt: Runtime, route: Route, scope: Scope, receive: Receive, 
         body = orjson.dumps({"error": {"code": 502, "status": "UNAVAILABLE",
                                        "message": "agent card of this upstream is unavailable"}})
         await _respond(send, scope, 502, [(b"content-type", b"application/json")], body)
-        return
+        return 502
     signed = "signatures" in card.doc
     if signed and route.upstream.card.signed == "verbatim":
         served = card.body
@@ -288,8 +295,9 @@ async def serve_card(rt: Runtime, route: Route, scope: Scope, receive: Receive, 
         headers.append((b"vary", card.vary.encode("latin-1")))
     if etag in (_header(scope, b"if-none-match") or "").replace("W/", "").split(", "):
         await _respond(send, scope, 304, headers, b"")
-        return
+        return 304
     await _respond(send, scope, 200, [*headers, (b"content-type", b"application/json")], served)
+    return 200
 
 
 async def _respond(send: Send, scope: Scope, status: int, headers: list[tuple[bytes, bytes]],
