@@ -3,19 +3,22 @@
 ``python -m demo.run`` (or ``bash scripts/demo.sh``, which also sets up the
 virtualenv):
 
-1. starts :mod:`demo.worker` and the gateway
-   (``python -m gateway serve --upstream http://127.0.0.1:WPORT/ --port GPORT``
-   with its embedded SQLite ledger in the run's temporary directory)
-   as subprocesses on free 127.0.0.1 ports, and waits until the worker's agent
-   card answers 200 and the gateway's ``/readyz`` answers 200;
+1. starts :mod:`demo.worker` (a real a2a-sdk worker), :mod:`demo.legacy_worker`
+   (a misbehaving one) and the gateway (``python -m gateway serve --config``
+   with the a2a-sdk worker at ``/``, the legacy one at ``/legacy`` and the
+   embedded SQLite ledger, all in the run's temporary directory) as
+   subprocesses on free 127.0.0.1 ports, and waits until they are ready;
 2. runs :func:`demo.client.run_demo` through the gateway (send, stream, get,
    cancel, subscribe and a v0.3 client);
 3. scrapes the gateway's ``/metrics`` and prints a short summary;
 4. shows one invariant live: a raw JSON-RPC ``SendMessage`` continuing the
    COMPLETED task of step (a) is answered by the gateway itself with -32004
-   (the ledger holds the task as terminal), without reaching the worker.
+   (the ledger holds the task as terminal), without reaching the worker;
+5. drives the legacy worker through the gateway: odd state spellings come
+   back canonical, a canceled task that "completes" later stays canceled, and
+   the normalizations and divergences show up in ``/metrics``.
 
-Both subprocesses are always stopped (SIGTERM, then SIGKILL after a bound).
+All subprocesses are always stopped (SIGTERM, then SIGKILL after a bound).
 Their logs (the gateway's are JSON lines) go to files in a temporary
 directory whose path is printed. Exit status: 0 when everything worked, 1
 otherwise.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -357,6 +361,61 @@ def send_to_terminal_task(
 # --------------------------------------------------------------------------
 
 
+def legacy_step(http: httpx.Client, url: str, metrics_url: str) -> list[str]:
+    """Drive the legacy worker through the gateway; check and show what the gateway fixed.
+
+    Raises:
+        DemoError: the gateway did not normalize or absorb as it must.
+    """
+    v1 = {'A2A-Version': '1.0'}
+    lines: list[str] = []
+
+    def call(method: str, params: dict[str, Any], headers: dict[str, str]) -> Any:
+        body = {'jsonrpc': '2.0', 'id': method, 'method': method, 'params': params}
+        return http.post(url, json=body, headers=headers).json()
+
+    got = call('GetTask', {'id': 't-legacy-1'}, v1)['result']['status']['state']
+    lines.append(f'  GetTask (v1.0 client):   worker said "input_required"        -> client got "{got}"')
+    got03 = call('tasks/get', {'id': 't-legacy-2'}, {})['result']['status']['state']
+    lines.append(f'  tasks/get (v0.3 client): worker said "TASK_STATE_CANCELLED"  -> client got "{got03}"')
+    if (got, got03) != ('TASK_STATE_INPUT_REQUIRED', 'canceled'):
+        raise DemoError(f'states were not normalized: {got!r}, {got03!r}')
+    message = {'messageId': 'm-legacy', 'role': 'ROLE_USER', 'parts': [{'text': 'go'}]}
+    body = {'jsonrpc': '2.0', 'id': 's', 'method': 'SendStreamingMessage', 'params': {'message': message}}
+    with http.stream('POST', url, json=body, headers={**v1, 'accept': 'text/event-stream'}) as response:
+        raw = b''.join(response.iter_raw()).decode()
+    seen = []
+    for block in raw.split('\n\n'):
+        if block.startswith('data: '):
+            result = json.loads(block[6:])['result']
+            kind = next(iter(result))
+            state = result[kind].get('status', {}).get('state', '')
+            seen.append(f'{kind}{" " + state if state else ""}')
+    lines.append('  SendStreamingMessage: worker sent task, Working, CANCELED, an artifact, COMPLETED')
+    lines.append(f'                        client got  {", ".join(seen)}  (then the stream closed)')
+    if not seen or 'CANCELED' not in seen[-1] or any('COMPLETED' in s or 'artifact' in s for s in seen):
+        raise DemoError(f'the canceled task was not absorbing: {seen}')
+    task = call('GetTask', {'id': 't-legacy-3'}, v1)['result']
+    lines.append('  GetTask afterwards:   worker says COMPLETED with the late artifact')
+    lines.append(f'                        client got  {task["status"]["state"]}, artifacts '
+                 f'{[a["artifactId"] for a in task.get("artifacts", [])]}, metadata {task.get("metadata")}')
+    if task['status']['state'] != 'TASK_STATE_CANCELED':
+        raise DemoError('the gateway let a terminal task change state')
+    deadline = time.monotonic() + 5
+    text = http.get(metrics_url).text
+    while 'kind="terminal_regression"' not in text and time.monotonic() < deadline:
+        time.sleep(0.05)  # the late events are counted while the worker's stream drains
+        text = http.get(metrics_url).text
+    families = parse_metrics(text)
+    lines.append('  the gateway counted (GET /metrics):')
+    lines.append('    state normalizations by spelling family:')
+    lines += _table(_grouped(families, 'a2a_gateway_state_normalizations', ('family',)), '      ')
+    lines.append('    divergences by kind (action):')
+    lines += _table([(kind, f'({action})', n) for kind, action, n in
+                     _grouped(families, 'a2a_gateway_divergences', ('kind', 'action'))], '      ')
+    return lines
+
+
 def _say(line: str = '') -> None:
     print(line, flush=True)
 
@@ -385,11 +444,22 @@ def run(startup_timeout: float) -> int:
     log_dir = Path(tempfile.mkdtemp(prefix='a2a-gateway-demo-'))
     worker_port = free_port()
     gateway_port = free_port()
-    while gateway_port == worker_port:
-        gateway_port = free_port()
+    legacy_port = free_port()
+    while len({worker_port, gateway_port, legacy_port}) < 3:
+        gateway_port, legacy_port = free_port(), free_port()
     worker_url = f'http://{HOST}:{worker_port}/'
+    legacy_url = f'http://{HOST}:{legacy_port}/'
     gateway_url = f'http://{HOST}:{gateway_port}/'
     metrics_url = f'{gateway_url}metrics'
+    config_path = log_dir / 'gateway.yaml'
+    config_path.write_text(
+        f'listen: {{host: {HOST}, port: {gateway_port}}}\n'
+        'mode: enforce\n'
+        f'ledger: {{url: "sqlite:///{log_dir / "ledger.db"}"}}\n'
+        'upstreams:\n'
+        f'  - {{name: worker, url: "{worker_url}", prefix: /}}\n'
+        f'  - {{name: legacy, url: "{legacy_url}", prefix: /legacy}}\n'
+    )
 
     _say('a2a-gateway demo')
     _say(f'  logs: {log_dir}/  (gateway.log: JSON lines; worker.log)')
@@ -406,11 +476,12 @@ def run(startup_timeout: float) -> int:
                 repo,
             )
             services.append(worker)
+            legacy = start('legacy worker', ['-m', 'demo.legacy_worker', '--port', str(legacy_port)],
+                           log_dir / 'legacy.log', repo)
+            services.append(legacy)
             gateway = start(
                 'gateway',
-                ['-m', 'gateway', 'serve', '--upstream', worker_url,
-                 '--host', HOST, '--port', str(gateway_port), '--mode', 'enforce',
-                 '--ledger', f'sqlite:///{log_dir / "ledger.db"}'],
+                ['-m', 'gateway', 'serve', '--config', str(config_path)],
                 log_dir / 'gateway.log',
                 repo,
             )
@@ -420,11 +491,14 @@ def run(startup_timeout: float) -> int:
                 startup_timeout, http,
             )
             _say(f'  worker:  {worker_url}  (pid {worker.proc.pid}, ready in {took:.1f}s)')
+            wait_ready(legacy, f'{legacy_url}.well-known/agent-card.json', startup_timeout, http)
+            _say(f'  legacy worker: {legacy_url}  (pid {legacy.proc.pid}; odd spellings, reopens canceled tasks)')
             took = wait_ready(gateway, f'{gateway_url}readyz', startup_timeout, http)
             _say(
                 f'  gateway: {gateway_url}  (pid {gateway.proc.pid}, mode enforce, '
-                f'ready in {took:.1f}s) -> upstream {worker_url}'
+                f'ready in {took:.1f}s) -> / to {worker_url}, /legacy to {legacy_url}'
             )
+            _say(f'  config:  {config_path}')
             _say(f'  ledger:  embedded SQLite at {log_dir / "ledger.db"}'
                  f'  (inspect: .venv/bin/a2a-gateway ledger --ledger sqlite:///{log_dir / "ledger.db"} stats)')
 
@@ -447,6 +521,10 @@ def run(startup_timeout: float) -> int:
             _say(f'  task {task_id} from step (a) is TASK_STATE_COMPLETED.')
             _say('  Continuing it with another message must fail with -32004:')
             for line in send_to_terminal_task(http, gateway_url, metrics_url, task_id):
+                _say(line)
+
+            _heading(f'4. a misbehaving legacy worker behind {gateway_url}legacy/')
+            for line in legacy_step(http, gateway_url + 'legacy/', metrics_url):
                 _say(line)
         except DemoError as err:
             failed = True
