@@ -268,7 +268,7 @@ async def serve_card(rt: Runtime, route: Route, scope: Scope, receive: Receive, 
 
 
 async def _serve_card(rt: Runtime, route: Route, scope: Scope, send: Send) -> int:
-    cache = rt.cards[route.upstream.name]
+    cache = rt.card_cache(route.upstream)
     variant = _header(scope, b"a2a-version") or ""
     await cache.current(variant)
     card = cache.cached(variant)

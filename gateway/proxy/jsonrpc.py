@@ -122,7 +122,8 @@ class JsonRpcHandler:
         message = parsed.params.get("message") if isinstance(parsed.params, dict) else None
         if isinstance(message, dict) and isinstance(message.get("contextId"), str):
             self.context_id = message["contextId"]
-        card = await self.rt.cards[self.upstream].current(self.header(b"a2a-version") or "")
+        self.cards = self.rt.card_cache(self.route.upstream)
+        card = await self.cards.current(self.header(b"a2a-version") or "")
         ex = Exchange(self.upstream, info.operation, info.version, self.task_id, self.rt.mode,
                       card_etag=card.etag)
         try:
@@ -164,7 +165,7 @@ class JsonRpcHandler:
     ) -> None:
         record = await self.rt.record_of(ex.upstream, ex.task_id)
         if engine.is_task_action(ex):
-            cache = self.rt.cards[self.upstream]
+            cache = self.cards
             reason = forced_get_reason(record, card, now=time.time(),
                                        heartbeat_seconds=cache.heartbeat_seconds())
             if reason is not None and record is not None:
@@ -247,7 +248,7 @@ class JsonRpcHandler:
         streaming request answered with plain JSON, F09)."""
         content = response.content
         if response.status_code in (401, 403, 404):  # may mean a changed card: re-check admission
-            self.rt.cards[self.upstream].mark_stale()
+            self.rt.card_cache(self.route.upstream).mark_stale()
         if 400 <= response.status_code < 500 and not _is_json(response):
             self.outcome = "upstream_status"
             await self._send_raw(response, content)

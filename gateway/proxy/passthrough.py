@@ -84,7 +84,7 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
         await _error(send, err.http_status, f"upstream error: {err}")
         return "upstream_error"
     if response.status_code in (401, 403, 404) and route.path.startswith("/tasks"):
-        rt.cards[route.upstream.name].mark_stale()  # admission only; task state is untouched
+        rt.card_cache(route.upstream).mark_stale()  # admission only; task state is untouched
     try:
         headers = client_response_headers(response.headers)
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 
 from gateway.a2a.jsonrpc import Operation
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import LedgerError
 from gateway.invariants import engine
 from gateway.invariants.model import (
@@ -41,8 +41,9 @@ from gateway.ledger.base import TaskLedger, VersionConflictError
 from gateway.observability.metrics import Metrics
 from gateway.proxy.forward import Router
 
+from gateway.proxy.card import CardCache
+
 if TYPE_CHECKING:
-    from gateway.proxy.card import CardCache
     from gateway.proxy.transport import UpstreamClient
 
 _CAS_ATTEMPTS = 8
@@ -102,6 +103,14 @@ class Runtime:
         self.cards = fresh
         self.router = Router(config.upstreams)
         return kept
+
+    def card_cache(self, upstream: UpstreamConfig) -> CardCache:
+        """The card cache of ``upstream``. A request that started before a reload removed or
+        replaced its upstream keeps working with a cache of its own (not kept)."""
+        cache = self.cards.get(upstream.name)
+        if cache is None or cache.upstream.url != upstream.url:
+            cache = CardCache(self, upstream)
+        return cache
 
     def begin_drain(self) -> None:
         """Shutdown has begun: readiness turns 503 at once; after
