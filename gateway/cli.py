@@ -19,8 +19,9 @@ from gateway import __version__
 from gateway.errors import ConfigError
 
 EXAMPLES = """\
-environment: A2A_GATEWAY_CONFIG, _UPSTREAM, _HOST, _PORT, _MODE and _LEDGER set the serve flags
-of the same name (a flag given on the command line wins; both win over the config file).
+environment: A2A_GATEWAY_CONFIG, _UPSTREAM, _HOST, _PORT, _MODE, _LEDGER, _SHUTDOWN_GRACE,
+_HEARTBEAT_INTERVAL and _CARD_TTL set the serve flags of the same name (a flag given on the
+command line wins; both win over the config file).
 
 examples:
   a2a-gateway serve --upstream http://127.0.0.1:9999/ --port 8080
@@ -65,13 +66,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--mode", choices=["enforce", "observe"], default=_env("MODE"),
                        help="enforce (default) applies verdicts; observe only counts them "
                        "[A2A_GATEWAY_MODE]")
-    serve.add_argument("--heartbeat-interval", metavar="SECONDS", type=float, default=None,
+    serve.add_argument("--heartbeat-interval", metavar="SECONDS", type=float,
+                       default=_env("HEARTBEAT_INTERVAL"),
                        help="longest expected silence of a live task before an action on it "
                        "is preceded by a forced GetTask (default 30; sidecar form)")
-    serve.add_argument("--card-ttl", metavar="SECONDS", type=float, default=None,
+    serve.add_argument("--card-ttl", metavar="SECONDS", type=float, default=_env("CARD_TTL"),
                        help="Agent Card freshness when the worker sends no max-age "
                        "(default 300; sidecar form)")
-    serve.add_argument("--shutdown-grace", metavar="SECONDS", type=float, default=None,
+    serve.add_argument("--shutdown-grace", metavar="SECONDS", type=float,
+                       default=_env("SHUTDOWN_GRACE"),
                        help="after SIGTERM, how long requests and open streams may run on "
                        "before streams are closed cleanly (default 30, or "
                        "listen.shutdown_grace_seconds)")
