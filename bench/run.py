@@ -1,6 +1,6 @@
 """Benchmark harness: the gateway measured side by side with a direct connection and with nginx.
 
-    python -m bench.run [--quick] [--runs N] [--duration S] [--profile] [--calibrate]
+    python -m bench.run [--quick] [--runs N] [--duration S] [--profile] [--calibrate] [--sdk-worker]
 
 One command, one machine, everything on 127.0.0.1. A canned A2A v1.0 worker
 (:mod:`bench.canned_worker`) answers at once; the same workloads go to five targets:
@@ -86,6 +86,13 @@ GET_BODY = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask",
                          "params": {"id": GET_TASK_ID, "historyLength": 0}})
 STREAM_BODY = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
     "message": {"messageId": "bench-s-1", "role": "ROLE_USER", "parts": [{"text": "stream please"}]}}})
+# --sdk-worker: the real a2a-sdk demo worker (demo/worker.py); "hi" completes a task with an artifact.
+SDK_TARGETS = ("direct", "nginx", "gw-memory", "gw-sqlite")
+SDK_SEND_BODY = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+    "message": {"messageId": "bench-sdk-m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+    "configuration": {"historyLength": 0}}})
+SDK_STREAM_BODY = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+    "message": {"messageId": "bench-sdk-s-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}})
 
 
 @dataclasses.dataclass
@@ -103,6 +110,7 @@ class Settings:
     profile: bool
     profile_seconds: float
     calibrate: bool = False
+    sdk_worker: bool = False
 
 
 # --------------------------------------------------------------------------- processes
@@ -349,9 +357,11 @@ async def probe_target(port: int) -> list[str]:
     return problems
 
 
-async def one_stream(conn: Conn, raw: bytes, rid: int) -> tuple[float, float, int, str | None]:
+async def one_stream(conn: Conn, raw: bytes, rid: int,
+                     expect: int | None = STREAM_EVENTS) -> tuple[float, float, int, str | None]:
     """One SSE stream read incrementally: (seconds to the end, seconds to the first chunk,
-    events, problem or None)."""
+    events, problem or None). ``expect=None`` (real a2a-sdk worker, which formats JSON with
+    spaces): any number of events, the last one parsed and checked."""
     first: list[float] = []
 
     def on_chunk(_: bytes) -> None:
@@ -367,11 +377,47 @@ async def one_stream(conn: Conn, raw: bytes, rid: int) -> tuple[float, float, in
         problem = f"HTTP {status}: {body[:200]!r}"
     elif b"event: error" in body or b'"error"' in body:
         problem = "error event: " + body[-300:].decode(errors="replace")
-    elif len(lines) != STREAM_EVENTS:
-        problem = f"{len(lines)} events instead of {STREAM_EVENTS}"
+    elif expect is None:
+        problem = _check_sdk_last_event(lines, rid)
+    elif len(lines) != expect:
+        problem = f"{len(lines)} events instead of {expect}"
     elif b"TASK_STATE_COMPLETED" not in lines[-1] or (b'"id":%d,' % rid) not in lines[-1]:
         problem = "last event is not COMPLETED with the request id: " + lines[-1][:200].decode(errors="replace")
     return t1 - t0, (first[0] - t0) if first else t1 - t0, len(lines), problem
+
+
+def _check_sdk_last_event(lines: list[bytes], rid: int) -> str | None:
+    if not lines:
+        return "no events"
+    try:
+        doc = orjson.loads(lines[-1][5:])
+    except orjson.JSONDecodeError:
+        return "last event is not JSON: " + lines[-1][:200].decode(errors="replace")
+    state = (((doc.get("result") or {}).get("statusUpdate") or {}).get("status") or {}).get("state")
+    if doc.get("id") != rid or state != "TASK_STATE_COMPLETED":
+        return "last event is not COMPLETED with the request id: " + lines[-1][:200].decode(errors="replace")
+    return None
+
+
+async def probe_sdk_target(port: int) -> list[str]:
+    """One SendMessage ("hi") and one stream through a target in front of the real a2a-sdk worker."""
+    problems = []
+    conn = Conn(port)
+    try:
+        status, body = await asyncio.wait_for(conn.request(raw_request(port, with_id(SDK_SEND_BODY, 7))), 10)
+        doc = orjson.loads(body) if status == 200 else {}
+        task = (doc.get("result") or {}).get("task") or {}
+        if (status != 200 or doc.get("id") != 7 or task.get("status", {}).get("state") != "TASK_STATE_COMPLETED"
+                or not task.get("artifacts")):
+            problems.append(f"SendMessage probe: HTTP {status} {body[:300]!r}")
+        res = await asyncio.wait_for(one_stream(conn, raw_request(port, with_id(SDK_STREAM_BODY, 9)), 9, None), 10)
+        if res[3]:
+            problems.append(f"stream probe: {res[3]}")
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
+        problems.append(f"probe failed: {type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
+    return problems
 
 
 # --------------------------------------------------------------------------- workloads
@@ -438,7 +484,8 @@ async def fixed_rate(port: int, rate: float, seconds: float, pool_size: int = 8,
             "max_ms": max(ms) if ms else float("nan")}
 
 
-async def sse_streams(port: int, count: int) -> dict[str, Any]:
+async def sse_streams(port: int, count: int, body: bytes = STREAM_BODY,
+                      expect: int | None = STREAM_EVENTS) -> dict[str, Any]:
     """``count`` sequential streams over one keep-alive connection."""
     conn = Conn(port)
     times, firsts = [], []
@@ -450,7 +497,7 @@ async def sse_streams(port: int, count: int) -> dict[str, Any]:
             rid = 5000 + i
             try:
                 total, first, n, problem = await asyncio.wait_for(
-                    one_stream(conn, raw_request(port, with_id(STREAM_BODY, rid)), rid), 10)
+                    one_stream(conn, raw_request(port, with_id(body, rid)), rid, expect), 10)
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
                 errors[type(exc).__name__] += 1
                 conn.close()
@@ -464,6 +511,7 @@ async def sse_streams(port: int, count: int) -> dict[str, Any]:
         conn.close()
     elapsed = time.perf_counter() - started
     return {"streams": count, "events": events, "seconds": elapsed, "events_per_s": events / elapsed,
+            "streams_per_s": count / elapsed,
             "stream_ms_p50": pct(times, 50), "stream_ms_p99": pct(times, 99),
             "first_event_ms_p50": pct(firsts, 50), "errors": dict(errors)}
 
@@ -640,6 +688,7 @@ class Env:
     worker: Proc | None = None
     nginx: Proc | None = None
     calibration: dict[str, tuple[int, Proc]] = dataclasses.field(default_factory=dict)
+    nginx_bin: str | None = None
 
 
 def child_env() -> dict[str, str]:
@@ -649,15 +698,19 @@ def child_env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def gateways(env: Env, run: int) -> Iterator[dict[str, tuple[int, Proc]]]:
-    """Start the three gateways (and a private redis-server) for one run; stop them after."""
+def gateways(env: Env, run: int, upstream_port: int | None = None, only: tuple[str, ...] = GATEWAYS,
+             prefix: str = "run") -> Iterator[dict[str, tuple[int, Proc]]]:
+    """Start the gateways in ``only`` (and a private redis-server) for one run, in front of the
+    canned worker or of ``upstream_port``; stop them after."""
     procs: list[Proc] = []
     started: dict[str, tuple[int, Proc]] = {}
-    rundir = env.tmp / f"run{run}"
+    rundir = env.tmp / f"{prefix}{run}"
     rundir.mkdir()
+    upstream_port = upstream_port or env.worker_port
     try:
         ledgers = {"gw-memory": "memory", "gw-sqlite": f"sqlite:///{rundir}/ledger.db"}
-        if env.redis_bin:
+        ledgers = {k: v for k, v in ledgers.items() if k in only}
+        if env.redis_bin and "gw-redis" in only:
             rport = free_port()
             redis = Proc("redis-server", [env.redis_bin, "--port", str(rport), "--bind", HOST, "--save", "",
                                           "--appendonly", "no", "--dir", str(rundir)], rundir / "redis.log")
@@ -666,7 +719,7 @@ def gateways(env: Env, run: int) -> Iterator[dict[str, tuple[int, Proc]]]:
             ledgers["gw-redis"] = f"redis://{HOST}:{rport}/0"
         for name, url in ledgers.items():
             port = free_port()
-            gw = Proc(name, [PY, "-m", "gateway", "serve", "--upstream", f"http://{HOST}:{env.worker_port}/",
+            gw = Proc(name, [PY, "-m", "gateway", "serve", "--upstream", f"http://{HOST}:{upstream_port}/",
                              "--port", str(port), "--ledger", url],
                       rundir / f"{name}.log", cwd=ROOT, env=child_env())
             procs.append(gw)
@@ -769,6 +822,83 @@ async def measure_run(env: Env, run: int) -> dict[str, Any]:
     return out
 
 
+async def measure_sdk_run(env: Env, run: int) -> dict[str, Any]:
+    """--sdk-worker: SendMessage saturation (wrk) and SSE with the real a2a-sdk demo worker as the
+    upstream of direct / nginx / gw-memory / gw-sqlite. The worker, its nginx and the gateways are
+    fresh for each run (the worker's in-memory task store grows with every request)."""
+    s = env.settings
+    out: dict[str, Any] = {"wrk": {}, "sse": {}, "probe": {}}
+    sdir = env.tmp / f"sdk{run}"
+    sdir.mkdir()
+    with contextlib.ExitStack() as stack:
+        wport = free_port()
+        worker = Proc("sdk-worker", [PY, "-m", "demo.worker", "--port", str(wport), "--public-url",
+                                     f"http://{HOST}:{wport}/", "--log-level", "warning"],
+                      sdir / "sdk-worker.log", cwd=ROOT, env=child_env())
+        stack.callback(worker.stop)
+        wait_ready(f"http://{HOST}:{wport}/.well-known/agent-card.json", worker)
+        ports: dict[str, tuple[int, Proc]] = {"direct": (wport, worker)}
+        if env.nginx_bin:
+            nport = free_port()
+            ndir = sdir / "nginx"
+            ndir.mkdir()
+            conf = nginx_conf(ndir, nport, wport)
+            ngx = Proc("sdk-nginx", [env.nginx_bin, "-p", str(ndir), "-e", str(ndir / "error.log"), "-c", str(conf),
+                                     "-g", "daemon off;"], ndir / "nginx.out")
+            stack.callback(ngx.stop)
+            wait_port(nport, ngx)
+            ports["nginx"] = (nport, ngx)
+        gws = stack.enter_context(gateways(env, run, upstream_port=wport, only=("gw-memory", "gw-sqlite"),
+                                           prefix="sdk-gw"))
+        ports.update(gws)
+        order = [t for t in SDK_TARGETS if t in ports]
+        k = run % len(order)
+        order = order[k:] + order[:k]
+        out["order"] = order
+        for t in order:
+            for _ in range(20):  # a gateway may still be fetching the worker's card
+                problems = await probe_sdk_target(ports[t][0])
+                if not problems:
+                    break
+                await asyncio.sleep(0.25)
+            out["probe"][t] = problems
+            if problems:
+                env.notes.append(f"run {run + 1}: sdk {t} probe problems: {problems}")
+        if env.wrk:
+            script = env.tmp / "SdkSendMessage.lua"
+            script.write_text(WRK_LUA % SDK_SEND_BODY.decode())
+            for t in order:
+                port, proc = ports[t]
+                if s.warmup > 0:
+                    run_wrk(env.wrk, script, port, s.warmup, s)
+                c0, w0 = cpu_seconds(proc.pid), cpu_seconds(worker.pid)
+                res = run_wrk(env.wrk, script, port, s.duration, s)
+                c1, w1 = cpu_seconds(proc.pid), cpu_seconds(worker.pid)
+                if t != "direct":
+                    res["proxy_cpu_us_per_req"] = (c1 - c0) / max(1, res["requests"]) * 1e6
+                res["worker_cpu_us_per_req"] = (w1 - w0) / max(1, res["requests"]) * 1e6
+                out["wrk"][t] = res
+                print(f"  run {run + 1} sdk wrk SendMessage {t:<10} {res['rps']:>9.0f} req/s  "
+                      f"p50 {res['p50_ms']:.2f} ms  p99 {res['p99_ms']:.2f} ms  non2xx {res['non2xx']}  "
+                      f"sockerr {res['socket_errors']}", flush=True)
+                await asyncio.sleep(0.3)
+        for t in order:
+            port, proc = ports[t]
+            await sse_streams(port, max(3, s.sse_streams // 20), SDK_STREAM_BODY, None)  # warm-up, discarded
+            c0 = cpu_seconds(proc.pid)
+            res = await sse_streams(port, s.sse_streams, SDK_STREAM_BODY, None)
+            if t != "direct":
+                res["proxy_cpu_us_per_event"] = (cpu_seconds(proc.pid) - c0) / max(1, res["events"]) * 1e6
+            out["sse"][t] = res
+            print(f"  run {run + 1} sdk sse              {t:<10} {res['events_per_s']:>9.0f} events/s  "
+                  f"{res['events'] / max(1, res['streams']):.1f} events/stream  stream p50 "
+                  f"{res['stream_ms_p50']:.2f} ms  errors {sum(res['errors'].values())}", flush=True)
+        out["metrics"] = {name: scrape(port) for name, (port, _) in gws.items()}
+        logs = {name: proc.log for name, (_, proc) in gws.items()}
+    out["logs"] = {name: scan_log(path) for name, path in logs.items()}
+    return out
+
+
 # --------------------------------------------------------------------------- derived figures
 
 
@@ -805,6 +935,18 @@ def derive(run: dict[str, Any]) -> dict[str, float]:
         if t in sse and "direct" in sse:
             d[f"sse {t} added ms/event"] = (sse[t]["stream_ms_p50"] - sse["direct"]["stream_ms_p50"]) / STREAM_EVENTS
             d[f"sse {t}/direct events/s"] = sse[t]["events_per_s"] / sse["direct"]["events_per_s"]
+    sdk = run.get("sdk") or {}
+    for g in ("gw-memory", "gw-sqlite"):
+        for kind, key in (("wrk", "rps"), ("sse", "events_per_s")):
+            per = sdk.get(kind) or {}
+            if g not in per:
+                continue
+            for base in ("direct", "nginx"):
+                if base in per and per[base][key]:
+                    d[f"sdk {kind} {g}/{base}"] = per[g][key] / per[base][key]
+        sse_sdk = sdk.get("sse") or {}
+        if g in sse_sdk and "direct" in sse_sdk:
+            d[f"sdk sse {g} added ms/stream"] = sse_sdk[g]["stream_ms_p50"] - sse_sdk["direct"]["stream_ms_p50"]
     return d
 
 
@@ -993,6 +1135,9 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
             + f"{fmt(derived.get('SendMessage gw-memory/nginx'), '.3f'):>{w}}")
         L.append(f"{'  gw-memory req/s / this':<40}" + "".join(
             f"{fmt(derived.get(f'SendMessage gw-memory/{t}'), '.3f'):>{w}}" for t in cal_targets))
+    if any(r.get("sdk") for r in runs):
+        L.append("")
+        L.extend(sdk_section(runs, s, derived))
     L.append("")
     L.append("ODDITIES (gateway /metrics after each run, gateway logs, client-side checks)")
     odd = False
@@ -1042,6 +1187,82 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
     doc = {"settings": dataclasses.asdict(s), "machine": machine, "runs": runs, "derived_per_run": derived_runs,
            "derived_median": derived, "goals": verdicts, "notes": notes}
     return "\n".join(L), doc
+
+
+def sdk_section(runs: list[dict[str, Any]], s: Settings, derived: dict[str, float | None]) -> list[str]:
+    """The "REAL a2a-sdk WORKER" section (--sdk-worker)."""
+    w = 11
+    present = [t for t in SDK_TARGETS if any(t in (get(r, "sdk", "sse") or {}) for r in runs)]
+    L = ["REAL a2a-sdk WORKER (--sdk-worker)"]
+    L.extend(textwrap.wrap(
+        "upstream: demo/worker.py (a2a-sdk, uvicorn, 1 process, in-memory task store) instead of the canned "
+        "worker; a fresh worker, nginx and gateways each run. SendMessage \"hi\" is blocking and answered with "
+        f"a COMPLETED task + artifact; wrk settings as above. SSE: {s.sse_streams} sequential "
+        "SendStreamingMessage \"hi\" streams (task, WORKING, artifact, COMPLETED). wrk counts HTTP status only; "
+        "each target was probed once with a full JSON check before.", 110, subsequent_indent="  "))
+    head = f"{'figure':<40}" + "".join(f"{t:>{w}}" for t in present)
+    L.append(head)
+    L.append("-" * len(head))
+
+    def row(label: str, path: Callable[[str], tuple[str, ...]], spec: str) -> None:
+        L.append(f"{label:<40}" + "".join(f"{fmt(med(runs, 'sdk', *path(t)), spec):>{w}}" for t in present))
+
+    if any(get(r, "sdk", "wrk") for r in runs):
+        row("SendMessage saturation req/s (wrk)", lambda t: ("wrk", t, "rps"), ".0f")
+        row(f"  latency p50 ms (wrk, c{s.wrk_connections})", lambda t: ("wrk", t, "p50_ms"), ".2f")
+        row("  latency p99 ms (wrk)", lambda t: ("wrk", t, "p99_ms"), ".2f")
+        row("  proxy CPU us/request", lambda t: ("wrk", t, "proxy_cpu_us_per_req"), ".0f")
+        row("  worker CPU us/request", lambda t: ("wrk", t, "worker_cpu_us_per_req"), ".0f")
+        L.append(f"{'  non-2xx / socket errors (sum of runs)':<40}" + "".join(
+            f"{str(sum(get(r, 'sdk', 'wrk', t, 'non2xx') or 0 for r in runs)) + '/' + str(sum(get(r, 'sdk', 'wrk', t, 'socket_errors') or 0 for r in runs)):>{w}}"
+            for t in present))
+    row("SSE events/s", lambda t: ("sse", t, "events_per_s"), ".0f")
+    row("  streams/s", lambda t: ("sse", t, "streams_per_s"), ".0f")
+    L.append(f"{'  events per stream':<40}" + "".join(
+        f"{fmt(median_of([(get(r, 'sdk', 'sse', t, 'events') or 0) / max(1, get(r, 'sdk', 'sse', t, 'streams') or 1) for r in runs if get(r, 'sdk', 'sse', t)]), '.1f'):>{w}}"
+        for t in present))
+    row("  stream time p50 ms", lambda t: ("sse", t, "stream_ms_p50"), ".2f")
+    row("  stream time p99 ms", lambda t: ("sse", t, "stream_ms_p99"), ".2f")
+    row("  first event p50 ms", lambda t: ("sse", t, "first_event_ms_p50"), ".2f")
+    L.append(f"{'  added stream time p50 vs direct ms':<40}" + "".join(
+        f"{fmt(derived.get(f'sdk sse {t} added ms/stream'), '.3f'):>{w}}" for t in present))
+    row("  proxy CPU us/event", lambda t: ("sse", t, "proxy_cpu_us_per_event"), ".0f")
+    L.append(f"{'  errors (sum of runs)':<40}" + "".join(
+        f"{sum(sum((get(r, 'sdk', 'sse', t, 'errors') or {}).values()) for r in runs):>{w}}" for t in present))
+    gws = [g for g in ("gw-memory", "gw-sqlite") if g in present]
+    cols = [f"{g}/{b}" for g in gws for b in ("direct", "nginx")]
+    L.append("ratios (median of per-run ratios)")
+    head = f"{'figure':<40}" + "".join(f"{c:>19}" for c in cols)
+    L.append(head)
+    L.append("-" * len(head))
+    L.append(f"{'SendMessage req/s':<40}" + "".join(f"{fmt(derived.get(f'sdk wrk {c}'), '.3f'):>19}" for c in cols))
+    L.append(f"{'SSE events/s':<40}" + "".join(f"{fmt(derived.get(f'sdk sse {c}'), '.3f'):>19}" for c in cols))
+    odd = []
+    in_flight = (2 if s.warmup > 0 else 1) * s.wrk_connections
+    for i, r in enumerate(runs):
+        sdk = r.get("sdk") or {}
+        for t, problems in (sdk.get("probe") or {}).items():
+            if problems:
+                odd.append(f"  run {i + 1} {t}: probe problems {problems}")
+        for g, m in (sdk.get("metrics") or {}).items():
+            for k, v in (m.get("not_ok") or {}).items():
+                why = ("  (expected: wrk ends with requests in flight)"
+                       if 'outcome="client_disconnected"' in k and v <= in_flight else "")
+                odd.append(f"  run {i + 1} {g}: requests_total{k} = {v:.0f}{why}")
+            for k, v in (m.get("watched") or {}).items():
+                if not (k.startswith("a2a_gateway_upstream_degraded") and not v):
+                    odd.append(f"  run {i + 1} {g}: {k} = {v:g}")
+            if m.get("scrape_error"):
+                odd.append(f"  run {i + 1} {g}: /metrics scrape failed: {m['scrape_error']}")
+        for g, lg in (sdk.get("logs") or {}).items():
+            if lg["non_info"]:
+                odd.append(f"  run {i + 1} {g} log: {lg['non_info']} e.g. {lg['samples'][:2]}")
+        for t, res in (sdk.get("sse") or {}).items():
+            if res.get("errors"):
+                odd.append(f"  run {i + 1} sse {t}: client-side errors {res['errors']}")
+    L.append("oddities (sdk gateways' /metrics and logs, probes, SSE checks):")
+    L.extend(odd or ["  none"])
+    return L
 
 
 # --------------------------------------------------------------------------- profile
@@ -1199,7 +1420,7 @@ async def main_async(s: Settings) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="a2a-bench-") as tmpname, contextlib.ExitStack() as stack:
         tmp = Path(tmpname)
-        env = Env(s, tmp, free_port(), None, wrk, redis_bin, notes)
+        env = Env(s, tmp, free_port(), None, wrk, redis_bin, notes, nginx_bin=nginx)
         env.worker = Proc("canned-worker", [PY, "-m", "bench.canned_worker", "--port", str(env.worker_port)],
                           tmp / "worker.log", cwd=ROOT, env=child_env())
         stack.callback(env.worker.stop)
@@ -1225,11 +1446,16 @@ async def main_async(s: Settings) -> int:
         for r in range(s.runs):
             print(f"run {r + 1}/{s.runs} ...", flush=True)
             runs.append(await measure_run(env, r))
+            if s.sdk_worker:
+                t_sdk = time.monotonic()
+                runs[-1]["sdk"] = await measure_sdk_run(env, r)
+                runs[-1]["sdk"]["wall_seconds"] = time.monotonic() - t_sdk
         if s.profile:
             print("profiling gw-memory with py-spy ...", flush=True)
             profile_text = await profile(env, stamp)
     elapsed = time.monotonic() - started
-    notes.append(f"wall time {elapsed:.0f}s")
+    sdk_wall = sum((r.get("sdk") or {}).get("wall_seconds", 0) for r in runs)
+    notes.append(f"wall time {elapsed:.0f}s" + (f" (of which --sdk-worker {sdk_wall:.0f}s)" if sdk_wall else ""))
     if not runs:
         text = f"a2a-gateway {machine['gateway']} ({machine['git']}) — {machine['date']}\n{profile_text or ''}"
         print(text)
@@ -1260,6 +1486,9 @@ def main() -> None:
     parser.add_argument("--calibrate", action="store_true",
                         help="also measure bare uvicorn, a minimal httpx proxy and a minimal raw-asyncio "
                         "proxy (SendMessage saturation and fixed rate; adds ~50 s per run)")
+    parser.add_argument("--sdk-worker", action="store_true",
+                        help="also measure SendMessage saturation and SSE with the real a2a-sdk demo worker "
+                        "(demo/worker.py) as the upstream: direct, nginx, gw-memory, gw-sqlite")
     args = parser.parse_args()
     q = args.quick
     s = Settings(
@@ -1269,6 +1498,7 @@ def main() -> None:
         sse_streams=args.sse_streams or (30 if q else 200), engine_seconds=0.5 if q else 2.0,
         wrk_threads=args.wrk_threads, wrk_connections=args.wrk_connections, quick=q,
         profile=args.profile, profile_seconds=5 if q else 10, calibrate=args.calibrate,
+        sdk_worker=args.sdk_worker,
     )
     if s.runs < 0 or s.duration <= 0 or s.rate <= 0:
         parser.error("runs >= 0, duration > 0 and rate > 0")
