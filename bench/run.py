@@ -333,21 +333,27 @@ def check_send(status: int, body: bytes, rid: int) -> str | None:
     return None
 
 
-async def probe_target(port: int) -> list[str]:
-    """One SendMessage, one GetTask and one stream through the target, checked in full."""
+async def probe_target(port: int, *, sdk: bool = False) -> list[str]:
+    """One SendMessage, one GetTask (canned worker only) and one stream through the target,
+    checked in full. ``sdk``: the target is in front of the real a2a-sdk worker ("hi" bodies;
+    its answer must carry an artifact; any number of stream events)."""
     problems = []
     conn = Conn(port)
+    send_body, stream_body = (SDK_SEND_BODY, SDK_STREAM_BODY) if sdk else (SEND_BODY, STREAM_BODY)
     try:
-        status, body = await asyncio.wait_for(conn.request(raw_request(port, with_id(SEND_BODY, 7))), 10)
+        status, body = await asyncio.wait_for(conn.request(raw_request(port, with_id(send_body, 7))), 10)
         doc = orjson.loads(body) if status == 200 else {}
         task = (doc.get("result") or {}).get("task") or {}
-        if status != 200 or doc.get("id") != 7 or task.get("status", {}).get("state") != "TASK_STATE_COMPLETED":
+        if (status != 200 or doc.get("id") != 7 or task.get("status", {}).get("state") != "TASK_STATE_COMPLETED"
+                or (sdk and not task.get("artifacts"))):
             problems.append(f"SendMessage probe: HTTP {status} {body[:300]!r}")
-        status, body = await asyncio.wait_for(conn.request(raw_request(port, with_id(GET_BODY, 8))), 10)
-        doc = orjson.loads(body) if status == 200 else {}
-        if status != 200 or doc.get("id") != 8 or (doc.get("result") or {}).get("id") != GET_TASK_ID:
-            problems.append(f"GetTask probe: HTTP {status} {body[:300]!r}")
-        res = await asyncio.wait_for(one_stream(conn, raw_request(port, with_id(STREAM_BODY, 9)), 9), 10)
+        if not sdk:
+            status, body = await asyncio.wait_for(conn.request(raw_request(port, with_id(GET_BODY, 8))), 10)
+            doc = orjson.loads(body) if status == 200 else {}
+            if status != 200 or doc.get("id") != 8 or (doc.get("result") or {}).get("id") != GET_TASK_ID:
+                problems.append(f"GetTask probe: HTTP {status} {body[:300]!r}")
+        expect = None if sdk else STREAM_EVENTS
+        res = await asyncio.wait_for(one_stream(conn, raw_request(port, with_id(stream_body, 9)), 9, expect), 10)
         if res[3]:
             problems.append(f"stream probe: {res[3]}")
     except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
@@ -355,7 +361,6 @@ async def probe_target(port: int) -> list[str]:
     finally:
         conn.close()
     return problems
-
 
 async def one_stream(conn: Conn, raw: bytes, rid: int,
                      expect: int | None = STREAM_EVENTS) -> tuple[float, float, int, str | None]:
@@ -397,27 +402,6 @@ def _check_sdk_last_event(lines: list[bytes], rid: int) -> str | None:
     if doc.get("id") != rid or state != "TASK_STATE_COMPLETED":
         return "last event is not COMPLETED with the request id: " + lines[-1][:200].decode(errors="replace")
     return None
-
-
-async def probe_sdk_target(port: int) -> list[str]:
-    """One SendMessage ("hi") and one stream through a target in front of the real a2a-sdk worker."""
-    problems = []
-    conn = Conn(port)
-    try:
-        status, body = await asyncio.wait_for(conn.request(raw_request(port, with_id(SDK_SEND_BODY, 7))), 10)
-        doc = orjson.loads(body) if status == 200 else {}
-        task = (doc.get("result") or {}).get("task") or {}
-        if (status != 200 or doc.get("id") != 7 or task.get("status", {}).get("state") != "TASK_STATE_COMPLETED"
-                or not task.get("artifacts")):
-            problems.append(f"SendMessage probe: HTTP {status} {body[:300]!r}")
-        res = await asyncio.wait_for(one_stream(conn, raw_request(port, with_id(SDK_STREAM_BODY, 9)), 9, None), 10)
-        if res[3]:
-            problems.append(f"stream probe: {res[3]}")
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
-        problems.append(f"probe failed: {type(exc).__name__}: {exc}")
-    finally:
-        conn.close()
-    return problems
 
 
 # --------------------------------------------------------------------------- workloads
@@ -857,7 +841,7 @@ async def measure_sdk_run(env: Env, run: int) -> dict[str, Any]:
         out["order"] = order
         for t in order:
             for _ in range(20):  # a gateway may still be fetching the worker's card
-                problems = await probe_sdk_target(ports[t][0])
+                problems = await probe_target(ports[t][0], sdk=True)
                 if not problems:
                     break
                 await asyncio.sleep(0.25)

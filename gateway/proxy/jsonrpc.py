@@ -163,21 +163,7 @@ class JsonRpcHandler:
     async def _exchange(
         self, ex: Exchange, req: Request, body: bytes, streaming: bool, card: CardView
     ) -> None:
-        record = await self.rt.record_of(ex.upstream, ex.task_id)
-        if engine.is_task_action(ex):
-            cache = self.cards
-            reason = forced_get_reason(record, card, now=time.time(),
-                                       heartbeat_seconds=cache.heartbeat_seconds())
-            if reason is not None and record is not None:
-                record = await self.forced_get(ex, record, reason)
-        admission = engine.check_request(ex, record)
-        self.rt.count(ex, admission.findings, self.method_label)
-        if admission.action is Action.REJECT and admission.error is not None:
-            self.outcome = "rejected"
-            code, message = admission.error
-            meta = {"taskId": ex.task_id} if ex.task_id else None
-            doc = jsonrpc.error_response(req.id, code, message, version=ex.version, metadata=meta)
-            await send_json(self.send, 200, doc)
+        if engine.is_task_action(ex) and not await self._admit_task_action(ex, req, card):
             return
         if streaming:
             await StreamRelay(self, ex, req, body).run()
@@ -185,6 +171,26 @@ class JsonRpcHandler:
         finished, _ = await until_disconnect(self.receive, self._unary(ex, req, body))
         if not finished:  # a client that gives up on a blocking call releases the worker call
             self.outcome = "client_disconnected"
+
+    async def _admit_task_action(self, ex: Exchange, req: Request, card: CardView) -> bool:
+        """A message with ``taskId``, a cancel or a subscribe: check freshness (forced GetTask
+        only for a reason) and refuse it here when the task is terminal (F05). Only these
+        actions read the ledger before forwarding; any other request goes straight on."""
+        record = await self.rt.record_of(ex.upstream, ex.task_id)
+        reason = forced_get_reason(record, card, now=time.time(),
+                                   heartbeat_seconds=self.cards.heartbeat_seconds())
+        if reason is not None and record is not None:
+            record = await self.forced_get(ex, record, reason)
+        admission = engine.check_request(ex, record)
+        self.rt.count(ex, admission.findings, self.method_label)
+        if admission.action is not Action.REJECT or admission.error is None:
+            return True
+        self.outcome = "rejected"
+        code, message = admission.error
+        meta = {"taskId": ex.task_id} if ex.task_id else None
+        doc = jsonrpc.error_response(req.id, code, message, version=ex.version, metadata=meta)
+        await send_json(self.send, 200, doc)
+        return False
 
     async def _unary(self, ex: Exchange, req: Request, body: bytes) -> None:
         try:
