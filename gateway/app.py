@@ -14,7 +14,6 @@ import signal
 import time
 from collections.abc import AsyncIterator
 
-import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -33,7 +32,7 @@ from gateway.proxy.card import CardCache, serve_card
 from gateway.proxy.forward import BadPathError
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.runtime import Runtime
-from gateway.proxy.transport import UpstreamClient, UpstreamTransport
+from gateway.proxy.transport import UpstreamClient
 from gateway.proxy.types import Receive, Scope, Send
 
 
@@ -115,7 +114,6 @@ def build_app(
     config: GatewayConfig,
     *,
     ledger: TaskLedger | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
     registry: CollectorRegistry | None = None,
     config_path: str | None = None,
 ) -> Starlette:
@@ -125,9 +123,6 @@ def build_app(
         config: the validated configuration.
         ledger: the task ledger (default: the one ``ledger.url`` names). The app opens it at
             start-up (flagging live tasks for a resync) and closes it at shutdown.
-        transport: the upstream transport (default: :class:`UpstreamTransport`, aiohttp's
-            pool behind httpx's API; tests may pass ``httpx.MockTransport``). Closed at
-            shutdown.
         registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
         config_path: the file ``config`` came from; when given, SIGHUP re-reads it and
             replaces upstreams and policies without dropping open streams (listen address and
@@ -139,8 +134,7 @@ def build_app(
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks)
-    transport = transport or UpstreamTransport()
-    http = UpstreamClient(transport)
+    http = UpstreamClient()
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
     runtime.apply_config(config, cards=CardCache)
     ready = {"value": False}
@@ -191,5 +185,4 @@ def build_app(
         lifespan=lifespan,
     )
     app.state.runtime = runtime
-    app.state.transport = transport  # in_flight: upstream responses not yet closed
     return app

@@ -39,7 +39,7 @@ from gateway.a2a.card import (
 )
 from gateway.config import UpstreamConfig
 from gateway.invariants.admission import CardView
-from gateway.proxy.forward import Route, timeout_for
+from gateway.proxy.forward import Route
 from gateway.proxy.types import Receive, Scope, Send
 
 if TYPE_CHECKING:  # typing only: runtime.py imports this module
@@ -193,13 +193,8 @@ class CardCache:
         return "not_modified" if card.etag == old.etag else "changed"
 
     async def _get(self, path: str, headers: dict[str, str]) -> httpx.Response:
-        response = await self.rt.client.send("GET", self._url(path), headers=headers,
-                                             timeout=timeout_for(self.upstream))
-        try:
-            await response.aread()
-        finally:
-            await response.aclose()
-        return response
+        return await self.rt.client.send("GET", self._url(path), headers=headers,
+                                         timeout=self.upstream.timeouts, stream=False)
 
     def _build(self, doc: dict[str, Any], response: httpx.Response, now: float) -> CachedCard:
         worker_etag = response.headers.get("etag")

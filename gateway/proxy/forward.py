@@ -251,12 +251,6 @@ async def until_disconnect(
     return True, task.result()
 
 
-def timeout_for(upstream: UpstreamConfig) -> httpx.Timeout:
-    """The httpx timeout of an upstream (seconds; ``read`` is the idle gap between chunks)."""
-    t = upstream.timeouts
-    return httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool)
-
-
 def map_transport_error(exc: httpx.HTTPError) -> UpstreamError:
     """Map an httpx failure to an :class:`UpstreamError` with a metric-safe ``reason``.
 

@@ -35,7 +35,6 @@ from gateway.proxy.forward import (
     client_response_headers,
     map_transport_error,
     read_body,
-    timeout_for,
     until_disconnect,
     upstream_request_headers,
 )
@@ -209,19 +208,11 @@ class JsonRpcHandler:
         headers = upstream_request_headers(
             self.scope, identity=True, trusted_proxies=self.rt.config.public.trusted_proxies)
         try:
-            response = await self.rt.client.send(
+            return await self.rt.client.send(
                 "POST", self.route.url(self.scope.get("query_string", b"")), headers=headers,
-                content=body, timeout=timeout_for(self.route.upstream))
+                content=body, timeout=self.route.upstream.timeouts, stream=stream)
         except httpx.HTTPError as exc:
             raise map_transport_error(exc) from None
-        if not stream:
-            try:
-                await response.aread()
-            except httpx.HTTPError as exc:
-                raise map_transport_error(exc) from None
-            finally:
-                await response.aclose()
-        return response
 
     async def fail_upstream(self, req: Request, exc: UpstreamError) -> None:
         """Answer a worker transport failure: -32603 with the client's id, HTTP 502/504."""

@@ -25,7 +25,6 @@ from gateway.proxy.forward import (
     is_event_stream,
     map_transport_error,
     stream_body,
-    timeout_for,
     until_disconnect,
     upstream_request_headers,
 )
@@ -71,7 +70,7 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
             headers=upstream_request_headers(scope, identity=False,
                                              trusted_proxies=rt.config.public.trusted_proxies),
             content=stream_body(receive, limit) if has_body else None,
-            timeout=timeout_for(route.upstream),
+            timeout=route.upstream.timeouts,
         )
     except BodyTooLargeError:
         await _error(send, 413, f"request body exceeds {limit} bytes")

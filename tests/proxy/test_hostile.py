@@ -261,8 +261,8 @@ def alive(h: Harness) -> None:
 
 
 def in_flight_upstream(h: Harness) -> int:
-    """Upstream responses the gateway has open (its transport's in-flight count)."""
-    return int(h.gateway.app.state.transport.in_flight)
+    """Upstream responses the gateway has open (the upstream client's in-flight count)."""
+    return int(h.gateway.app.state.runtime.client.in_flight)
 
 
 def no_leaks(h: Harness) -> None:
