@@ -9,10 +9,9 @@ other end-to-end header pass untouched; the gateway never adds ``A2A-Version``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
@@ -226,29 +225,42 @@ async def until_disconnect(
     Call only after the request body has been read. Returns ``(True, result)`` when ``work``
     finished, ``(False, None)`` otherwise (``work`` is then cancelled, so its ``finally`` blocks
     close the upstream response). ``stop`` is the gateway's drain signal at shutdown.
+
+    ``work`` runs in the calling task; one watcher task per signal cancels it (this costs a
+    third of running ``work`` in a task of its own and waiting on both). A cancellation from
+    anyone else propagates as usual.
     """
+    current = asyncio.current_task()
+    assert current is not None
+    state = {"fired": False, "over": False}
+
+    def fire(watcher: asyncio.Future[Any]) -> None:
+        if not state["over"] and not watcher.cancelled():
+            state["fired"] = True
+            current.cancel()
 
     async def watch() -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
 
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(watch())
-    waiters = {task, watcher}
-    stopper = asyncio.ensure_future(stop.wait()) if stop is not None else None
-    if stopper is not None:
-        waiters.add(stopper)
+    watchers = [asyncio.ensure_future(watch())]
+    if stop is not None:
+        watchers.append(asyncio.ensure_future(stop.wait()))
+    for watcher in watchers:
+        watcher.add_done_callback(fire)
     try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        result = await work
+    except asyncio.CancelledError:
+        if state["fired"] and current.uncancel() == 0:
+            return False, None
+        raise
     finally:
-        for pending in waiters:
-            if not pending.done():
-                pending.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pending
-    if task.cancelled():
-        return False, None
-    return True, task.result()
+        state["over"] = True
+        for watcher in watchers:
+            watcher.cancel()
+    if state["fired"]:  # the signal came while ``work`` was finishing; it finished
+        current.uncancel()
+    return True, result
 
 
 def map_transport_error(exc: httpx.HTTPError) -> UpstreamError:
