@@ -40,6 +40,7 @@ from gateway.a2a.card import (
 from gateway.config import UpstreamConfig
 from gateway.invariants.admission import CardView
 from gateway.proxy.forward import Route
+from gateway.proxy.transport import UpstreamAnswer
 from gateway.proxy.types import Receive, Scope, Send
 
 if TYPE_CHECKING:  # typing only: runtime.py imports this module
@@ -192,11 +193,11 @@ class CardCache:
             return "fresh"
         return "not_modified" if card.etag == old.etag else "changed"
 
-    async def _get(self, path: str, headers: dict[str, str]) -> httpx.Response:
-        return await self.rt.client.send("GET", self._url(path), headers=headers,
-                                         timeout=self.upstream.timeouts, stream=False)
+    async def _get(self, path: str, headers: dict[str, str]) -> UpstreamAnswer:
+        return await self.rt.client.fetch("GET", self._url(path), headers=headers,
+                                          timeout=self.upstream.timeouts)
 
-    def _build(self, doc: dict[str, Any], response: httpx.Response, now: float) -> CachedCard:
+    def _build(self, doc: dict[str, Any], response: UpstreamAnswer, now: float) -> CachedCard:
         worker_etag = response.headers.get("etag")
         cc = response.headers.get("cache-control")
         return CachedCard(

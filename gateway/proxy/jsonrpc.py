@@ -41,6 +41,7 @@ from gateway.proxy.forward import (
 from gateway.observability.metrics import code_label
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.streaming import StreamRelay
+from gateway.proxy.transport import UpstreamAnswer
 from gateway.proxy.types import Receive, Scope, Send
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -193,26 +194,45 @@ class JsonRpcHandler:
 
     async def _unary(self, ex: Exchange, req: Request, body: bytes) -> None:
         try:
-            response = await self._post(body, stream=False)
+            response = await self._post(body)
         except UpstreamError as exc:
             await self.fail_upstream(req, exc)
             return
         await self.answer_json(ex, req, response)
 
-    async def _post(self, body: bytes, *, stream: bool) -> httpx.Response:
-        """POST ``body`` to the route's upstream; the caller closes a streamed response.
+    async def _post(self, body: bytes) -> UpstreamAnswer:
+        """POST ``body`` to the route's upstream and read the whole answer.
+
+        Raises:
+            UpstreamError: connection refused, timeout, reset, undecodable body.
+        """
+        try:
+            return await self.rt.client.fetch(
+                "POST", self._url(), headers=self._headers(), content=body,
+                timeout=self.route.upstream.timeouts)
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc) from None
+
+    async def open_stream(self, body: bytes) -> httpx.Response:
+        """POST ``body`` to the route's upstream; returns once the response head is in, with
+        the body still streaming (the caller closes it).
 
         Raises:
             UpstreamError: connection refused, timeout, reset.
         """
-        headers = upstream_request_headers(
-            self.scope, identity=True, trusted_proxies=self.rt.config.public.trusted_proxies)
         try:
             return await self.rt.client.send(
-                "POST", self.route.url(self.scope.get("query_string", b"")), headers=headers,
-                content=body, timeout=self.route.upstream.timeouts, stream=stream)
+                "POST", self._url(), headers=self._headers(), content=body,
+                timeout=self.route.upstream.timeouts)
         except httpx.HTTPError as exc:
             raise map_transport_error(exc) from None
+
+    def _url(self) -> str:
+        return self.route.url(self.scope.get("query_string", b""))
+
+    def _headers(self) -> list[tuple[bytes, bytes]]:
+        return upstream_request_headers(
+            self.scope, identity=True, trusted_proxies=self.rt.config.public.trusted_proxies)
 
     async def fail_upstream(self, req: Request, exc: UpstreamError) -> None:
         """Answer a worker transport failure: -32603 with the client's id, HTTP 502/504."""
@@ -223,7 +243,7 @@ class JsonRpcHandler:
         doc = jsonrpc.error_response(req.id, jsonrpc.INTERNAL_ERROR, f"upstream error: {exc}")
         await send_json(self.send, exc.http_status, doc)
 
-    def decode_answer(self, response: httpx.Response, content: bytes) -> dict[str, Any]:
+    def decode_answer(self, response: UpstreamAnswer, content: bytes) -> dict[str, Any]:
         """The worker's JSON-RPC response object.
 
         Raises:
@@ -240,7 +260,7 @@ class JsonRpcHandler:
             raise UpstreamError("invalid_response", "worker answered with a non-JSON-RPC body")
         return clean
 
-    async def answer_json(self, ex: Exchange, req: Request, response: httpx.Response) -> None:
+    async def answer_json(self, ex: Exchange, req: Request, response: UpstreamAnswer) -> None:
         """Judge a buffered worker answer and send it to the client (also used for a
         streaming request answered with plain JSON, F09)."""
         content = response.content
@@ -328,7 +348,7 @@ class JsonRpcHandler:
         probe = {"jsonrpc": "2.0", "id": "a2a-gateway-probe", "method": method,
                  "params": {"id": ex.task_id, "historyLength": 0}}
         try:
-            response = await self._post(orjson.dumps(probe), stream=False)
+            response = await self._post(orjson.dumps(probe))
             doc = self.decode_answer(response, response.content)
         except UpstreamError as exc:
             self.rt.metrics.upstream_errors.labels(self.upstream, exc.reason).inc()
@@ -340,7 +360,7 @@ class JsonRpcHandler:
         task = outcome.result if outcome.action is Action.FORWARD else None
         return task, await self.rt.record_of(ex.upstream, ex.task_id)
 
-    async def _send_raw(self, response: httpx.Response, content: bytes) -> None:
+    async def _send_raw(self, response: UpstreamAnswer, content: bytes) -> None:
         headers = client_response_headers(response.headers, drop=("content-length", "content-encoding"))
         await self.send({"type": "http.response.start", "status": response.status_code,
                          "headers": [*headers, (b"content-length", str(len(content)).encode())]})
@@ -349,7 +369,7 @@ class JsonRpcHandler:
     async def _relay_unknown(self, body: bytes, req_id: jsonrpc.JsonId) -> None:
         """A method no A2A version defines: relayed untouched (custom extension methods)."""
         try:
-            response = await self._post(body, stream=False)
+            response = await self._post(body)
         except UpstreamError as exc:
             self.outcome = "upstream_error"
             self.rt.metrics.upstream_errors.labels(self.upstream, exc.reason).inc()
@@ -359,6 +379,6 @@ class JsonRpcHandler:
         await self._send_raw(response, response.content)
 
 
-def _is_json(response: httpx.Response) -> bool:
+def _is_json(response: UpstreamAnswer) -> bool:
     ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
     return ctype == "application/json" or ctype.endswith("+json")

@@ -43,6 +43,7 @@ from gateway.proxy.forward import (
     map_transport_error,
     until_disconnect,
 )
+from gateway.proxy.transport import UpstreamAnswer
 
 if TYPE_CHECKING:
     from gateway.proxy.jsonrpc import JsonRpcHandler
@@ -88,7 +89,7 @@ class StreamRelay:
         that leaves before the worker answers releases the upstream request at once."""
         try:
             finished, response = await until_disconnect(
-                self.h.receive, self.h._post(self.body, stream=True))
+                self.h.receive, self.h.open_stream(self.body))
         except UpstreamError as exc:
             await self.h.fail_upstream(self.req, exc)
             return
@@ -110,8 +111,9 @@ class StreamRelay:
                 await extra.aclose()
 
     async def _answer_json(self, response: httpx.Response) -> None:
-        await response.aread()
-        await self.h.answer_json(self.ex, self.req, response)
+        content = await response.aread()
+        answer = UpstreamAnswer(response.status_code, response.headers, content)
+        await self.h.answer_json(self.ex, self.req, answer)
 
     async def _relay(self, response: httpx.Response) -> None:
         started = time.perf_counter()
@@ -259,7 +261,7 @@ class StreamRelay:
         method = "SubscribeToTask" if self.ex.version is ProtocolVersion.V1_0 else "tasks/resubscribe"
         body = {"jsonrpc": "2.0", "id": self.req.id, "method": method, "params": {"id": task_id}}
         try:
-            response = await self.h._post(jsonrpc.dumps(body), stream=True)
+            response = await self.h.open_stream(jsonrpc.dumps(body))
         except UpstreamError:
             return False
         self._responses.append(response)

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import aiohttp
 import httpx
@@ -98,9 +99,19 @@ def _header_text(value: bytes) -> str:
         return value.decode("latin-1")
 
 
+@dataclass(frozen=True, slots=True)
+class UpstreamAnswer:
+    """A worker's whole answer: HTTP status, headers (case-insensitive lookup; ``.raw`` gives
+    the worker's bytes) and the body, decoded when it came with a ``Content-Encoding``."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+
+
 class UpstreamClient:
-    """Sends one request to a worker over a pooled aiohttp session and returns an
-    ``httpx.Response`` — nothing more.
+    """Sends one request to a worker over a pooled aiohttp session and returns the answer
+    (:meth:`fetch`) or the streaming ``httpx.Response`` (:meth:`send`) — nothing more.
 
     Unlike ``httpx.AsyncClient`` it keeps no cookie jar (a proxy must never store a worker's
     ``Set-Cookie`` and replay it for other clients), follows no redirects and merges nothing
@@ -135,9 +146,9 @@ class UpstreamClient:
         headers: list[tuple[bytes, bytes]] | dict[str, str],
         timeout: TimeoutConfig,
         content: bytes | AsyncIterator[bytes] | None = None,
-        stream: bool = True,
     ) -> httpx.Response:
-        """Send a request upstream.
+        """Send a request upstream and return as soon as the response head is in; the body
+        still streams (``aiter_bytes``, ``aiter_raw``, ``aread``) — close the response.
 
         Args:
             url: the absolute upstream URL, already percent-encoded (sent as is).
@@ -145,38 +156,62 @@ class UpstreamClient:
             timeout: seconds: ``connect`` (TCP connect), ``pool`` (waiting for a pooled
                 connection), ``read`` (the idle gap between response chunks).
             content: the body, whole or as an async iterator of chunks (streamed).
-            stream: ``True`` returns with the body still streaming (``aiter_bytes``; close
-                the response); ``False`` reads the whole body and releases the connection.
 
         Raises:
             httpx.HTTPError: the transport failed (see the module docstring for the classes).
         """
+        response = await self._request(method, url, headers, timeout, content)
+        return httpx.Response(
+            status_code=response.status, headers=response.raw_headers, stream=_Body(response, self),
+            extensions={"http_version": b"HTTP/1.1",
+                        "reason_phrase": (response.reason or "").encode("latin-1", "replace")})
+
+    async def fetch(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: list[tuple[bytes, bytes]] | dict[str, str],
+        timeout: TimeoutConfig,
+        content: bytes | None = None,
+    ) -> UpstreamAnswer:
+        """Send a request upstream and read the whole answer (the connection goes back to
+        the pool). Arguments as for :meth:`send`.
+
+        Raises:
+            httpx.HTTPError: the transport failed, or a ``Content-Encoding`` body does not
+                decode (``httpx.DecodingError``).
+        """
+        response = await self._request(method, url, headers, timeout, content)
+        try:
+            with _mapped():
+                body = await response.read()
+        finally:
+            response.release()
+            self.in_flight -= 1
+        answer = UpstreamAnswer(response.status, httpx.Headers(response.raw_headers), body)
+        if "content-encoding" in answer.headers:  # httpx decodes gzip, deflate (br, zstd)
+            decoded = httpx.Response(answer.status_code, headers=answer.headers, content=body).content
+            return UpstreamAnswer(answer.status_code, answer.headers, decoded)
+        return answer
+
+    async def _request(
+        self, method: str, url: str, headers: list[tuple[bytes, bytes]] | dict[str, str],
+        timeout: TimeoutConfig, content: bytes | AsyncIterator[bytes] | None,
+    ) -> aiohttp.ClientResponse:
         pairs = headers.items() if isinstance(headers, dict) else headers
         out = [(_header_text(k) if type(k) is bytes else k, _header_text(v) if type(v) is bytes else v)
                for k, v in pairs]
         self.in_flight += 1
         try:
             with _mapped():
-                response = await self._client().request(
+                return await self._client().request(
                     method, yarl.URL(url, encoded=True), headers=out, data=content or None,
                     allow_redirects=False, compress=None, timeout=_client_timeout(timeout),
                 )
-                if not stream:
-                    try:
-                        body = await response.read()
-                    finally:
-                        response.release()
         except BaseException:
             self.in_flight -= 1
             raise
-        extensions = {"http_version": b"HTTP/1.1",
-                      "reason_phrase": (response.reason or "").encode("latin-1", "replace")}
-        if not stream:
-            self.in_flight -= 1
-            return httpx.Response(status_code=response.status, headers=response.raw_headers,
-                                  content=body, extensions=extensions)
-        return httpx.Response(status_code=response.status, headers=response.raw_headers,
-                              stream=_Body(response, self), extensions=extensions)
 
     async def aclose(self) -> None:
         """Close every pooled connection."""
