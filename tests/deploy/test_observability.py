@@ -190,6 +190,7 @@ def label_names(scrape: str) -> dict[str, set[str]]:
             out.setdefault(sample.name, set()).update(sample.labels)
     metrics = Metrics(CollectorRegistry())
     for obj in vars(metrics).values():
+        obj = getattr(obj, "metric", obj)  # Labelled wraps the prometheus_client metric
         labels = getattr(obj, "_labelnames", None)
         if labels is None:
             continue
