@@ -33,6 +33,7 @@ _WRAPPERS = (
     ("statusUpdate", Kind.STATUS),
     ("artifactUpdate", Kind.ARTIFACT),
 )
+_WRAPPER_KINDS = dict(_WRAPPERS)
 _V03_KINDS = {
     "task": Kind.TASK,
     "message": Kind.MESSAGE,
@@ -91,6 +92,13 @@ def classify(result: object) -> tuple[Kind, dict[str, Any], str | None]:
     """:func:`locate` without the :class:`Item`: ``(kind, obj, wrapper)``."""
     if not isinstance(result, dict):
         return Kind.OTHER, {}, None
+    if len(result) == 1:  # the usual StreamResponse / SendMessageResponse: one wrapper member
+        for member in result:
+            kind = _WRAPPER_KINDS.get(member)
+            if kind is not None:
+                inner = result[member]
+                if isinstance(inner, dict):
+                    return kind, inner, member
     if "kind" not in result and "id" not in result:
         for member, kind in _WRAPPERS:
             inner = result.get(member)

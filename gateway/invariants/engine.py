@@ -239,7 +239,9 @@ def check_payload(
     if verdict is None:
         verdict = _transition(ex, stream, record, item, state, obj, findings, clock)
     if verdict.action is _FORWARD and verdict.result is not result:
-        verdict.result = rebuild(item, verdict.result, result)
+        # The located object unchanged means the whole payload is: forward the original.
+        unchanged = verdict.result is item.obj
+        verdict.result = result if unchanged else rebuild(item, verdict.result, result)
     return _apply_mode(ex, verdict, result)
 
 
