@@ -13,20 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
-
-_WRAPPERS = {
-    "task": "task",
-    "message": "message",
-    "statusUpdate": "status",
-    "artifactUpdate": "artifact",
-}
-_V03_KINDS = {
-    "task": "task",
-    "message": "message",
-    "status-update": "status",
-    "artifact-update": "artifact",
-}
+from typing import Any, Protocol
 
 
 class Kind(enum.StrEnum):
@@ -37,6 +24,25 @@ class Kind(enum.StrEnum):
     STATUS = "status"
     ARTIFACT = "artifact"
     OTHER = "other"
+
+
+# v1.0 StreamResponse members, in the order they are tried.
+_WRAPPERS = (
+    ("task", Kind.TASK),
+    ("message", Kind.MESSAGE),
+    ("statusUpdate", Kind.STATUS),
+    ("artifactUpdate", Kind.ARTIFACT),
+)
+_WRAPPER_KINDS = dict(_WRAPPERS)
+_V03_KINDS = {
+    "task": Kind.TASK,
+    "message": Kind.MESSAGE,
+    "status-update": Kind.STATUS,
+    "artifact-update": Kind.ARTIFACT,
+}
+_TASK = Kind.TASK
+_STATUS = Kind.STATUS
+_STATEFUL = (Kind.TASK, Kind.STATUS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,20 +61,17 @@ class Item:
     @property
     def task_id(self) -> str | None:
         """The task id: ``id`` of a Task, ``taskId`` of events and messages."""
-        key = "id" if self.kind is Kind.TASK else "taskId"
-        value = self.obj.get(key)
-        return value if isinstance(value, str) and value else None
+        return task_id_of(self.kind, self.obj)
 
     @property
     def context_id(self) -> str | None:
         """The ``contextId`` member, if a non-empty string."""
-        value = self.obj.get("contextId")
-        return value if isinstance(value, str) and value else None
+        return context_id_of(self.obj)
 
     @property
     def status(self) -> dict[str, Any] | None:
         """The ``status`` object of a Task or status update (``None`` if absent or not an object)."""
-        if self.kind not in (Kind.TASK, Kind.STATUS):
+        if self.kind not in _STATEFUL:
             return None
         status = self.obj.get("status")
         return status if isinstance(status, dict) else None
@@ -82,27 +85,62 @@ class Item:
 
 def locate(result: object) -> Item:
     """Classify a JSON-RPC ``result`` or a REST stream payload into an :class:`Item`."""
+    return Item(*classify(result))
+
+
+def classify(result: object) -> tuple[Kind, dict[str, Any], str | None]:
+    """:func:`locate` without the :class:`Item`: ``(kind, obj, wrapper)``."""
     if not isinstance(result, dict):
-        return Item(Kind.OTHER, {}, None)
-    for member, kind in _WRAPPERS.items():
-        inner = result.get(member)
-        if isinstance(inner, dict) and "kind" not in result and "id" not in result:
-            return Item(Kind(kind), inner, member)
+        return Kind.OTHER, {}, None
+    if len(result) == 1:  # the usual StreamResponse / SendMessageResponse: one wrapper member
+        for member in result:
+            kind = _WRAPPER_KINDS.get(member)
+            if kind is not None:
+                inner = result[member]
+                if isinstance(inner, dict):
+                    return kind, inner, member
+    if "kind" not in result and "id" not in result:
+        for member, kind in _WRAPPERS:
+            inner = result.get(member)
+            if isinstance(inner, dict):
+                return kind, inner, member
     v03 = result.get("kind")
     if isinstance(v03, str) and v03 in _V03_KINDS:
-        return Item(Kind(_V03_KINDS[v03]), result, None)
+        return _V03_KINDS[v03], result, None
     if "status" in result and "id" in result:
-        return Item(Kind.TASK, result, None)
+        return Kind.TASK, result, None
     if "taskId" in result and "status" in result:
-        return Item(Kind.STATUS, result, None)
+        return Kind.STATUS, result, None
     if "taskId" in result and "artifact" in result:
-        return Item(Kind.ARTIFACT, result, None)
+        return Kind.ARTIFACT, result, None
     if "messageId" in result and "parts" in result:
-        return Item(Kind.MESSAGE, result, None)
-    return Item(Kind.OTHER, result, None)
+        return Kind.MESSAGE, result, None
+    return Kind.OTHER, result, None
 
 
-def rebuild(item: Item, obj: dict[str, Any], result: object) -> dict[str, Any]:
+def task_id_of(kind: Kind, obj: dict[str, Any]) -> str | None:
+    """:attr:`Item.task_id` of a located ``(kind, obj)``."""
+    value = obj.get("id" if kind is _TASK else "taskId")
+    return value if isinstance(value, str) and value else None
+
+
+def context_id_of(obj: dict[str, Any]) -> str | None:
+    """:attr:`Item.context_id` of a located object."""
+    value = obj.get("contextId")
+    return value if isinstance(value, str) and value else None
+
+
+class Located(Protocol):
+    """What :func:`rebuild` and :func:`artifact_of` read of an :class:`Item`."""
+
+    @property
+    def obj(self) -> dict[str, Any]: ...
+
+    @property
+    def wrapper(self) -> str | None: ...
+
+
+def rebuild(item: Located, obj: dict[str, Any], result: object) -> dict[str, Any]:
     """Return a new result equal to ``result`` with the located object replaced by ``obj``."""
     if item.wrapper is not None and isinstance(result, dict):
         return {**result, item.wrapper: obj}
@@ -117,7 +155,7 @@ def with_state(obj: dict[str, Any], state: str) -> dict[str, Any]:
     return {**obj, "status": status}
 
 
-def artifact_of(item: Item) -> dict[str, Any] | None:
+def artifact_of(item: Located) -> dict[str, Any] | None:
     """The ``artifact`` object of an artifact update, if it is an object with an id."""
     art = item.obj.get("artifact")
     if isinstance(art, dict) and isinstance(art.get("artifactId"), str):

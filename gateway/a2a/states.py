@@ -49,18 +49,20 @@ class TaskState(enum.StrEnum):
     @property
     def is_terminal(self) -> bool:
         """True for completed, failed, canceled and rejected: absorbing states."""
-        return self in TERMINAL_STATES
+        return self._value_ in _TERMINAL_VALUES  # plain str: no Enum.__hash__ call
 
     @property
     def is_interrupted(self) -> bool:
         """True for input-required and auth-required."""
-        return self in INTERRUPTED_STATES
+        return self._value_ in _INTERRUPTED_VALUES
 
 
 TERMINAL_STATES = frozenset(
     {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
 )
 INTERRUPTED_STATES = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+_TERMINAL_VALUES = frozenset(s.value for s in TERMINAL_STATES)
+_INTERRUPTED_VALUES = frozenset(s.value for s in INTERRUPTED_STATES)
 
 _V03_SPELLING: dict[TaskState, str] = {
     TaskState.UNSPECIFIED: "unknown",
@@ -82,6 +84,8 @@ _FOLDED["UNKNOWN"] = TaskState.UNSPECIFIED
 _FOLDED["CANCELLED"] = TaskState.CANCELED
 
 FAMILIES = ("v10_enum", "v03_kebab", "underscore", "case_variant", "v03_grpc")
+_V10 = ProtocolVersion.V1_0
+_V03 = ProtocolVersion.V0_3
 
 
 class UnknownStateError(ValueError):
@@ -122,17 +126,31 @@ def normalize_state(raw: object, version: ProtocolVersion) -> Normalized:
         UnknownStateError: a non-string, or a string outside the alias table (``"paused"``).
     """
     if raw is None or raw == "":
-        return Normalized(TaskState.UNSPECIFIED, None)
+        return _UNSPECIFIED
     if not isinstance(raw, str):
         raise UnknownStateError(raw)
+    exact = _EXACT_V10 if version is _V10 else _EXACT_V03 if version is _V03 else _EXACT_OTHER
+    norm = exact.get(raw)
+    if norm is not None:
+        return norm
+    return _folded(raw)
+
+
+def _exact(raw: str, version: ProtocolVersion | None) -> Normalized | None:
+    """The verbatim-table part of :func:`normalize_state` (``None``: not a table spelling)."""
     if raw in _FROM_V10:
-        family = None if version is ProtocolVersion.V1_0 else "v10_enum"
+        family = None if version is _V10 else "v10_enum"
         return Normalized(_FROM_V10[raw], family)
     if raw in _FROM_V03:
-        family = None if version is ProtocolVersion.V0_3 else "v03_kebab"
+        family = None if version is _V03 else "v03_kebab"
         return Normalized(_FROM_V03[raw], family)
     if raw in _DOUBLE_L:
         return Normalized(TaskState.CANCELED, "v03_grpc")
+    return None
+
+
+def _folded(raw: str) -> Normalized:
+    """The letter-case and separator variants of :func:`normalize_state`."""
     if not raw.isascii():  # "faıled" must not fold into FAILED: lookalikes are unknown
         raise UnknownStateError(raw)
     folded = raw.strip().upper().replace("-", "_").replace(" ", "_").removeprefix("TASK_STATE_")
@@ -152,6 +170,15 @@ def spell_state(state: TaskState, version: ProtocolVersion) -> str:
     v1.0 gets the ProtoJSON name (``TASK_STATE_INPUT_REQUIRED``); v0.3 gets kebab-case
     (``input-required``; unspecified is ``unknown``). PROTOCOL.md §2.
     """
-    if version is ProtocolVersion.V0_3:
+    if version is _V03:
         return _V03_SPELLING[state]
     return state.value
+
+
+_UNSPECIFIED = Normalized(TaskState.UNSPECIFIED, None)
+# normalize_state's verbatim spellings, precomputed per exchange version (one dict lookup).
+_EXACT_V10 = {raw: _exact(raw, _V10) for raw in (*_FROM_V10, *_FROM_V03, *_DOUBLE_L)}
+_EXACT_V03 = {raw: _exact(raw, _V03) for raw in _EXACT_V10}
+_EXACT_OTHER = {raw: _exact(raw, None) for raw in _EXACT_V10}
+# Every spelling normalize_state takes verbatim (no case or separator folding).
+TABLE_SPELLINGS: tuple[str, ...] = tuple(_EXACT_V10)

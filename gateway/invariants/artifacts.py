@@ -10,7 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.a2a.payloads import flag, parts_count
-from gateway.invariants.model import ArtifactRecord, Finding, TaskRecord
+from gateway.invariants.model import (
+    NO_ARTIFACTS,
+    ArtifactRecord,
+    Finding,
+    TaskRecord,
+    artifact_record,
+)
 
 
 def apply_update(
@@ -32,17 +38,18 @@ def apply_update(
     count = parts_count(artifact)
     if flag(update, "append") and prev is not None:
         count += prev.parts
-    artifacts[aid] = ArtifactRecord(sealed=flag(update, "lastChunk"), parts=count)
+    artifacts[aid] = artifact_record(flag(update, "lastChunk"), count)
     return None
 
 
 def clean_snapshot_artifacts(
     arts: list[Any],
-    record: TaskRecord,
+    record: TaskRecord | None,
     findings: list[Finding],
     out: dict[str, ArtifactRecord] | None = None,
 ) -> list[Any]:
-    """Make a Task snapshot's ``artifacts`` agree with the ledger.
+    """Make a Task snapshot's ``artifacts`` agree with the ledger (``record`` ``None``: a task
+    the ledger does not know yet, so no artifact is sealed).
 
     Two entries sharing one ``artifactId`` are merged into the first (parts appended); a sealed
     artifact carrying more parts than it had when sealed is cut back and counted as
@@ -67,15 +74,16 @@ def clean_snapshot_artifacts(
         copy = dict(art)
         merged[aid] = copy
         result.append(copy)
+    known_artifacts = record.artifacts if record is not None else NO_ARTIFACTS
     for aid, art in merged.items():
-        known = record.artifacts.get(aid)
+        known = known_artifacts.get(aid)
         if known is not None and known.sealed and parts_count(art) > known.parts:
             findings.append(Finding("divergence", "artifact_after_last_chunk", f"artifact {aid}"))
             art["parts"] = _parts(art)[: known.parts]
             changed = True
         if out is not None:
             sealed = known.sealed if known is not None else False
-            out[aid] = ArtifactRecord(sealed=sealed, parts=parts_count(art))
+            out[aid] = artifact_record(sealed, parts_count(art))
     return result if changed else arts
 
 

@@ -25,8 +25,17 @@ from typing import Any
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
-from gateway.a2a.payloads import Item, Kind, artifact_of, locate, rebuild, with_state
+from gateway.a2a.payloads import (
+    Kind,
+    artifact_of,
+    classify,
+    context_id_of,
+    rebuild,
+    task_id_of,
+    with_state,
+)
 from gateway.a2a.states import (
+    TABLE_SPELLINGS,
     ProtocolVersion,
     TaskState,
     UnknownStateError,
@@ -35,15 +44,16 @@ from gateway.a2a.states import (
 )
 from gateway.invariants.artifacts import apply_update, clean_snapshot_artifacts
 from gateway.invariants.model import (
+    NO_ARTIFACTS,
     Action,
     Clock,
     Exchange,
     Finding,
-    NO_ARTIFACTS,
     Mode,
     Outcome,
     StreamState,
     TaskRecord,
+    build_record,
 )
 
 CORRECTED_KEY = "a2a-gateway/corrected"
@@ -58,6 +68,58 @@ _SUSPECT_CODES = frozenset(
         jsonrpc.INTERNAL_ERROR,
     }
 )
+# Enum members as module constants: an Enum class attribute lookup costs a dict probe and more.
+_TASK, _STATUS, _ARTIFACT = Kind.TASK, Kind.STATUS, Kind.ARTIFACT
+_MESSAGE, _OTHER = Kind.MESSAGE, Kind.OTHER
+_FORWARD, _DROP = Action.FORWARD, Action.DROP
+_ENFORCE = Mode.ENFORCE
+_UNSPECIFIED = TaskState.UNSPECIFIED
+
+
+class _Payload:
+    """A located payload (:func:`~gateway.a2a.payloads.locate`) with its ids read once.
+
+    Has the ``kind``, ``obj``, ``wrapper``, ``task_id`` and ``context_id`` of an
+    :class:`~gateway.a2a.payloads.Item` (a :class:`~gateway.a2a.payloads.Located`), without
+    its frozen-dataclass construction cost.
+    """
+
+    __slots__ = ("context_id", "kind", "obj", "task_id", "wrapper")
+
+    def __init__(self, kind: Kind, obj: dict[str, Any], wrapper: str | None) -> None:
+        self.kind = kind
+        self.obj = obj
+        self.wrapper = wrapper
+        self.task_id = task_id_of(kind, obj)
+        self.context_id = context_id_of(obj)
+
+    @property
+    def raw_state(self) -> object:
+        """:attr:`~gateway.a2a.payloads.Item.raw_state`."""
+        if self.kind is not _TASK and self.kind is not _STATUS:
+            return None
+        status = self.obj.get("status")
+        return status.get("state") if isinstance(status, dict) else None
+
+
+def _spelling_table(
+    version: ProtocolVersion,
+) -> dict[str | None, tuple[TaskState, Finding | None, str | None]]:
+    """What :func:`_normalize` makes of each verbatim spelling (and of an absent state) in a
+    ``version`` exchange: the state, the normalization finding, the re-spelling (``None``: the
+    object is forwarded as sent)."""
+    table: dict[str | None, tuple[TaskState, Finding | None, str | None]] = {}
+    for raw in (None, "", *TABLE_SPELLINGS):
+        norm = normalize_state(raw, version)
+        finding = None if norm.family is None else Finding("normalization", norm.family, f"{raw!r}")
+        spelled = spell_state(norm.state, version)
+        keep = raw == spelled or (raw in (None, "") and version is ProtocolVersion.V1_0)
+        table[raw] = (norm.state, finding, None if keep else spelled)
+    return table
+
+
+_V10, _V03 = ProtocolVersion.V1_0, ProtocolVersion.V0_3
+_SPELLINGS_V10, _SPELLINGS_V03 = _spelling_table(_V10), _spelling_table(_V03)
 
 
 def terminal_error(ex: Exchange, record: TaskRecord) -> tuple[int, str]:
@@ -126,10 +188,11 @@ def check_list(ex: Exchange, result: Any) -> Outcome:
     findings: list[Finding] = []
     out: list[Any] = []
     for task in tasks:
-        item = locate(task)
-        if item.kind is not Kind.TASK:
+        kind, obj, wrapper = classify(task)
+        if kind is not _TASK:
             out.append(task)
             continue
+        item = _Payload(kind, obj, wrapper)
         normalized = _normalize(ex, item, findings)
         if normalized is None:
             return _refuse_unknown(ex, result, None, findings, item)
@@ -159,9 +222,10 @@ def check_payload(
     Returns:
         An :class:`Outcome`; ``record`` is the ledger change to store before forwarding.
     """
-    item = locate(result)
-    if item.kind in (Kind.MESSAGE, Kind.OTHER):
-        return Outcome(Action.FORWARD, result, stream)
+    kind, obj, wrapper = classify(result)
+    if kind is _MESSAGE or kind is _OTHER:
+        return Outcome(_FORWARD, result, stream)
+    item = _Payload(kind, obj, wrapper)
     findings: list[Finding] = []
     normalized = _normalize(ex, item, findings)
     if normalized is None:
@@ -170,41 +234,59 @@ def check_payload(
     verdict = _check_identity(ex, stream, record, item, findings)
     if verdict is None and stream is not None and stream.terminal:
         verdict = _after_stream_terminal(ex, stream, record, item, state, findings, clock)
-    if verdict is None and record is not None and record.terminal:
+    if verdict is None and record is not None and record.state.is_terminal:
         verdict = _on_terminal_record(ex, stream, record, item, state, obj, findings, clock)
     if verdict is None:
         verdict = _transition(ex, stream, record, item, state, obj, findings, clock)
-    if verdict.action is Action.FORWARD and verdict.result is not result:
-        verdict.result = rebuild(item, verdict.result, result)
+    if verdict.action is _FORWARD and verdict.result is not result:
+        # The located object unchanged means the whole payload is: forward the original.
+        unchanged = verdict.result is item.obj
+        verdict.result = result if unchanged else rebuild(item, verdict.result, result)
     return _apply_mode(ex, verdict, result)
 
 
 def payload_task_id(result: Any) -> str | None:
     """The task id a payload is about (for the ledger lookup before :func:`check_payload`)."""
-    return locate(result).task_id
+    kind, obj, _ = classify(result)
+    return task_id_of(kind, obj)
 
 
 def _apply_mode(ex: Exchange, verdict: Outcome, original: Any) -> Outcome:
     """Observe mode keeps findings and the ledger change but forwards the original bytes."""
-    if ex.mode is Mode.ENFORCE:
+    if ex.mode is _ENFORCE:
         return verdict
-    return dataclasses.replace(
-        verdict, action=Action.FORWARD, result=original, error=None, close=False
-    )
+    return Outcome(_FORWARD, original, verdict.stream, verdict.record, verdict.findings)
 
 
 def _normalize(
-    ex: Exchange, item: Item, findings: list[Finding]
+    ex: Exchange, item: _Payload, findings: list[Finding]
 ) -> tuple[TaskState, dict[str, Any]] | None:
     """Canonical state and the object re-spelled for the client, or ``None`` if unknown.
 
     Only Tasks and status updates carry a state; anything else comes back unchanged.
     """
-    if item.kind not in (Kind.TASK, Kind.STATUS):
-        return TaskState.UNSPECIFIED, item.obj
-    if "status" in item.obj and not isinstance(item.obj["status"], dict):
+    kind, obj = item.kind, item.obj
+    if kind is not _TASK and kind is not _STATUS:
+        return _UNSPECIFIED, obj
+    status = obj.get("status")
+    if isinstance(status, dict):
+        raw = status.get("state")
+    elif status is None and "status" not in obj:
+        raw = None
+    else:
         return None  # a status that is not an object is no state at all: never guessed
-    raw = item.raw_state
+    known = None
+    if raw is None or type(raw) is str:  # the precomputed verbatim spellings
+        version = ex.version
+        if version is _V10:
+            known = _SPELLINGS_V10.get(raw)
+        elif version is _V03:
+            known = _SPELLINGS_V03.get(raw)
+    if known is not None:
+        state, finding, respelled = known
+        if finding is not None:
+            findings.append(finding)
+        return state, obj if respelled is None else with_state(obj, respelled)
     try:
         norm = normalize_state(raw, ex.version)
     except UnknownStateError:
@@ -213,12 +295,12 @@ def _normalize(
         findings.append(Finding("normalization", norm.family, f"{raw!r}"))
     spelled = spell_state(norm.state, ex.version)
     if raw == spelled or (raw in (None, "") and ex.version is ProtocolVersion.V1_0):
-        return norm.state, item.obj
-    return norm.state, with_state(item.obj, spelled)
+        return norm.state, obj
+    return norm.state, with_state(obj, spelled)
 
 
 def _refuse_unknown(
-    ex: Exchange, result: Any, stream: StreamState | None, findings: list[Finding], item: Item
+    ex: Exchange, result: Any, stream: StreamState | None, findings: list[Finding], item: _Payload
 ) -> Outcome:
     raw = item.raw_state
     tid = item.task_id
@@ -261,7 +343,7 @@ def _check_identity(
     ex: Exchange,
     stream: StreamState | None,
     record: TaskRecord | None,
-    item: Item,
+    item: _Payload,
     findings: list[Finding],
 ) -> Outcome | None:
     tid, ctx = item.task_id, item.context_id
@@ -288,7 +370,7 @@ def _after_stream_terminal(
     ex: Exchange,
     stream: StreamState,
     record: TaskRecord | None,
-    item: Item,
+    item: _Payload,
     state: TaskState,
     findings: list[Finding],
     clock: Clock,
@@ -317,7 +399,7 @@ def _on_terminal_record(
     ex: Exchange,
     stream: StreamState | None,
     record: TaskRecord,
-    item: Item,
+    item: _Payload,
     state: TaskState,
     obj: dict[str, Any],
     findings: list[Finding],
@@ -435,21 +517,23 @@ def _corrected(
     return out
 
 
-def _bind(stream: StreamState | None, item: Item, *, terminal: bool) -> StreamState | None:
+def _bind(stream: StreamState | None, item: _Payload, *, terminal: bool) -> StreamState | None:
+    """The stream bound to the payload's task (``stream`` itself when nothing changes)."""
     if stream is None:
         return None
-    return StreamState(
-        task_id=stream.task_id or item.task_id,
-        context_id=stream.context_id or item.context_id,
-        terminal=stream.terminal or terminal,
-    )
+    task_id = stream.task_id or item.task_id
+    context_id = stream.context_id or item.context_id
+    terminal = stream.terminal or terminal
+    if task_id is stream.task_id and context_id is stream.context_id and terminal is stream.terminal:
+        return stream
+    return StreamState(task_id, context_id, terminal)
 
 
 def _transition(
     ex: Exchange,
     stream: StreamState | None,
     record: TaskRecord | None,
-    item: Item,
+    item: _Payload,
     state: TaskState,
     obj: dict[str, Any],
     findings: list[Finding],
@@ -458,44 +542,44 @@ def _transition(
     """A live (or new) task moves on the worker's payload."""
     tid = item.task_id
     if tid is None:
-        return Outcome(Action.FORWARD, obj, stream, findings=findings)
-    base = record or TaskRecord(
-        upstream=ex.upstream,
-        task_id=tid,
-        context_id=item.context_id,
-        state=TaskState.UNSPECIFIED,
-        observed_at=clock.wall,
-        observed_monotonic=clock.monotonic,
-    )
-    if state is TaskState.UNSPECIFIED:
-        state = base.state  # an unspecified payload never erases a known state (F03)
-    artifacts = dict(base.artifacts)
-    if item.kind is Kind.ARTIFACT:
+        return Outcome(_FORWARD, obj, stream, findings=findings)
+    if record is None:  # a new task: the record starts unspecified, without artifacts
+        upstream, task_id, context_id = ex.upstream, tid, item.context_id
+        base_state, base_status, poisoned = _UNSPECIFIED, None, False
+        known, card_etag, version = NO_ARTIFACTS, ex.card_etag, 0
+    else:
+        upstream, task_id, context_id = record.upstream, record.task_id, record.context_id or item.context_id
+        base_state, base_status, poisoned = record.state, record.terminal_status, record.poisoned
+        known, card_etag, version = record.artifacts, ex.card_etag or record.card_etag, record.version
+    if state is _UNSPECIFIED:
+        state = base_state  # an unspecified payload never erases a known state (F03)
+    artifacts = known
+    kind = item.kind
+    if kind is _ARTIFACT:
         art = artifact_of(item)
         if art is not None:
+            artifacts = dict(known)
             if apply_update(item.obj, art, artifacts, findings) is not None:
-                return Outcome(Action.DROP, None, stream, findings=findings)
-    elif item.kind is Kind.TASK and isinstance(obj.get("artifacts"), list):
-        cleaned = clean_snapshot_artifacts(obj["artifacts"], base, findings, artifacts)
+                return Outcome(_DROP, None, stream, findings=findings)
+    elif kind is _TASK and isinstance(obj.get("artifacts"), list):
+        artifacts = dict(known)
+        cleaned = clean_snapshot_artifacts(obj["artifacts"], record, findings, artifacts)
         if cleaned is not obj["artifacts"]:
             obj = {**obj, "artifacts": cleaned}
-    terminal_status = base.terminal_status
-    if state.is_terminal and not base.terminal:
+    if not artifacts:
+        artifacts = NO_ARTIFACTS
+    elif type(artifacts) is not dict:
+        artifacts = dict(artifacts)  # records hold plain dicts (or the shared NO_ARTIFACTS)
+    terminal = state.is_terminal
+    terminal_status = base_status
+    if terminal and not base_state.is_terminal:
         status = dict(obj.get("status") or {})
         status["state"] = state.value
         terminal_status = status
-    new_record = dataclasses.replace(
-        base,
-        context_id=base.context_id or item.context_id,
-        state=state,
-        terminal_status=terminal_status,
-        artifacts=artifacts or NO_ARTIFACTS,
-        needs_resync=False,
-        card_etag=ex.card_etag or base.card_etag,
-        observed_at=clock.wall,
-        observed_monotonic=clock.monotonic,
+    new_record = build_record(
+        upstream, task_id, context_id, state, clock.wall, clock.monotonic, terminal_status,
+        poisoned, artifacts, False, card_etag, version,
     )
-    new_stream = _bind(stream, item, terminal=state.is_terminal)
-    close = state.is_terminal and stream is not None
-    return Outcome(Action.FORWARD, obj, new_stream, record=new_record, findings=findings,
-                   close=close)
+    new_stream = _bind(stream, item, terminal=terminal)
+    return Outcome(_FORWARD, obj, new_stream, new_record, findings, None,
+                   terminal and stream is not None)
