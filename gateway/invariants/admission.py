@@ -88,7 +88,7 @@ def admit(
                        "no_push_notifications")
     if new_task:
         wanted = [s for s in (required_skill, _metadata_skill(params, skill_key)) if s]
-        advertised = skill_ids(doc)
+        advertised = skill_ids(doc) if wanted else set()
         for skill in wanted:
             if skill not in advertised:
                 return Refusal(jsonrpc.UNSUPPORTED_OPERATION,
