@@ -9,6 +9,7 @@ other end-to-end header pass untouched; the gateway never adds ``A2A-Version``.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -164,10 +165,17 @@ def client_response_headers(
 ) -> list[tuple[bytes, bytes]]:
     """Upstream response headers fit for the client, as the worker's raw bytes: hop-by-hop and
     ``drop`` removed."""
-    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",") if t.strip()}
-    # uvicorn writes its own Date and Server; the worker's copies would be duplicates.
-    removed = HOP_BY_HOP | tokens | {"date", "server"} | {d.lower() for d in drop}
+    removed = _removed(tuple(drop))
+    connection = headers.get("connection")
+    if connection:
+        removed = removed | {t.strip().lower() for t in connection.split(",") if t.strip()}
     return [(k, v) for k, v in headers.raw if k.decode("latin-1").lower() not in removed]
+
+
+@functools.lru_cache(maxsize=32)
+def _removed(drop: tuple[str, ...]) -> frozenset[str]:
+    # uvicorn writes its own Date and Server; the worker's copies would be duplicates.
+    return HOP_BY_HOP | {"date", "server"} | {d.lower() for d in drop}
 
 
 def is_event_stream(headers: httpx.Headers) -> bool:
@@ -183,7 +191,13 @@ async def read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
     """
     if declared_length(scope) > limit:
         raise BodyTooLargeError
-    return b"".join([chunk async for chunk in stream_body(receive, limit)])
+    message = await receive()  # usually the whole body in one message
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        body: bytes = message.get("body", b"")
+        if len(body) > limit:
+            raise BodyTooLargeError
+        return body
+    return b"".join([chunk async for chunk in stream_body(receive, limit, first=message)])
 
 
 def declared_length(scope: Scope) -> int:
@@ -194,8 +208,11 @@ def declared_length(scope: Scope) -> int:
     return 0
 
 
-async def stream_body(receive: Receive, limit: int) -> AsyncIterator[bytes]:
-    """Yield the client request body as it arrives (for transparent relaying).
+async def stream_body(
+    receive: Receive, limit: int, *, first: dict[str, Any] | None = None
+) -> AsyncIterator[bytes]:
+    """Yield the client request body as it arrives (for transparent relaying); ``first`` is
+    a message already received.
 
     Raises:
         BodyTooLargeError: more than ``limit`` bytes arrive.
@@ -204,7 +221,10 @@ async def stream_body(receive: Receive, limit: int) -> AsyncIterator[bytes]:
     """
     size = 0
     while True:
-        message = await receive()
+        if first is not None:
+            message, first = first, None
+        else:
+            message = await receive()
         if message["type"] == "http.disconnect":
             raise ClientGoneError
         chunk = message.get("body", b"")
@@ -217,6 +237,10 @@ async def stream_body(receive: Receive, limit: int) -> AsyncIterator[bytes]:
             return
 
 
+WATCH_AFTER = 0.05
+"""Seconds a request's work runs before :func:`until_disconnect` starts watching the client."""
+
+
 async def until_disconnect(
     receive: Receive, work: Awaitable[T], *, stop: asyncio.Event | None = None
 ) -> tuple[bool, T | None]:
@@ -226,13 +250,15 @@ async def until_disconnect(
     finished, ``(False, None)`` otherwise (``work`` is then cancelled, so its ``finally`` blocks
     close the upstream response). ``stop`` is the gateway's drain signal at shutdown.
 
-    ``work`` runs in the calling task; one watcher task per signal cancels it (this costs a
-    third of running ``work`` in a task of its own and waiting on both). A cancellation from
-    anyone else propagates as usual.
+    ``work`` runs in the calling task. Watchers (one task per signal) start only after
+    :data:`WATCH_AFTER` seconds, so the common quick exchange creates no task at all; a
+    disconnect is noticed at most that much later. A watcher that fires cancels ``work``. A
+    cancellation from anyone else propagates as usual.
     """
     current = asyncio.current_task()
     assert current is not None
     state = {"fired": False, "over": False}
+    watchers: list[asyncio.Future[Any]] = []
 
     def fire(watcher: asyncio.Future[Any]) -> None:
         if not state["over"] and not watcher.cancelled():
@@ -243,11 +269,14 @@ async def until_disconnect(
         while (await receive())["type"] != "http.disconnect":
             pass
 
-    watchers = [asyncio.ensure_future(watch())]
-    if stop is not None:
-        watchers.append(asyncio.ensure_future(stop.wait()))
-    for watcher in watchers:
-        watcher.add_done_callback(fire)
+    def start() -> None:
+        watchers.append(asyncio.ensure_future(watch()))
+        if stop is not None:
+            watchers.append(asyncio.ensure_future(stop.wait()))
+        for watcher in watchers:
+            watcher.add_done_callback(fire)
+
+    timer = asyncio.get_running_loop().call_later(WATCH_AFTER, start)
     try:
         result = await work
     except asyncio.CancelledError:
@@ -256,6 +285,7 @@ async def until_disconnect(
         raise
     finally:
         state["over"] = True
+        timer.cancel()
         for watcher in watchers:
             watcher.cancel()
     if state["fired"]:  # the signal came while ``work`` was finishing; it finished

@@ -36,9 +36,11 @@ async def test_finished_work_returns_its_result_and_leaves_no_watcher() -> None:
 
     async def work() -> str:
         await asyncio.sleep(0)
+        assert len(asyncio.all_tasks()) == before  # a quick exchange starts no watcher task
         return "done"
 
     assert await until_disconnect(client.receive, work()) == (True, "done")
+    assert client.calls == 0
     await asyncio.sleep(0)  # let the cancelled watcher finish
     assert len(asyncio.all_tasks()) == before
     assert asyncio.current_task().cancelling() == 0
