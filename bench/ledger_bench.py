@@ -1,10 +1,15 @@
 """Ledger benchmark: transitions per second and bytes per tracked task, for each backend.
 
-    python -m bench.ledger_bench [--tasks N] [--memory-tasks N] [--backends memory,sqlite,redis]
+    python -m bench.ledger_bench [--tasks N] [--concurrency C] [--memory-tasks N]
+                                 [--backends memory,sqlite,redis]
 
 For each backend, N tasks each go WORKING → COMPLETED the way the proxy does it: ledger
 ``get``, engine ``check_payload``, ledger ``put`` (compare-and-set), so a "transition" is one
-judged and stored event. Bytes per tracked task: memory — ``tracemalloc`` growth over
+judged and stored event. "sequential" drives the tasks one after another (one operation in
+flight: the per-operation latency); "concurrent" splits the same number of fresh tasks over C
+asyncio tasks in one event loop (default 32, like the gateway benchmark's 32 connections), so C
+operations are in flight at once. The event loop is uvloop when installed, as in the gateway.
+Bytes per tracked task: memory — ``tracemalloc`` growth over
 ``--memory-tasks`` tasks (default 1 000 000; ids are allocated inside the measurement, as in
 production); SQLite — database file size over N; Redis — ``used_memory`` growth over N
 (a private ``redis-server`` on 127.0.0.1 is started and stopped; skipped when not installed).
@@ -67,6 +72,21 @@ async def _run_tasks(ledger: TaskLedger, n: int) -> float:
     return time.perf_counter() - started
 
 
+async def _run_concurrent(ledger: TaskLedger, n: int, concurrency: int) -> float:
+    """Drive ``n`` tasks through two transitions each from ``concurrency`` asyncio tasks at once;
+    returns elapsed seconds."""
+    async def worker(count: int) -> None:
+        for _ in range(count):
+            working, done = _events(str(uuid.uuid4()), str(uuid.uuid4()))
+            stream = await _transition(ledger, working, StreamState())
+            await _transition(ledger, done, stream)
+
+    shares = [n // concurrency + (1 if i < n % concurrency else 0) for i in range(concurrency)]
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(k) for k in shares))
+    return time.perf_counter() - started
+
+
 async def memory_bytes_per_task(n: int) -> float:
     """``tracemalloc`` growth per tracked (completed) task in the memory backend."""
     ledger = ledger_from_url("memory", max_tasks=n + 1)
@@ -110,8 +130,10 @@ def _redis() -> Iterator[str | None]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def bench_backend(name: str, url: str, n: int) -> tuple[float, float | None]:
-    """(transitions per second, bytes per task or None) for one backend."""
+async def bench_backend(name: str, url: str, n: int, concurrency: int) -> tuple[float, float, float | None]:
+    """(sequential and concurrent transitions per second, bytes per task or None) for one
+    backend. The concurrent pass runs on a fresh ledger (another SQLite file, another Redis key
+    prefix), so both start empty and the size is that of the sequential pass's N tasks."""
     ledger = ledger_from_url(url, max_tasks=n + 1)
     await ledger.open()
     used_before = None
@@ -130,7 +152,13 @@ async def bench_backend(name: str, url: str, n: int) -> tuple[float, float | Non
         path = Path(url.removeprefix("sqlite://"))
         size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
         per_task = size / n
-    return 2 * n / elapsed, per_task
+    fresh = ledger_from_url(url.replace(".db", "-concurrent.db"), max_tasks=n + 1)
+    if name == "redis":
+        fresh.prefix = "concurrent"  # type: ignore[attr-defined]
+    await fresh.open()
+    concurrent = await _run_concurrent(fresh, n, concurrency)
+    await fresh.close()
+    return 2 * n / elapsed, 2 * n / concurrent, per_task
 
 
 async def main_async(args: argparse.Namespace) -> list[str]:
@@ -138,36 +166,46 @@ async def main_async(args: argparse.Namespace) -> list[str]:
              f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
              f"{platform.platform()}",
              f"tasks per backend: {args.tasks} (2 judged transitions each); memory size over "
-             f"{args.memory_tasks} tasks", "",
-             f"{'backend':<8} {'transitions/s':>14} {'bytes/task':>11}"]
+             f"{args.memory_tasks} tasks",
+             f"event loop: {type(asyncio.get_running_loop()).__module__.split('.')[0]}; "
+             f"concurrent: {args.concurrency} asyncio tasks", "",
+             f"{'backend':<8} {'transitions/s':>14} {'concurrent/s':>13} {'bytes/task':>11}"]
     backends = args.backends.split(",")
     with tempfile.TemporaryDirectory() as tmp, _redis() as redis_url:
         for name in backends:
             if name == "memory":
-                tps, _ = await bench_backend("memory", "memory", args.tasks)
+                tps, ctps, _ = await bench_backend("memory", "memory", args.tasks, args.concurrency)
                 per_task: float | None = await memory_bytes_per_task(args.memory_tasks)
             elif name == "sqlite":
-                tps, per_task = await bench_backend("sqlite", f"sqlite:///{tmp}/ledger.db", args.tasks)
+                tps, ctps, per_task = await bench_backend("sqlite", f"sqlite:///{tmp}/ledger.db",
+                                                          args.tasks, args.concurrency)
             elif name == "redis":
                 if redis_url is None:
                     lines.append("redis    skipped: redis-server not installed")
                     continue
-                tps, per_task = await bench_backend("redis", redis_url, args.tasks)
+                tps, ctps, per_task = await bench_backend("redis", redis_url, args.tasks, args.concurrency)
             else:
                 raise SystemExit(f"unknown backend {name}")
             size = f"{per_task:>11.0f}" if per_task is not None else f"{'-':>11}"
-            lines.append(f"{name:<8} {tps:>14.0f} {size}")
+            lines.append(f"{name:<8} {tps:>14.0f} {ctps:>13.0f} {size}")
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks per backend (default 20000)")
+    parser.add_argument("--concurrency", type=int, default=32,
+                        help="asyncio tasks in flight for the concurrent figure (default 32)")
     parser.add_argument("--memory-tasks", type=int, default=1_000_000,
                         help="tasks for the memory size measurement (default 1000000)")
     parser.add_argument("--backends", default="memory,sqlite,redis")
     args = parser.parse_args()
-    lines = asyncio.run(main_async(args))
+    try:
+        import uvloop
+    except ImportError:
+        lines = asyncio.run(main_async(args))
+    else:
+        lines = uvloop.run(main_async(args))
     text = "\n".join(lines)
     print(text)
     RESULTS.mkdir(exist_ok=True)

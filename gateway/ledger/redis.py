@@ -8,16 +8,29 @@ Layout (``prefix`` defaults to ``a2agw``)::
     {prefix}:live                      set   task keys not yet terminal (crash-recovery scan)
     {prefix}:terminal                  zset  task keys of terminal tasks, scored by observed_at
 
-Compare-and-set runs as one Lua script, so a terminal state recorded through replica A is
-absorbing on replica B: B's stale ``put`` finds another version and loses. Uses the ``redis``
-package's asyncio client.
+Compare-and-set runs as one Lua script (``EVALSHA``), so a terminal state recorded through
+replica A is absorbing on replica B: B's stale ``put`` finds another version and loses. Uses
+the ``redis`` package's asyncio client.
+
+Pipelining: ``get`` and ``put`` calls are queued and sent in call order as one pipeline (one
+write, one round trip for all of them), and only one pipeline is in flight at a time: the calls
+made while it travels form the next one. So a process's operations reach the server in call
+order (a ``get`` sees every ``put`` called before it), 32 concurrent transitions cost a couple of
+round trips instead of 64, and a ``put`` returns only once the server answered its own script
+(each command of a pipeline has its own reply: a lost compare-and-set fails only its own call).
+A failure of the connection fails every call of the pipeline it hit. ``count_by_state``,
+``mark_resync`` and ``prune`` do not need that order and use a connection of their own from the
+pool. If the server lost the script (restart, ``SCRIPT FLUSH``), it is loaded again and the
+``put`` calls it refused are sent once more, right after the pipeline that was refused.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
 
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
@@ -80,7 +93,9 @@ class RedisLedger:
         self.prefix = prefix
         self._timeout = timeout
         self._client: aioredis.Redis | None = None
-        self._cas: Any = None
+        self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._sender: asyncio.Task[None] | None = None
+        self._cas_sha = ""
         self._prune: Any = None
         self._resync: Any = None
 
@@ -99,13 +114,59 @@ class RedisLedger:
             self.url, socket_timeout=self._timeout, socket_connect_timeout=self._timeout
         )
         await self._client.ping()
-        self._cas = self._client.register_script(_CAS)
+        self._cas_sha = await self._client.script_load(_CAS)
         self._prune = self._client.register_script(_PRUNE)
         self._resync = self._client.register_script(_RESYNC)
 
+    def _call(self, *command: Any) -> asyncio.Future[Any]:
+        """Queue ``command`` for the next pipeline; the future gets its reply."""
+        if self._client is None:
+            raise RuntimeError("ledger is not open")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._queue.append((command, future))
+        if self._sender is None:
+            self._sender = loop.create_task(self._send())
+        return future
+
+    async def _send(self) -> None:
+        """Send the queued commands as pipelines, one in flight at a time, until none is left."""
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    replies = await self._pipeline([command for command, _ in batch])
+                    refused = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+                    if refused:
+                        self._cas_sha = await self._redis.script_load(_CAS)
+                        again = await self._pipeline(
+                            [(batch[i][0][0], self._cas_sha, *batch[i][0][2:]) for i in refused])
+                        for i, reply in zip(refused, again):
+                            replies[i] = reply
+                except Exception as exc:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (_, future), reply in zip(batch, replies):
+                    if future.done():  # the caller was cancelled
+                        continue
+                    if isinstance(reply, Exception):
+                        future.set_exception(reply)
+                    else:
+                        future.set_result(reply)
+        finally:
+            self._sender = None
+
+    async def _pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        pipe = self._redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return await pipe.execute(raise_on_error=False)
+
     async def get(self, upstream: str, task_id: str) -> TaskRecord | None:
         """The record of (``upstream``, ``task_id``), or ``None``."""
-        values = await self._redis.hmget(self._key(upstream, task_id), ["rec", "v", "resync"])
+        values = await self._call("HMGET", self._key(upstream, task_id), "rec", "v", "resync")
         if values[0] is None:
             return None
         return codec.decode(values[0], version=int(values[1]), needs_resync=values[2] == b"1")
@@ -113,11 +174,12 @@ class RedisLedger:
     async def put(self, record: TaskRecord, expected_version: int) -> TaskRecord:
         """Compare-and-set on ``version`` in one Lua script; see :meth:`TaskLedger.put`."""
         blob = codec.encode(record)
-        keys = [self._key(record.upstream, record.task_id), f"{self.prefix}:counts",
-                f"{self.prefix}:live", f"{self.prefix}:terminal"]
-        args = [expected_version, expected_version + 1, record.state.value,
-                int(record.terminal), int(record.needs_resync), repr(record.observed_at), blob]
-        if await self._cas(keys=keys, args=args) != 1:
+        done = await self._call(
+            "EVALSHA", self._cas_sha, 4, self._key(record.upstream, record.task_id),
+            f"{self.prefix}:counts", f"{self.prefix}:live", f"{self.prefix}:terminal",
+            expected_version, expected_version + 1, record.state.value, int(record.terminal),
+            int(record.needs_resync), repr(record.observed_at), blob)
+        if done != 1:
             raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
         return codec.decode(blob, version=expected_version + 1, needs_resync=record.needs_resync)
 
@@ -141,7 +203,9 @@ class RedisLedger:
                 return total
 
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Wait for the queued calls, then close the connection pool."""
+        if self._sender is not None:
+            await asyncio.shield(self._sender)
         if self._client is not None:
             await self._client.aclose()
             self._client = None

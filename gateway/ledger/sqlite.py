@@ -1,11 +1,28 @@
 """SQLite task ledger: the embedded default, durable across restarts and ``kill -9``.
 
-One connection, owned by one worker thread (every call runs there in order, so the event loop
-never blocks on the file). The database runs in WAL mode with ``synchronous=NORMAL``: each
-``put`` is its own committed transaction before it returns, so a record the gateway stored
-before forwarding an event survives a crash of the process. Compare-and-set is a single
-``UPDATE … WHERE version = ?`` (or an ``INSERT`` that must not conflict), so it also holds if
-several processes share the file.
+One connection, owned by one worker thread, so the event loop never blocks on the file. Every
+call becomes an operation on one FIFO queue, and the thread runs them strictly in call order.
+The database runs in WAL mode with ``synchronous=NORMAL``.
+
+Group commit: the operations called during one event-loop iteration are handed to the thread
+together (one hand-off), and the thread runs everything queued in ONE transaction
+(``BEGIN IMMEDIATE`` … ``COMMIT``, when the batch writes at all), then hands all the results
+back to the loop in one callback. A ``put`` returns only after the ``COMMIT`` of its batch, so a
+record the gateway stored before forwarding an event survives a crash of the process, exactly as
+when every ``put`` was its own transaction; 32 concurrent ``put`` calls cost one commit instead
+of 32. Reads are queued like writes: a ``get`` sees every operation called before it (even one
+in the same batch) and is answered after its batch committed, never with data that could still
+be rolled back.
+
+Each operation keeps its own outcome. Compare-and-set is a single ``UPDATE … WHERE version = ?``
+(or an ``INSERT`` that must not conflict) judged by its own row count, so of two ``put`` calls
+from the same version in one batch exactly the second one raises
+:class:`~gateway.ledger.base.VersionConflictError`; it also holds if several processes share the
+file (each batch holds the write lock from ``BEGIN IMMEDIATE`` to ``COMMIT``). A statement that
+fails alone (SQLite undid just that statement) fails only its own call. If the transaction as a
+whole is lost — ``BEGIN`` or ``COMMIT`` failed, or SQLite rolled the whole transaction back —
+nothing of the batch was delivered yet, and every operation is run again in a transaction of its
+own, so each call gets the outcome it would have had alone.
 
 Schema (created on open)::
 
@@ -17,9 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from queue import SimpleQueue
 from typing import Any, TypeVar
 
 from gateway.invariants.model import TaskRecord
@@ -43,6 +61,120 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE INDEX IF NOT EXISTS tasks_terminal_observed ON tasks (terminal, observed_at);
 """
 
+_GET = "SELECT record, version, resync FROM tasks WHERE upstream = ? AND task_id = ?"
+_INSERT = ("INSERT INTO tasks (version, state, terminal, resync, observed_at, record, upstream, "
+           "task_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+_UPDATE = ("UPDATE tasks SET version = ?, state = ?, terminal = ?, resync = ?, observed_at = ?, "
+           "record = ? WHERE upstream = ? AND task_id = ? AND version = ?")
+
+#: At most this many operations share one transaction (the write lock is held for one batch).
+MAX_BATCH = 256
+
+
+class _Op:
+    """One queued call: ``fn(conn)`` runs in the worker thread; ``future`` gets its outcome."""
+
+    __slots__ = ("fn", "write", "future", "ok", "value")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], write: bool,
+                 future: asyncio.Future[Any]) -> None:
+        self.fn = fn
+        self.write = write
+        self.future = future
+        self.ok = False
+        self.value: Any = None
+
+
+class _TransactionLost(Exception):
+    """The batch's transaction is gone (``COMMIT`` failed or SQLite rolled it back)."""
+
+
+def _in_one_transaction(conn: sqlite3.Connection, ops: list[_Op], *, alone: bool = False) -> None:
+    """Run ``ops`` in one transaction (none when they only read), each with its own outcome.
+
+    When ``BEGIN IMMEDIATE`` fails (another process held the write lock for the whole busy
+    timeout), the writes fail with that error and the reads still run.
+
+    Raises:
+        _TransactionLost: (never when ``alone``) the transaction as a whole failed after it
+            began; nothing of it is committed and the outcomes are meaningless.
+    """
+    writes = any(op.write for op in ops)
+    if writes:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            for op in ops:
+                if op.write:
+                    op.ok, op.value = False, exc
+                else:
+                    _run(conn, op)
+            return
+    try:
+        for op in ops:
+            if not _run(conn, op) and writes and not conn.in_transaction:
+                raise _TransactionLost  # SQLite rolled the whole transaction back
+        if writes:
+            conn.execute("COMMIT")
+    except Exception as exc:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        if not alone:
+            raise _TransactionLost from exc
+        if not isinstance(exc, _TransactionLost):  # COMMIT failed: so did the one operation
+            ops[0].ok, ops[0].value = False, exc
+
+
+def _run(conn: sqlite3.Connection, op: _Op) -> bool:
+    try:
+        op.value, op.ok = op.fn(conn), True
+    except Exception as exc:
+        op.value, op.ok = exc, False
+    return op.ok
+
+
+def _resolve(future: asyncio.Future[Any], error: BaseException | None) -> None:
+    """Complete ``future`` from the worker thread (in its loop)."""
+    def done() -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    try:
+        future.get_loop().call_soon_threadsafe(done)
+    except RuntimeError:  # the loop is closed
+        pass
+
+
+def _hand_back(ops: list[_Op]) -> None:
+    """Send the outcomes of a finished batch to the loops waiting for them (one callback per
+    loop and batch)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Op]] = {}
+    for op in ops:
+        by_loop.setdefault(op.future.get_loop(), []).append(op)
+    for loop, done in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_deliver, done)
+        except RuntimeError:  # the loop is closed: nobody waits for these any more
+            pass
+
+
+def _deliver(ops: list[_Op]) -> None:
+    """Resolve the futures of a finished batch (in the event loop)."""
+    for op in ops:
+        if op.future.done():  # the caller was cancelled
+            continue
+        if op.ok:
+            op.future.set_result(op.value)
+        else:
+            op.future.set_exception(op.value)
+
 
 class SqliteLedger:
     """:class:`~gateway.ledger.base.TaskLedger` in one SQLite file.
@@ -57,41 +189,110 @@ class SqliteLedger:
     def __init__(self, path: str | Path, *, busy_timeout: float = 5.0) -> None:
         self.path = Path(path)
         self._busy_ms = int(busy_timeout * 1000)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-sqlite")
         self._conn: sqlite3.Connection | None = None
+        self._queue: SimpleQueue[list[_Op] | asyncio.Future[None]] = SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._collecting: list[_Op] | None = None  # this loop iteration's calls, not yet handed over
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def call() -> T:
-            if self._conn is None:
-                raise RuntimeError("ledger is not open")
-            return fn(self._conn)
+    # -- the event-loop side ------------------------------------------------------------------
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+    def _submit(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> asyncio.Future[T]:
+        if self._thread is None:
+            raise RuntimeError("ledger is not open")
+        loop = asyncio.get_running_loop()
+        op = _Op(fn, write, loop.create_future())
+        if self._collecting is None:
+            self._collecting = [op]
+            loop.call_soon(self._hand_over)
+        else:
+            self._collecting.append(op)
+        return op.future
 
-    async def open(self) -> None:
-        """Create the directory, the file and the schema; switch to WAL."""
+    def _hand_over(self) -> None:
+        batch, self._collecting = self._collecting, None
+        if batch:
+            self._queue.put(batch)
 
-        def connect() -> None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+    # -- the worker thread --------------------------------------------------------------------
+
+    def _worker(self, opened: asyncio.Future[None]) -> None:
+        try:
+            self._conn = self._connect()
+        except BaseException as exc:
+            _resolve(opened, exc)
+            return
+        _resolve(opened, None)
+        queue = self._queue
+        stop: asyncio.Future[None] | None = None
+        while stop is None:
+            item = queue.get()
+            if not isinstance(item, list):
+                stop = item
+                break
+            batch = item
+            while len(batch) < MAX_BATCH and not queue.empty():
+                more = queue.get()
+                if not isinstance(more, list):
+                    stop = more
+                    break
+                batch.extend(more)
+            for start in range(0, len(batch), MAX_BATCH):
+                ops = batch[start:start + MAX_BATCH]
+                try:
+                    self._run_batch(ops)
+                except BaseException as exc:  # a bug here must not leave callers waiting
+                    for op in ops:
+                        op.ok, op.value = False, exc
+                    _hand_back(ops)
+        self._conn.close()
+        self._conn = None
+        _resolve(stop, None)
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.executescript(_SCHEMA)
-            self._conn = conn
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
-        await asyncio.get_running_loop().run_in_executor(self._executor, connect)
+    def _run_batch(self, ops: list[_Op]) -> None:
+        conn = self._conn
+        assert conn is not None
+        try:
+            _in_one_transaction(conn, ops)
+        except _TransactionLost:
+            for op in ops:
+                _in_one_transaction(conn, [op], alone=True)
+        _hand_back(ops)
+
+    # -- the ledger ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Start the worker thread; it creates the directory, the file and the schema and
+        switches to WAL."""
+        if self._thread is not None:
+            raise RuntimeError("ledger is already open")
+        opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue = SimpleQueue()
+        self._thread = threading.Thread(target=self._worker, args=(opened,), name="ledger-sqlite",
+                                        daemon=True)
+        self._thread.start()
+        try:
+            await opened
+        except BaseException:
+            self._thread = None
+            raise
 
     async def get(self, upstream: str, task_id: str) -> TaskRecord | None:
         """The record of (``upstream``, ``task_id``), or ``None``."""
-
-        def query(conn: sqlite3.Connection) -> Any:
-            return conn.execute(
-                "SELECT record, version, resync FROM tasks WHERE upstream = ? AND task_id = ?",
-                (upstream, task_id),
-            ).fetchone()
-
-        row = await self._run(query)
+        row = await self._submit(lambda c: c.execute(_GET, (upstream, task_id)).fetchone(),
+                                 write=False)
         if row is None:
             return None
         return codec.decode(row[0], version=row[1], needs_resync=bool(row[2]))
@@ -99,58 +300,50 @@ class SqliteLedger:
     async def put(self, record: TaskRecord, expected_version: int) -> TaskRecord:
         """Compare-and-set on ``version``; see :meth:`TaskLedger.put`."""
         blob = codec.encode(record)
-        values = (expected_version + 1, record.state.value, int(record.terminal),
-                  int(record.needs_resync), record.observed_at, blob)
-
-        def write(conn: sqlite3.Connection) -> int:
-            if expected_version == 0:
-                cur = conn.execute(
-                    "INSERT INTO tasks (version, state, terminal, resync, observed_at, record, "
-                    "upstream, task_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    (*values, record.upstream, record.task_id),
-                )
-            else:
-                cur = conn.execute(
-                    "UPDATE tasks SET version = ?, state = ?, terminal = ?, resync = ?, "
-                    "observed_at = ?, record = ? WHERE upstream = ? AND task_id = ? "
-                    "AND version = ?",
-                    (*values, record.upstream, record.task_id, expected_version),
-                )
-            return cur.rowcount
-
-        if await self._run(write) != 1:
+        if expected_version == 0:
+            sql = _INSERT
+            params: tuple[Any, ...] = (1, record.state.value, int(record.terminal),
+                                       int(record.needs_resync), record.observed_at, blob,
+                                       record.upstream, record.task_id)
+        else:
+            sql = _UPDATE
+            params = (expected_version + 1, record.state.value, int(record.terminal),
+                      int(record.needs_resync), record.observed_at, blob, record.upstream,
+                      record.task_id, expected_version)
+        if await self._submit(lambda c: c.execute(sql, params).rowcount, write=True) != 1:
             raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
         return codec.decode(blob, version=expected_version + 1, needs_resync=record.needs_resync)
 
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state."""
-        rows = await self._run(
-            lambda c: c.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall()
+        rows = await self._submit(
+            lambda c: c.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall(),
+            write=False,
         )
         return {state: count for state, count in rows}
 
     async def mark_resync(self) -> int:
         """Flag every non-terminal task ``needs_resync``."""
-        return await self._run(
-            lambda c: c.execute("UPDATE tasks SET resync = 1 WHERE terminal = 0").rowcount
+        return await self._submit(
+            lambda c: c.execute("UPDATE tasks SET resync = 1 WHERE terminal = 0").rowcount,
+            write=True,
         )
 
     async def prune(self, older_than: float) -> int:
         """Delete terminal tasks last observed before ``older_than``."""
-        return await self._run(
+        return await self._submit(
             lambda c: c.execute(
                 "DELETE FROM tasks WHERE terminal = 1 AND observed_at < ?", (older_than,)
-            ).rowcount
+            ).rowcount,
+            write=True,
         )
 
     async def close(self) -> None:
-        """Close the connection and stop the worker thread."""
-
-        def shut() -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-        if self._conn is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, shut)
-        self._executor.shutdown(wait=True)
+        """Run what is queued, close the connection and stop the worker thread."""
+        if self._thread is None:
+            return
+        self._hand_over()
+        stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put(stopped)
+        self._thread = None
+        await stopped

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from gateway.invariants.model import ArtifactRecord, TaskRecord
 from gateway.ledger import ledger_from_url, sqlite_path
 from gateway.ledger.base import TaskLedger, VersionConflictError
 from gateway.ledger.memory import MemoryLedger
+from gateway.ledger.sqlite import SqliteLedger
 from tests.support.redis_server import redis_server
 
 
@@ -164,3 +166,149 @@ def test_ledger_urls() -> None:
     assert type(ledger_from_url("redis://127.0.0.1:6379/0")).__name__ == "RedisLedger"
     with pytest.raises(ValueError, match="unknown ledger URL"):
         ledger_from_url("postgres://x")
+
+
+async def test_many_concurrent_writers_from_one_version_exactly_the_first_called_wins(
+        ledger: TaskLedger) -> None:
+    """Sixteen puts judged from the same version, called at once (SQLite: one transaction;
+    Redis: one pipeline): exactly one wins — the first one called — and every other one raises
+    VersionConflictError."""
+    await ledger.put(rec(), 0)
+    states = [TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.INPUT_REQUIRED] * 4
+    results = await asyncio.gather(*(ledger.put(rec(state=s, observed_at=1000.0 + i), 1)
+                                     for i, s in enumerate(states)), return_exceptions=True)
+    assert isinstance(results[0], TaskRecord) and results[0].version == 2
+    assert all(isinstance(r, VersionConflictError) for r in results[1:]), results
+    got = await ledger.get("w", "t-1")
+    assert got is not None and got.version == 2 and got.state is TaskState.COMPLETED
+
+
+async def test_concurrent_inserts_of_one_new_task_have_one_winner(ledger: TaskLedger) -> None:
+    results = await asyncio.gather(*(ledger.put(rec(observed_at=float(i)), 0) for i in range(8)),
+                                   return_exceptions=True)
+    assert [type(r) for r in results] == [TaskRecord] + [VersionConflictError] * 7
+
+
+async def test_operations_on_one_task_apply_in_call_order(ledger: TaskLedger) -> None:
+    """Called at once without awaiting in between: each get sees exactly the puts called
+    before it, and a put judged from the version an earlier put creates succeeds."""
+    results = await asyncio.gather(
+        ledger.get("w", "t-1"),
+        ledger.put(rec(), 0),
+        ledger.get("w", "t-1"),
+        ledger.put(rec(state=TaskState.COMPLETED), 1),
+        ledger.get("w", "t-1"),
+        ledger.put(rec(state=TaskState.FAILED), 1),  # stale by now
+        ledger.get("w", "t-1"),
+        return_exceptions=True,
+    )
+    before, first, after_first, second, after_second, stale, last = results
+    assert before is None
+    assert isinstance(first, TaskRecord) and first.version == 1
+    assert isinstance(after_first, TaskRecord) and after_first.version == 1
+    assert after_first.state is TaskState.WORKING
+    assert isinstance(second, TaskRecord) and second.version == 2
+    assert isinstance(after_second, TaskRecord) and after_second.state is TaskState.COMPLETED
+    assert isinstance(stale, VersionConflictError)
+    assert isinstance(last, TaskRecord) and last.version == 2 and last.state is TaskState.COMPLETED
+
+
+async def test_many_concurrent_transitions_of_distinct_tasks_all_land(ledger: TaskLedger) -> None:
+    await asyncio.gather(*(ledger.put(rec(f"t-{i}"), 0) for i in range(200)))
+    await asyncio.gather(*(ledger.put(rec(f"t-{i}", TaskState.COMPLETED), 1) for i in range(200)))
+    got = await asyncio.gather(*(ledger.get("w", f"t-{i}") for i in range(200)))
+    assert all(r is not None and r.version == 2 and r.terminal for r in got)
+    assert (await ledger.count_by_state()).get("TASK_STATE_COMPLETED") == 200
+
+
+# -- SQLite group commit: one transaction per batch, each operation with its own outcome ---------
+
+async def _sqlite(tmp_path: Path, name: str = "ledger.db") -> SqliteLedger:
+    led = SqliteLedger(tmp_path / name)
+    await led.open()
+    return led
+
+
+async def test_sqlite_a_failing_statement_fails_only_its_own_call(tmp_path: Path) -> None:
+    led = await _sqlite(tmp_path)
+    try:
+        results = await asyncio.gather(
+            led.put(rec("t-1"), 0),
+            led._submit(lambda c: c.execute("UPDATE no_such_table SET x = 1"), write=True),
+            led.put(rec("t-2"), 0),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], TaskRecord) and isinstance(results[2], TaskRecord)
+        assert isinstance(results[1], sqlite3.OperationalError)
+    finally:
+        await led.close()
+    again = await _sqlite(tmp_path)
+    try:
+        assert await again.get("w", "t-1") is not None and await again.get("w", "t-2") is not None
+    finally:
+        await again.close()
+
+
+async def test_sqlite_a_lost_transaction_reruns_each_call_alone(tmp_path: Path) -> None:
+    """An operation that ends the batch's transaction (here: by force) fails alone; the other
+    calls of the batch run again, each in a transaction of its own, and are committed."""
+    def sabotage(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise sqlite3.OperationalError("boom")
+
+    led = await _sqlite(tmp_path)
+    try:
+        await led.put(rec("t-1"), 0)
+        results = await asyncio.gather(
+            led.put(rec("t-1", TaskState.COMPLETED), 1),
+            led._submit(sabotage, write=True),
+            led.put(rec("t-2"), 0),
+            led.put(rec("t-1", TaskState.FAILED), 1),  # still loses to the first put
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], TaskRecord) and isinstance(results[2], TaskRecord)
+        assert isinstance(results[1], sqlite3.OperationalError)
+        assert isinstance(results[3], VersionConflictError)
+    finally:
+        await led.close()
+    again = await _sqlite(tmp_path)
+    try:
+        one, two = await again.get("w", "t-1"), await again.get("w", "t-2")
+        assert one is not None and one.state is TaskState.COMPLETED and one.version == 2
+        assert two is not None
+    finally:
+        await again.close()
+
+
+async def test_sqlite_a_returned_put_is_committed_for_other_connections(tmp_path: Path) -> None:
+    """Write-before-forward: once put returns, another connection (another process sharing
+    the file) reads the record — no waiting for close or a later batch."""
+    led = await _sqlite(tmp_path)
+    try:
+        await asyncio.gather(*(led.put(rec(f"t-{i}"), 0) for i in range(20)))
+        with sqlite3.connect(tmp_path / "ledger.db") as other:
+            assert other.execute("SELECT COUNT(*) FROM tasks").fetchone()[0] == 20
+    finally:
+        await led.close()
+
+
+async def test_sqlite_compare_and_set_holds_across_two_ledgers_on_one_file(tmp_path: Path) -> None:
+    """Two ledgers on one file (as two gateway processes): batches of puts from the same
+    versions race, and exactly one put per task wins."""
+    a, b = await _sqlite(tmp_path), await _sqlite(tmp_path)
+    try:
+        await asyncio.gather(*(a.put(rec(f"t-{i}"), 0) for i in range(50)))
+        results = await asyncio.gather(
+            *(led.put(rec(f"t-{i}", state), 1) for i in range(50)
+              for led, state in ((a, TaskState.COMPLETED), (b, TaskState.CANCELED))),
+            return_exceptions=True)
+        wins = [r for r in results if isinstance(r, TaskRecord)]
+        assert len(wins) == 50 and len({w.task_id for w in wins}) == 50
+        assert sum(isinstance(r, VersionConflictError) for r in results) == 50
+        for w in wins:
+            got = await b.get("w", w.task_id)
+            assert got is not None and got.version == 2 and got.state is w.state
+    finally:
+        await a.close()
+        await b.close()
