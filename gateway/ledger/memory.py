@@ -10,11 +10,10 @@ per task, so a tracked task costs well under 1 KiB (``bench/ledger_bench.py`` me
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import Counter
 
-from gateway.invariants.model import TaskRecord
+from gateway.invariants.model import TaskRecord, build_record
 from gateway.ledger.base import VersionConflictError
 
 _log = logging.getLogger("a2a_gateway")
@@ -52,7 +51,10 @@ class MemoryLedger:
             if current is not None:
                 self._records[key] = current
             raise VersionConflictError(f"{key}: stored {stored_version}, expected {expected_version}")
-        stored = dataclasses.replace(record, version=expected_version + 1)
+        r = record
+        stored = build_record(r.upstream, r.task_id, r.context_id, r.state, r.observed_at,
+                              r.observed_monotonic, r.terminal_status, r.poisoned, r.artifacts,
+                              r.needs_resync, r.card_etag, expected_version + 1)
         self._records[key] = stored  # re-inserted: the dict's order is least recently updated first
         if stored.terminal:
             self._terminal.pop(key, None)
