@@ -8,8 +8,11 @@ exception classes); :class:`UpstreamClient` sends the requests through aiohttp's
 back that API. It behaves as a proxy must:
 
 * the request goes out exactly as built: the URL is not re-quoted (``%2F`` stays ``%2F``), no
-  headers of aiohttp's own (``Accept-Encoding``, ``User-Agent``) are added, nothing is
-  decompressed, redirects are not followed, no environment proxy is used;
+  headers of aiohttp's own (``Accept-Encoding``, ``User-Agent``) are added, redirects are
+  not followed, no environment proxy is used;
+* aiohttp decompresses nothing: a body the gateway reads (a unary answer, an SSE stream) is
+  decoded by httpx per its ``Content-Encoding``; a relayed REST body stays as sent
+  (``aiter_raw``);
 * bodies stream both ways (``iter_any``: an SSE event is handed on as soon as it arrives);
 * aiohttp failures become the httpx exception of the same kind — refused → ``ConnectError``,
   dropped → ``RemoteProtocolError``, read timeout → ``ReadTimeout`` — which decides the
