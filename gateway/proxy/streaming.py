@@ -7,6 +7,9 @@ Implements PROTOCOL.md §7 and §11 pitfalls 5-7, FIELD-CASES.md F03, F04, F06, 
   no whole-body buffering, no compression; comments (pings) are forwarded as comments;
 * each event is parsed once, judged by the engine, stored in the ledger, then re-emitted with
   the client's JSON-RPC id; every frame written ends with a blank line;
+* the events decoded from one upstream read go to the client in one write, after every one of
+  them was judged and stored (write-before-forward holds per event); frames are never held
+  while the relay waits for the worker, sleeps or resubscribes;
 * after a terminal event the client's stream ends; in enforce mode the worker's stream is
   then drained for ``limits.post_terminal_drain_seconds`` so late events are counted, never
   delivered;
@@ -77,6 +80,7 @@ class StreamRelay:
         self.events = 0
         self.close_reason = "upstream_closed"
         self._backlog: list[Event | Comment] = []
+        self._out: list[bytes] = []  # frames judged and stored, not yet sent
         self._chunks: Any = None
         self._responses: list[httpx.Response] = []
         self._last_write = time.monotonic()
@@ -154,7 +158,8 @@ class StreamRelay:
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keepalive
-        await self.h.send({"type": "http.response.body", "body": b"", "more_body": False})
+        body, self._out = b"".join(self._out), []
+        await self.h.send({"type": "http.response.body", "body": body, "more_body": False})
         return nxt
 
     async def _keepalive(self) -> None:
@@ -174,6 +179,7 @@ class StreamRelay:
             nxt = await self._pump_one()
             if nxt is not _Next.CUT:
                 return nxt
+            await self._flush()
             nxt = await self._after_cut(attempt)
             if nxt is not _Next.CONTINUE:
                 return nxt
@@ -191,7 +197,8 @@ class StreamRelay:
                     return _Next.CLOSE
                 nxt = await self._handle_items(items)
                 if nxt is not _Next.CONTINUE:
-                    return nxt
+                    return nxt  # what is pending goes out with the end of the stream (_pump)
+                await self._flush()
             nxt = await self._at_eof()
             return _Next.CUT if nxt is _Next.CONTINUE else nxt
         except httpx.HTTPError as exc:
@@ -275,9 +282,11 @@ class StreamRelay:
         return True
 
     async def _handle_items(self, items: list[Event | Comment]) -> _Next:
+        """Judge and store the items of one upstream read; their frames are queued in order
+        (:meth:`_emit`) and sent by the caller in one write."""
         for index, item in enumerate(items):
             if isinstance(item, Comment):
-                await self._write(encode_comment(item.text))
+                self._emit(encode_comment(item.text))
                 if self.stream.task_id is not None:  # a ping on the task's own stream is a sign of life
                     await self.rt.touch(self.ex.upstream, self.stream.task_id)
                 continue
@@ -319,7 +328,7 @@ class StreamRelay:
             self.rt.metrics.sse_events.labels(self.ex.upstream, "error").inc()
             self.h.outcome = "worker_error"
             if deliver:
-                await self._write(encode_event(jsonrpc.dumps({**doc, "id": self.req.id}), event=event.event))
+                self._emit(encode_event(jsonrpc.dumps({**doc, "id": self.req.id}), event=event.event))
             return _Next.CONTINUE
         result = doc["result"]
         self.rt.metrics.sse_events.labels(self.ex.upstream, locate(result).kind.value).inc()
@@ -345,7 +354,7 @@ class StreamRelay:
             data: bytes | str = event.data
         else:
             data = jsonrpc.dumps({**doc, "id": self.req.id, "result": outcome.result})
-        await self._write(encode_event(data, event=event.event, id=event.id, retry=event.retry))
+        self._emit(encode_event(data, event=event.event, id=event.id, retry=event.retry))
         if outcome.close:
             self.close_reason = "terminal"
             return _Next.CLOSE_AND_DRAIN
@@ -379,9 +388,21 @@ class StreamRelay:
         except UnknownStateError:
             return None
 
+    def _emit(self, frame: bytes) -> None:
+        """Queue ``frame``; only for frames whose events were judged and stored."""
+        self._out.append(frame)
+
+    async def _flush(self) -> None:
+        """Send the queued frames in one write."""
+        if self._out:
+            body, self._out = b"".join(self._out), []
+            self._last_write = time.monotonic()
+            await self.h.send({"type": "http.response.body", "body": body, "more_body": True})
+
     async def _write(self, frame: bytes) -> None:
-        self._last_write = time.monotonic()
-        await self.h.send({"type": "http.response.body", "body": frame, "more_body": True})
+        """Send the queued frames, then ``frame``, in one write."""
+        self._out.append(frame)
+        await self._flush()
 
     async def _write_result(self, result: Any) -> None:
         """A gateway-made event carrying ``result`` with the client's id."""
