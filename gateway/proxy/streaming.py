@@ -35,7 +35,7 @@ import orjson
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Request
-from gateway.a2a.payloads import Kind, locate
+from gateway.a2a.payloads import Item, Kind, locate
 from gateway.a2a.states import ProtocolVersion, TaskState, UnknownStateError, normalize_state
 from gateway.a2a.sse import Comment, Event, EventTooLargeError, SSEDecoder, encode_comment, encode_event
 from gateway.errors import LedgerError, UpstreamError
@@ -331,7 +331,8 @@ class StreamRelay:
                 self._emit(encode_event(jsonrpc.dumps({**doc, "id": self.req.id}), event=event.event))
             return _Next.CONTINUE
         result = doc["result"]
-        self.rt.metrics.sse_events.labels(self.ex.upstream, locate(result).kind.value).inc()
+        item = locate(result)
+        self.rt.metrics.sse_events.labels(self.ex.upstream, item.kind.value).inc()
         outcome = await self.rt.judge(self.ex, self.stream, result)
         self.stream = outcome.stream or self.stream
         if outcome.action is Action.REJECT and outcome.error is not None:
@@ -341,9 +342,11 @@ class StreamRelay:
             return _Next.CLOSE
         if outcome.action is Action.DROP or not deliver:
             return _Next.CONTINUE
-        state = self._state_of(outcome.result)
+        if outcome.result is not result:
+            item = locate(outcome.result)
+        state = self._state_of(item)
         skip, self._skip_snapshot = self._skip_snapshot, None
-        if skip is not None and state is skip and locate(outcome.result).kind is Kind.TASK:
+        if skip is not None and state is skip and item.kind is Kind.TASK:
             return _Next.CONTINUE  # the unchanged snapshot a resubscribe starts with (F08 (ii))
         if state is not None and state is not TaskState.UNSPECIFIED:
             self._last_state = state
@@ -379,8 +382,7 @@ class StreamRelay:
         except (TimeoutError, httpx.HTTPError, EventTooLargeError, LedgerError):
             return
 
-    def _state_of(self, result: Any) -> TaskState | None:
-        item = locate(result)
+    def _state_of(self, item: Item) -> TaskState | None:
         if item.kind not in (Kind.TASK, Kind.STATUS):
             return None
         try:
