@@ -55,34 +55,31 @@ class SSEDecoder:
         self._started = False
 
     def feed(self, chunk: bytes) -> list[Event | Comment]:
-        """Consume ``chunk`` and return every event and comment it completes, in order."""
+        """Consume ``chunk`` and return every event and comment it completes, in order.
+
+        Line ends are made LF first (every CR is a line end, CRLF one; a CRLF split across
+        reads is remembered), then the complete lines are split out in one go.
+        """
         out: list[Event | Comment] = []
         if not chunk:
             return out
         if not self._started:
             self._started = True
             chunk = chunk.removeprefix(b"\xef\xbb\xbf")  # a leading BOM is not part of a field
-        buf = self._buf
         if self._last_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the LF of a CRLF split across reads
-        self._last_cr = False
+        self._last_cr = chunk.endswith(b"\r")
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buf = self._buf
         buf += chunk
-        start = 0
-        while True:
-            nl = _find_eol(buf, start)
-            if nl < 0:
-                break
-            line = bytes(buf[start:nl])
-            if buf[nl] == 0x0D:
-                if nl + 1 < len(buf):
-                    start = nl + 2 if buf[nl + 1] == 0x0A else nl + 1
-                else:
-                    start = nl + 1
-                    self._last_cr = True
-            else:
-                start = nl + 1
-            self._line(line, out)
-        del buf[:start]
+        end = buf.rfind(b"\n")
+        if end >= 0:
+            lines = bytes(buf[:end]).split(b"\n")
+            del buf[: end + 1]
+            line = self._line
+            for text in lines:
+                line(text, out)
         if len(buf) + self._pending > self._max:
             raise EventTooLargeError(f"SSE event exceeds {self._max} bytes")
         return out
@@ -135,16 +132,6 @@ class SSEDecoder:
                 self._id = value
         elif name == "retry" and value.isascii() and value.isdigit():
             self._retry = int(value)
-
-
-def _find_eol(buf: bytearray, start: int) -> int:
-    lf = buf.find(b"\n", start)
-    cr = buf.find(b"\r", start)
-    if cr < 0:
-        return lf
-    if lf < 0:
-        return cr
-    return min(lf, cr)
 
 
 def encode_event(

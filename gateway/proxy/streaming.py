@@ -7,6 +7,9 @@ Implements PROTOCOL.md §7 and §11 pitfalls 5-7, FIELD-CASES.md F03, F04, F06, 
   no whole-body buffering, no compression; comments (pings) are forwarded as comments;
 * each event is parsed once, judged by the engine, stored in the ledger, then re-emitted with
   the client's JSON-RPC id; every frame written ends with a blank line;
+* the events decoded from one upstream read go to the client in one write, after every one of
+  them was judged and stored (write-before-forward holds per event); frames are never held
+  while the relay waits for the worker, sleeps or resubscribes;
 * after a terminal event the client's stream ends; in enforce mode the worker's stream is
   then drained for ``limits.post_terminal_drain_seconds`` so late events are counted, never
   delivered;
@@ -32,7 +35,7 @@ import orjson
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Request
-from gateway.a2a.payloads import Kind, locate
+from gateway.a2a.payloads import Item, Kind, locate
 from gateway.a2a.states import ProtocolVersion, TaskState, UnknownStateError, normalize_state
 from gateway.a2a.sse import Comment, Event, EventTooLargeError, SSEDecoder, encode_comment, encode_event
 from gateway.errors import LedgerError, UpstreamError
@@ -77,6 +80,7 @@ class StreamRelay:
         self.events = 0
         self.close_reason = "upstream_closed"
         self._backlog: list[Event | Comment] = []
+        self._out: list[bytes] = []  # frames judged and stored, not yet sent
         self._chunks: Any = None
         self._responses: list[httpx.Response] = []
         self._last_write = time.monotonic()
@@ -154,7 +158,8 @@ class StreamRelay:
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keepalive
-        await self.h.send({"type": "http.response.body", "body": b"", "more_body": False})
+        body, self._out = b"".join(self._out), []
+        await self.h.send({"type": "http.response.body", "body": body, "more_body": False})
         return nxt
 
     async def _keepalive(self) -> None:
@@ -174,6 +179,7 @@ class StreamRelay:
             nxt = await self._pump_one()
             if nxt is not _Next.CUT:
                 return nxt
+            await self._flush()
             nxt = await self._after_cut(attempt)
             if nxt is not _Next.CONTINUE:
                 return nxt
@@ -191,7 +197,8 @@ class StreamRelay:
                     return _Next.CLOSE
                 nxt = await self._handle_items(items)
                 if nxt is not _Next.CONTINUE:
-                    return nxt
+                    return nxt  # what is pending goes out with the end of the stream (_pump)
+                await self._flush()
             nxt = await self._at_eof()
             return _Next.CUT if nxt is _Next.CONTINUE else nxt
         except httpx.HTTPError as exc:
@@ -275,9 +282,11 @@ class StreamRelay:
         return True
 
     async def _handle_items(self, items: list[Event | Comment]) -> _Next:
+        """Judge and store the items of one upstream read; their frames are queued in order
+        (:meth:`_emit`) and sent by the caller in one write."""
         for index, item in enumerate(items):
             if isinstance(item, Comment):
-                await self._write(encode_comment(item.text))
+                self._emit(encode_comment(item.text))
                 if self.stream.task_id is not None:  # a ping on the task's own stream is a sign of life
                     await self.rt.touch(self.ex.upstream, self.stream.task_id)
                 continue
@@ -319,10 +328,11 @@ class StreamRelay:
             self.rt.metrics.sse_events.labels(self.ex.upstream, "error").inc()
             self.h.outcome = "worker_error"
             if deliver:
-                await self._write(encode_event(jsonrpc.dumps({**doc, "id": self.req.id}), event=event.event))
+                self._emit(encode_event(jsonrpc.dumps({**doc, "id": self.req.id}), event=event.event))
             return _Next.CONTINUE
         result = doc["result"]
-        self.rt.metrics.sse_events.labels(self.ex.upstream, locate(result).kind.value).inc()
+        item = locate(result)
+        self.rt.metrics.sse_events.labels(self.ex.upstream, item.kind.value).inc()
         outcome = await self.rt.judge(self.ex, self.stream, result)
         self.stream = outcome.stream or self.stream
         if outcome.action is Action.REJECT and outcome.error is not None:
@@ -332,9 +342,11 @@ class StreamRelay:
             return _Next.CLOSE
         if outcome.action is Action.DROP or not deliver:
             return _Next.CONTINUE
-        state = self._state_of(outcome.result)
+        if outcome.result is not result:
+            item = locate(outcome.result)
+        state = self._state_of(item)
         skip, self._skip_snapshot = self._skip_snapshot, None
-        if skip is not None and state is skip and locate(outcome.result).kind is Kind.TASK:
+        if skip is not None and state is skip and item.kind is Kind.TASK:
             return _Next.CONTINUE  # the unchanged snapshot a resubscribe starts with (F08 (ii))
         if state is not None and state is not TaskState.UNSPECIFIED:
             self._last_state = state
@@ -345,7 +357,7 @@ class StreamRelay:
             data: bytes | str = event.data
         else:
             data = jsonrpc.dumps({**doc, "id": self.req.id, "result": outcome.result})
-        await self._write(encode_event(data, event=event.event, id=event.id, retry=event.retry))
+        self._emit(encode_event(data, event=event.event, id=event.id, retry=event.retry))
         if outcome.close:
             self.close_reason = "terminal"
             return _Next.CLOSE_AND_DRAIN
@@ -370,8 +382,7 @@ class StreamRelay:
         except (TimeoutError, httpx.HTTPError, EventTooLargeError, LedgerError):
             return
 
-    def _state_of(self, result: Any) -> TaskState | None:
-        item = locate(result)
+    def _state_of(self, item: Item) -> TaskState | None:
         if item.kind not in (Kind.TASK, Kind.STATUS):
             return None
         try:
@@ -379,9 +390,21 @@ class StreamRelay:
         except UnknownStateError:
             return None
 
+    def _emit(self, frame: bytes) -> None:
+        """Queue ``frame``; only for frames whose events were judged and stored."""
+        self._out.append(frame)
+
+    async def _flush(self) -> None:
+        """Send the queued frames in one write."""
+        if self._out:
+            body, self._out = b"".join(self._out), []
+            self._last_write = time.monotonic()
+            await self.h.send({"type": "http.response.body", "body": body, "more_body": True})
+
     async def _write(self, frame: bytes) -> None:
-        self._last_write = time.monotonic()
-        await self.h.send({"type": "http.response.body", "body": frame, "more_body": True})
+        """Send the queued frames, then ``frame``, in one write."""
+        self._out.append(frame)
+        await self._flush()
 
     async def _write_result(self, result: Any) -> None:
         """A gateway-made event carrying ``result`` with the client's id."""

@@ -88,6 +88,18 @@ class TestChunkBoundaries:
         assert whole  # the input does produce something
         assert feed_bytewise(raw) == whole
 
+    def test_one_read_of_many_events_in_mixed_line_ends_gives_each_in_order(self):
+        """The decoder turns CR and CRLF into LF per read; a CR ending one read may pair with
+        the next read's LF, and a CR run is that many line ends."""
+        ends = [b"\n\n", b"\r\n\r\n", b"\r\r", b"\r\n\r", b"\n\r\n", b"\r\r\n", b"\n\r"]
+        raw = b"".join(b"data: " + str(i).encode() + ends[i % 7] + b": c" + ends[i % 7][-1:]
+                       for i in range(30))
+        want = [item for i in range(30) for item in (Event(str(i)), Comment("c"))]
+        assert feed_all(raw) == want
+        assert feed_bytewise(raw) == want
+        cuts = [i + 1 for i, b in enumerate(raw) if b == 0x0D]  # every read ends in a CR
+        assert feed_split(raw, cuts) == want
+
     @pytest.mark.parametrize("raw", STREAMS)
     def test_every_two_way_split_gives_the_same_events(self, raw):
         whole = feed_all(raw)

@@ -1,0 +1,125 @@
+"""The SSE relay's batching and re-framing (gateway/proxy/streaming.py), through real servers.
+
+The events decoded from one upstream read are judged and stored one by one, then sent to the
+client in one write: no event's bytes go out before its ledger record was stored, and a ledger
+failure in the middle of a read forwards only the events stored before it. An event the engine
+left unchanged is relayed with the worker's own ``data`` text when its id is the client's id
+(same JSON type), and re-encoded with the client's id otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.proxy.streaming import StreamRelay
+from tests.proxy.conftest import Harness, frames
+
+V1 = {"A2A-Version": "1.0"}
+WORKING, COMPLETED = "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"
+
+
+def _send(req_id: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": req_id, "method": "SendStreamingMessage",
+            "params": {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}}
+
+
+def _events(tid: str, req_id: Any = 1) -> list[bytes]:
+    """A task, an artifact update and a completing status update: each one changes the record."""
+    ids = {"taskId": tid, "contextId": "c-1"}
+    results = [
+        {"task": {"id": tid, "contextId": "c-1", "status": {"state": WORKING}}},
+        {"artifactUpdate": {**ids, "artifact": {"artifactId": "a-1", "parts": [{"text": "x"}]}}},
+        {"statusUpdate": {**ids, "status": {"state": COMPLETED}}},
+    ]
+    return [b"data: " + orjson.dumps({"jsonrpc": "2.0", "id": req_id, "result": r}) + b"\n\n" for r in results]
+
+
+@pytest.fixture
+def trace(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    """Ledger puts (``("put", state)``, ``("put_failed", state)``) and client body writes
+    (``("send", body)``) of the gateway, in the order they happened."""
+    log: list[tuple[str, Any]] = []
+    ledger = h.runtime.ledger
+    real_put = ledger.put
+
+    async def put(record: Any, expected_version: int) -> Any:
+        try:
+            stored = await real_put(record, expected_version)
+        except Exception:
+            log.append(("put_failed", record.state.value))
+            raise
+        log.append(("put", record.state.value))
+        return stored
+
+    monkeypatch.setattr(ledger, "put", put)
+    real_init = StreamRelay.__init__
+
+    def init(self: StreamRelay, handler: Any, *args: Any) -> None:
+        real_init(self, handler, *args)
+        send = handler.send
+
+        async def logged(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                log.append(("send", message["body"]))
+            await send(message)
+
+        handler.send = logged
+
+    monkeypatch.setattr(StreamRelay, "__init__", init)
+    return log
+
+
+def test_events_of_one_read_are_all_stored_before_their_one_write(h: Harness, trace: list[Any]) -> None:
+    h.worker.on("SendStreamingMessage", sse=[b"".join(_events("t-b"))])  # one worker write
+    _, raw = h.stream(_send(1), headers=V1)
+    assert len([f for f in frames(raw) if f["data"] is not None]) == 3
+    assert [kind for kind, _ in trace] == ["put", "put", "put", "send"], trace
+    assert trace[-1][1] == raw
+
+
+def test_ledger_failure_mid_read_forwards_only_the_events_stored_before_it(
+        h: Harness, trace: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = h.runtime.ledger
+    counting_put = ledger.put
+    calls = {"n": 0}
+
+    async def put(record: Any, expected_version: int) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the artifact update's record
+            raise OSError("disk gone")
+        return await counting_put(record, expected_version)
+
+    monkeypatch.setattr(ledger, "put", put)
+    h.worker.on("SendStreamingMessage", sse=[b"".join(_events("t-f"))])
+    _, raw = h.stream(_send("c"), headers=V1)
+    fs = [f for f in frames(raw) if f["data"] is not None]
+    assert [f["data"].get("result", {}).get("task", {}).get("id") for f in fs[:1]] == ["t-f"]
+    assert len(fs) == 2, raw  # the stored task event, then the error: nothing of the unstored ones
+    assert fs[1]["event"] == "error" and fs[1]["data"]["id"] == "c"
+    assert fs[1]["data"]["error"]["code"] == -32603
+    assert b"artifactUpdate" not in raw and COMPLETED.encode() not in raw
+    sends = [body for kind, body in trace if kind == "send"]
+    assert [kind for kind, _ in trace][0] == "put" and trace.index(("send", sends[0])) > 0
+
+
+def test_unchanged_event_with_the_clients_id_keeps_the_workers_data_text(h: Harness) -> None:
+    """The worker's own JSON text (spacing, key order) is relayed when nothing changes."""
+    data = (b'{"result": {"task": {"status": {"state": "TASK_STATE_WORKING"}, "contextId": "c-1",'
+            b' "id": "t-o"}}, "id": 5, "jsonrpc": "2.0"}')
+    done = _events("t-o", 5)[2]
+    h.worker.on("SendStreamingMessage", sse=[b"data: " + data + b"\r\n\r\n" + done])
+    _, raw = h.stream(_send(5), headers=V1)
+    assert raw.startswith(b"data: " + data + b"\n\n"), raw
+
+
+@pytest.mark.parametrize("worker_id", [b'"5"', b"null", b"6"])
+def test_unchanged_event_with_another_id_is_sent_with_the_clients_id(h: Harness, worker_id: bytes) -> None:
+    events = [e.replace(b'"id":5,', b'"id":' + worker_id + b",", 1) for e in _events("t-i", 5)]
+    h.worker.on("SendStreamingMessage", sse=[b"".join(events)])
+    _, raw = h.stream(_send(5), headers=V1)
+    fs = [f for f in frames(raw) if f["data"] is not None]
+    assert len(fs) == 3 and all(f["data"]["id"] == 5 and type(f["data"]["id"]) is int for f in fs), raw
+    assert b'"id":' + worker_id + b"," not in raw
