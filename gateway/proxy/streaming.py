@@ -8,8 +8,9 @@ Implements PROTOCOL.md §7 and §11 pitfalls 5-7, FIELD-CASES.md F03, F04, F06, 
 * each event is parsed once, judged by the engine, stored in the ledger, then re-emitted with
   the client's JSON-RPC id; every frame written ends with a blank line;
 * the events decoded from one upstream read go to the client in one write, after every one of
-  them was judged and stored (write-before-forward holds per event); frames are never held
-  while the relay waits for the worker, sleeps or resubscribes;
+  them was judged and stored (write-before-forward holds per event), or sooner when storing
+  them takes longer than :data:`FLUSH_AFTER`; frames are never held while the relay waits
+  for the worker, sleeps or resubscribes;
 * after a terminal event the client's stream ends; in enforce mode the worker's stream is
   then drained for ``limits.post_terminal_drain_seconds`` so late events are counted, never
   delivered;
@@ -56,6 +57,9 @@ SSE_HEADERS = [
     (b"cache-control", b"no-store"),
     (b"x-accel-buffering", b"no"),
 ]
+FLUSH_AFTER = 0.002
+"""Seconds the frames of one upstream read may wait for the events after them to be stored
+before they are sent anyway (one write per read, unless the ledger is slow)."""
 _DROP_HEADERS = ("content-length", "content-encoding", "content-type", "cache-control", "x-accel-buffering")
 
 
@@ -81,6 +85,7 @@ class StreamRelay:
         self.close_reason = "upstream_closed"
         self._backlog: list[Event | Comment] = []
         self._out: list[bytes] = []  # frames judged and stored, not yet sent
+        self._out_since = 0.0  # monotonic time the oldest of them was queued
         self._chunks: Any = None
         self._responses: list[httpx.Response] = []
         self._last_write = time.monotonic()
@@ -294,6 +299,8 @@ class StreamRelay:
             if nxt is not _Next.CONTINUE:
                 self._backlog = items[index + 1 :]
                 return nxt
+            if self._out and time.monotonic() - self._out_since >= FLUSH_AFTER:
+                await self._flush()  # a slow ledger does not hold the first events back
         return _Next.CONTINUE
 
     async def _at_eof(self) -> _Next:
@@ -392,6 +399,8 @@ class StreamRelay:
 
     def _emit(self, frame: bytes) -> None:
         """Queue ``frame``; only for frames whose events were judged and stored."""
+        if not self._out:
+            self._out_since = time.monotonic()
         self._out.append(frame)
 
     async def _flush(self) -> None:

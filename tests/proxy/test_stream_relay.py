@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.proxy import streaming
 from gateway.proxy.streaming import StreamRelay
 from tests.proxy.conftest import Harness, frames
 
@@ -78,6 +79,17 @@ def test_events_of_one_read_are_all_stored_before_their_one_write(h: Harness, tr
     assert len([f for f in frames(raw) if f["data"] is not None]) == 3
     assert [kind for kind, _ in trace] == ["put", "put", "put", "send"], trace
     assert trace[-1][1] == raw
+
+
+def test_a_slow_ledger_does_not_hold_stored_events_back(
+        h: Harness, trace: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``FLUSH_AFTER`` (here 0 s) the frames already stored go out before the next
+    event is judged: each send still follows its own put."""
+    monkeypatch.setattr(streaming, "FLUSH_AFTER", 0.0)
+    h.worker.on("SendStreamingMessage", sse=[b"".join(_events("t-s"))])  # one worker write
+    _, raw = h.stream(_send(1), headers=V1)
+    assert len([f for f in frames(raw) if f["data"] is not None]) == 3
+    assert [kind for kind, _ in trace] == ["put", "send", "put", "send", "put", "send"], trace
 
 
 def test_ledger_failure_mid_read_forwards_only_the_events_stored_before_it(
