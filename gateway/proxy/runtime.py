@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import operator
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -57,8 +58,12 @@ def _only_fresher(old: TaskRecord | None, new: TaskRecord) -> bool:
     event). Observation times only matter at heartbeat granularity (seconds)."""
     if old is None or new.observed_at - old.observed_at >= _OBSERVATION_WRITE_SECONDS:
         return False
-    return dataclasses.replace(new, observed_at=old.observed_at,
-                               observed_monotonic=old.observed_monotonic, version=old.version) == old
+    return _content(new) == _content(old)
+
+
+_content = operator.attrgetter(*(f.name for f in dataclasses.fields(TaskRecord)
+                                 if f.name not in ("observed_at", "observed_monotonic", "version")))
+"""A record's fields other than its observation time and version, as a tuple."""
 
 
 @dataclass
