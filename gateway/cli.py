@@ -212,7 +212,7 @@ def _serve(args: argparse.Namespace) -> int:
               "upstreams[].heartbeat_seconds and upstreams[].card.ttl_seconds in the config",
               file=sys.stderr)
         return 2
-    configure_logging(config.log.level, config.log.format)
+    configure_logging(config.log.level, config.log.format, config.log.flush_seconds)
     problem = asyncio.run(_check_ledger(config.ledger.url))
     if problem:
         print(f"ledger {redact(config.ledger.url)}: {problem}", file=sys.stderr)

@@ -164,10 +164,14 @@ class LedgerConfig(_Frozen):
 
 
 class LogConfig(_Frozen):
-    """Logging: level name and ``json`` (default) or ``text`` lines."""
+    """Logging: level name, ``json`` (default) or ``text`` lines, and how late INFO lines
+    may be written (batched)."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "text"] = "json"
+    flush_seconds: Annotated[float, Field(ge=0)] = 1.0
+    """INFO/DEBUG lines are written in batches at most this late (one write per batch, not
+    per request); WARNING and above at once; 0 writes every line at once."""
 
 
 class GatewayConfig(_Frozen):

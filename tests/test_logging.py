@@ -1,0 +1,92 @@
+"""JSON log lines and their batched writing (gateway/observability/logging.py).
+
+A stream that counts its ``write`` calls stands in for stderr; the event loop's timer is real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+
+import orjson
+import pytest
+
+from gateway.observability.logging import BufferedStreamHandler, JsonFormatter
+
+
+class CountingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+@pytest.fixture
+def logger() -> logging.Logger:
+    log = logging.getLogger("a2a_gateway.test_logging")
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    return log
+
+
+def _attach(log: logging.Logger, flush_seconds: float) -> tuple[BufferedStreamHandler, CountingStream]:
+    stream = CountingStream()
+    handler = BufferedStreamHandler(stream, flush_seconds)
+    handler.setFormatter(JsonFormatter())
+    log.handlers[:] = [handler]
+    return handler, stream
+
+
+def _events(stream: CountingStream) -> list[str]:
+    return [orjson.loads(line)["event"] for line in stream.getvalue().splitlines()]
+
+
+async def test_info_lines_are_written_in_one_batch_after_flush_seconds(logger: logging.Logger) -> None:
+    handler, stream = _attach(logger, 0.05)
+    for i in range(50):
+        logger.info("request", extra={"n": i})
+    assert stream.writes == 0  # still buffered
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while stream.writes == 0 and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    assert stream.writes == 1
+    lines = [orjson.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["n"] for line in lines] == list(range(50))
+    assert all(line["event"] == "request" and line["level"] == "info" for line in lines)
+
+
+async def test_a_warning_is_written_at_once_after_the_lines_before_it(logger: logging.Logger) -> None:
+    handler, stream = _attach(logger, 60)
+    logger.info("first")
+    logger.info("second")
+    logger.warning("divergence", extra={"kind": "terminal_regression"})
+    assert _events(stream) == ["first", "second", "divergence"]
+    assert stream.writes == 1
+    logger.info("later")
+    assert _events(stream) == ["first", "second", "divergence"]
+    handler.flush()  # what logging.shutdown() does at exit
+    assert _events(stream)[-1] == "later"
+
+
+async def test_a_full_buffer_is_written_without_waiting(logger: logging.Logger) -> None:
+    handler, stream = _attach(logger, 60)
+    big = "x" * 1000
+    for _ in range(BufferedStreamHandler.MAX_BUFFER_BYTES // 1000 + 1):
+        logger.info("request", extra={"pad": big})
+    assert stream.writes == 1
+    handler.flush()
+
+
+def test_zero_flush_seconds_or_no_event_loop_writes_each_line(logger: logging.Logger) -> None:
+    handler, stream = _attach(logger, 0)
+    logger.info("one")
+    logger.info("two")
+    assert (_events(stream), stream.writes) == (["one", "two"], 2)
+    handler, stream = _attach(logger, 60)  # no running loop in this thread: nothing can wait
+    logger.info("three")
+    assert _events(stream) == ["three"]
