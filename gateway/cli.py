@@ -239,6 +239,7 @@ async def _check_ledger(url: str) -> str | None:
 
 def _run_server(config: object, config_path: str | None) -> int:
     """Run uvicorn; at shutdown open streams end cleanly before uvicorn waits for the rest."""
+    import gc
     import math
 
     import uvicorn
@@ -265,6 +266,12 @@ def _run_server(config: object, config_path: str | None) -> int:
         # uvicorn's own deadline comes after ours, so streams are closed by us, cleanly
         timeout_graceful_shutdown=math.ceil(listen.shutdown_grace_seconds) + 2,
     ))
+    # Garbage collection tuned for a request loop: what start-up built lives as long as the
+    # process, so it moves out of the collector's way (gc.freeze), and collections of young
+    # objects run after 10 000 net allocations instead of 700 (about 10% of the CPU per
+    # proxied request in bench/run.py). Reference counting still frees almost everything.
+    gc.freeze()
+    gc.set_threshold(10_000, *gc.get_threshold()[1:])
     server.run()
     return 0 if server.started else 3
 
