@@ -261,7 +261,10 @@ async def until_disconnect(
     watchers: list[asyncio.Future[Any]] = []
 
     def fire(watcher: asyncio.Future[Any]) -> None:
-        if not state["over"] and not watcher.cancelled():
+        if watcher.cancelled():
+            return
+        watcher.exception()  # a receive() that failed counts as a disconnect; retrieved here
+        if not state["over"] and not state["fired"]:  # cancel once, even if both signals come
             state["fired"] = True
             current.cancel()
 

@@ -123,3 +123,35 @@ async def test_signal_while_work_swallows_the_cancel_still_returns_the_result() 
     assert await until_disconnect(client.receive, work()) == (True, "finished anyway")
     assert asyncio.current_task().cancelling() == 0
     await asyncio.sleep(0)
+
+
+async def test_disconnect_and_stop_together_cancel_the_work_once() -> None:
+    """Both signals at once (a client leaving during the drain): one cancellation, absorbed."""
+    client, stop = Client(), asyncio.Event()
+    started = asyncio.Event()
+
+    async def work() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    async def both() -> None:
+        await started.wait()
+        client.leave()
+        stop.set()
+
+    trigger = asyncio.ensure_future(both())
+    assert await until_disconnect(client.receive, work(), stop=stop) == (False, None)
+    await trigger
+    assert asyncio.current_task().cancelling() == 0
+    await asyncio.sleep(0)
+
+
+async def test_a_failing_receive_counts_as_a_disconnect() -> None:
+    async def receive() -> dict[str, Any]:
+        raise OSError("transport gone")
+
+    async def work() -> None:
+        await asyncio.Event().wait()
+
+    assert await until_disconnect(receive, work()) == (False, None)
+    assert asyncio.current_task().cancelling() == 0
