@@ -90,3 +90,40 @@ def test_zero_flush_seconds_or_no_event_loop_writes_each_line(logger: logging.Lo
     handler, stream = _attach(logger, 60)  # no running loop in this thread: nothing can wait
     logger.info("three")
     assert _events(stream) == ["three"]
+
+
+def test_a_broken_stream_never_raises_into_the_caller(logger: logging.Logger) -> None:
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError
+
+        def flush(self) -> None:
+            raise ValueError("I/O operation on closed file")
+
+    handler = BufferedStreamHandler(Broken(), 60)
+    handler.setFormatter(JsonFormatter())
+    logger.handlers[:] = [handler]
+    logger.warning("divergence")  # written at once: fails inside, not here
+    logger.info("request")
+    handler.flush()
+
+
+def test_lines_after_a_closed_event_loop_are_still_flushed_in_time(logger: logging.Logger) -> None:
+    """A timer left pending on a loop that closed does not keep later lines waiting."""
+    handler, stream = _attach(logger, 0.02)
+
+    async def log_one(event: str) -> None:
+        logger.info(event)
+
+    asyncio.run(log_one("first loop"))  # its flush timer dies with the loop, unfired
+    assert _events(stream) == []
+
+    async def log_and_wait() -> None:
+        logger.info("second loop")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while "second loop" not in _events(stream) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(log_and_wait())
+    assert _events(stream) == ["first loop", "second loop"]

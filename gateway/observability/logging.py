@@ -51,8 +51,9 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
     A record at WARNING or above, or a batch of :data:`MAX_BUFFER_BYTES`, is written at once
     (with everything before it, in order); otherwise the batch is written ``flush_seconds``
     after its first line (a timer on the running event loop; from a thread without one, at
-    once). ``logging.shutdown`` (at exit) writes what is left, so only a ``kill -9`` can lose
-    lines, at most ``flush_seconds`` of INFO and DEBUG.
+    once). ``logging.shutdown`` (at exit) writes what is left, so a ``kill -9`` loses at most
+    ``flush_seconds`` of INFO and DEBUG lines. A broken or closed stream loses lines rather
+    than raising into the request that logged them.
 
     Args:
         stream: a text stream (stderr).
@@ -66,7 +67,7 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.flush_seconds = flush_seconds
         self._lines: list[str] = []
         self._size = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None  # a flush is pending on it
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -78,25 +79,29 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self._size += len(line) + 1
         if record.levelno >= logging.WARNING or self._size >= self.MAX_BUFFER_BYTES or not self.flush_seconds:
             self.flush()
-        elif self._timer is None:
-            try:
-                self._timer = asyncio.get_running_loop().call_later(self.flush_seconds, self.flush)
-            except RuntimeError:  # no event loop in this thread
-                self.flush()
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop in this thread: nothing would flush later
+            self.flush()
+            return
+        if self._timer_loop is not loop:  # none pending, or pending on a loop that is gone
+            self._timer_loop = loop
+            loop.call_later(self.flush_seconds, self.flush)
 
     def flush(self) -> None:
-        """Write the buffered lines (one write) and flush the stream."""
+        """Write the buffered lines (one write) and flush the stream. A broken or closed
+        stream loses the lines and never raises into the caller (a request)."""
         with self.lock:  # type: ignore[union-attr]
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            if self._lines:
-                text, self._lines, self._size = "\n".join(self._lines) + "\n", [], 0
-                try:
+            self._timer_loop = None  # a timer still pending finds nothing, or newer lines
+            text = "\n".join(self._lines) + "\n" if self._lines else ""
+            self._lines, self._size = [], 0
+            try:
+                if text:
                     self.stream.write(text)
-                except Exception:  # noqa: BLE001 - a closed or broken stream must not crash the gateway
-                    pass
-            super().flush()
+                self.stream.flush()
+            except Exception:  # noqa: BLE001, S110 - nowhere left to report it
+                pass
 
 
 def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: float = 0.0) -> None:
