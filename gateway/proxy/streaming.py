@@ -8,8 +8,8 @@ Implements PROTOCOL.md §7 and §11 pitfalls 5-7, FIELD-CASES.md F03, F04, F06, 
 * each event is parsed once, judged by the engine, stored in the ledger, then re-emitted with
   the client's JSON-RPC id; every frame written ends with a blank line;
 * the events decoded from one upstream read go to the client in one write, after every one of
-  them was judged and stored (write-before-forward holds per event), or sooner when storing
-  them takes longer than :data:`FLUSH_AFTER`; frames are never held while the relay waits
+  them was judged and stored (write-before-forward holds per event), or in several writes
+  when the ledger is slow (:data:`FLUSH_AFTER`); frames are never held while the relay waits
   for the worker, sleeps or resubscribes;
 * after a terminal event the client's stream ends; in enforce mode the worker's stream is
   then drained for ``limits.post_terminal_drain_seconds`` so late events are counted, never
@@ -58,8 +58,10 @@ SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 FLUSH_AFTER = 0.002
-"""Seconds the frames of one upstream read may wait for the events after them to be stored
-before they are sent anyway (one write per read, unless the ledger is slow)."""
+"""Seconds of ledger work the frames of one upstream read may wait for: before the next event
+is stored, the frames already stored are sent when the oldest has waited this long or the
+last store alone took this long. So a stored event waits for at most one store that turns
+slow after fast ones; with a fast ledger a read still costs one write."""
 _DROP_HEADERS = ("content-length", "content-encoding", "content-type", "cache-control", "x-accel-buffering")
 
 
@@ -176,7 +178,10 @@ class StreamRelay:
             if wait > 0:
                 await asyncio.sleep(wait)
                 continue
-            await self._write(encode_comment("keepalive"))
+            if self._out:  # a read's events are being stored; their write comes soon
+                await asyncio.sleep(interval)
+                continue
+            await self._write(encode_comment("keepalive"))  # carries no event frame
 
     async def _pump_upstreams(self) -> _Next:
         attempt = 0
@@ -289,18 +294,21 @@ class StreamRelay:
     async def _handle_items(self, items: list[Event | Comment]) -> _Next:
         """Judge and store the items of one upstream read; their frames are queued in order
         (:meth:`_emit`) and sent by the caller in one write."""
+        slow = False
         for index, item in enumerate(items):
+            if self._out and (slow or time.monotonic() - self._out_since >= FLUSH_AFTER):
+                await self._flush()  # the ledger is slow: stored events do not wait for more
+            started = time.monotonic()
             if isinstance(item, Comment):
                 self._emit(encode_comment(item.text))
                 if self.stream.task_id is not None:  # a ping on the task's own stream is a sign of life
                     await self.rt.touch(self.ex.upstream, self.stream.task_id)
-                continue
-            nxt = await self._on_event(item)
-            if nxt is not _Next.CONTINUE:
-                self._backlog = items[index + 1 :]
-                return nxt
-            if self._out and time.monotonic() - self._out_since >= FLUSH_AFTER:
-                await self._flush()  # a slow ledger does not hold the first events back
+            else:
+                nxt = await self._on_event(item)
+                if nxt is not _Next.CONTINUE:
+                    self._backlog = items[index + 1 :]
+                    return nxt
+            slow = time.monotonic() - started >= FLUSH_AFTER
         return _Next.CONTINUE
 
     async def _at_eof(self) -> _Next:

@@ -9,6 +9,7 @@ left unchanged is relayed with the worker's own ``data`` text when its id is the
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -90,6 +91,27 @@ def test_a_slow_ledger_does_not_hold_stored_events_back(
     _, raw = h.stream(_send(1), headers=V1)
     assert len([f for f in frames(raw) if f["data"] is not None]) == 3
     assert [kind for kind, _ in trace] == ["put", "send", "put", "send", "put", "send"], trace
+
+
+def test_after_a_slow_store_the_stored_events_go_out_before_the_next_store(
+        h: Harness, trace: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first store takes 20 ms (10x FLUSH_AFTER): its event is sent before the next one
+    is stored; the fast stores after it are batched again."""
+    ledger = h.runtime.ledger
+    traced_put = ledger.put
+    calls = {"n": 0}
+
+    async def put(record: Any, expected_version: int) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            await asyncio.sleep(0.02)  # a slow ledger, not a synchronisation
+        return await traced_put(record, expected_version)
+
+    monkeypatch.setattr(ledger, "put", put)
+    h.worker.on("SendStreamingMessage", sse=[b"".join(_events("t-w"))])  # one worker write
+    _, raw = h.stream(_send(1), headers=V1)
+    assert len([f for f in frames(raw) if f["data"] is not None]) == 3
+    assert [kind for kind, _ in trace] == ["put", "send", "put", "put", "send"], trace
 
 
 def test_ledger_failure_mid_read_forwards_only_the_events_stored_before_it(
