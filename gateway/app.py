@@ -37,7 +37,8 @@ from gateway.proxy.types import Receive, Scope, Send
 
 
 OWN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-"""Paths the gateway answers itself, whatever the mounts."""
+"""Paths the gateway answers itself for GET and HEAD, whatever the mounts (other methods on
+them go to the mount, as before)."""
 
 
 class ProxyApp:
@@ -68,8 +69,8 @@ class ProxyApp:
 
 
 class GatewayApp:
-    """The ASGI entry point. The gateway's own endpoints (:data:`OWN_PATHS`) and the lifespan
-    go through Starlette, and so does a path that is not absolute (``OPTIONS *``: 404); every
+    """The ASGI entry point. The gateway's own endpoints (:data:`OWN_PATHS`, GET and HEAD)
+    and the lifespan go through Starlette, and so does a path that is not absolute (``OPTIONS *``: 404); every
     other HTTP request goes straight to :class:`ProxyApp`, with no router or middleware on
     the proxy path (they cost about 30 µs per request).
 
@@ -83,7 +84,8 @@ class GatewayApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] == "http" and path.startswith("/") and path not in OWN_PATHS:
+        own = path in OWN_PATHS and scope.get("method") in ("GET", "HEAD")
+        if scope["type"] == "http" and path.startswith("/") and not own:
             await self.proxy(scope, receive, send)
             return
         await self.site(scope, receive, send)

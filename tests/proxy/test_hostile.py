@@ -410,6 +410,18 @@ def test_chunked_request_bodies_and_the_413_cap(make_harness: Any) -> None:
     alive(h)
 
 
+def test_gateway_paths_are_the_gateways_only_for_get_and_head(h: Harness) -> None:
+    """GET/HEAD /healthz, /readyz, /metrics are answered by the gateway; other methods on
+    those paths are the worker's business (a sidecar's worker may serve its own)."""
+    h.worker.on_path("POST", "/metrics", raw=(202, {"content-type": "text/plain"}, b"worker's"))
+    r = h.http.post(h.gateway.url + "/metrics", content=b"x")
+    assert (r.status_code, r.text) == (202, "worker's")
+    assert [(q.http_method, q.path) for q in forwarded(h)] == [("POST", "/metrics")]
+    assert h.http.head(h.gateway.url + "/healthz").status_code == 200
+    assert "a2a_gateway_requests_total" in h.http.get(h.gateway.url + "/metrics").text
+    assert len(forwarded(h)) == 1
+
+
 def test_non_post_methods_on_the_rpc_path_are_relayed_not_500(h: Harness) -> None:
     """Non-POST methods on "/" are the worker's business (its 404 comes back); an unknown
     method token or "OPTIONS *" is refused by the server, never a 500."""
