@@ -20,8 +20,11 @@ round trips instead of 64, and a ``put`` returns only once the server answered i
 (each command of a pipeline has its own reply: a lost compare-and-set fails only its own call).
 A failure of the connection fails every call of the pipeline it hit. ``count_by_state``,
 ``mark_resync`` and ``prune`` do not need that order and use a connection of their own from the
-pool. If the server lost the script (restart, ``SCRIPT FLUSH``), it is loaded again and the
-``put`` calls it refused are sent once more, right after the pipeline that was refused.
+pool. If the server lost the script (restart, ``SCRIPT FLUSH``), it is loaded again, and the
+``put`` calls it refused are sent once more together with every ``get`` called after the first
+of them, in call order, right after the pipeline that was refused (a ``get`` still sees every
+``put`` called before it; only which of two same-version ``put`` calls wins may differ from
+call order in that one pipeline).
 """
 
 from __future__ import annotations
@@ -136,12 +139,16 @@ class RedisLedger:
                 batch, self._queue = self._queue, []
                 try:
                     replies = await self._pipeline([command for command, _ in batch])
-                    refused = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+                    refused = {i for i, r in enumerate(replies) if isinstance(r, NoScriptError)}
                     if refused:
+                        # Sent again, in call order: the refused puts, and every read called
+                        # after the first of them (so it sees them). Puts that went through
+                        # stand (sending them again would make them lose their own CAS).
                         self._cas_sha = await self._redis.script_load(_CAS)
-                        again = await self._pipeline(
-                            [(batch[i][0][0], self._cas_sha, *batch[i][0][2:]) for i in refused])
-                        for i, reply in zip(refused, again):
+                        redo = [i for i in range(min(refused), len(batch))
+                                if i in refused or batch[i][0][0] != "EVALSHA"]
+                        again = await self._pipeline([self._with_current_sha(batch[i][0]) for i in redo])
+                        for i, reply in zip(redo, again):
                             replies[i] = reply
                 except Exception as exc:
                     for _, future in batch:
@@ -157,6 +164,9 @@ class RedisLedger:
                         future.set_result(reply)
         finally:
             self._sender = None
+
+    def _with_current_sha(self, command: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (command[0], self._cas_sha, *command[2:]) if command[0] == "EVALSHA" else command
 
     async def _pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         pipe = self._redis.pipeline(transaction=False)

@@ -312,3 +312,25 @@ async def test_sqlite_compare_and_set_holds_across_two_ledgers_on_one_file(tmp_p
     finally:
         await a.close()
         await b.close()
+
+
+async def test_redis_lost_script_resends_puts_and_the_reads_after_them(redis_url: str) -> None:
+    """After ``SCRIPT FLUSH`` (a restarted server): the refused puts are sent again, each
+    wins its own compare-and-set once, and a get called after a put sees it."""
+    import redis.asyncio as aioredis
+
+    led = ledger_from_url(redis_url)
+    led.prefix = "noscript"  # type: ignore[attr-defined]
+    await led.open()
+    try:
+        await led.put(rec("t-0"), 0)
+        admin = aioredis.Redis.from_url(redis_url)
+        await admin.script_flush()
+        await admin.aclose()
+        first, seen, done = await asyncio.gather(
+            led.put(rec("t-1"), 0), led.get("w", "t-1"),
+            led.put(rec("t-0", state=TaskState.COMPLETED), 1))
+        assert first.version == 1 and seen is not None and seen.version == 1
+        assert done.version == 2 and (await led.get("w", "t-0")).state is TaskState.COMPLETED
+    finally:
+        await led.close()
