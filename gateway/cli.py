@@ -69,15 +69,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--heartbeat-interval", metavar="SECONDS", type=float,
                        default=_env("HEARTBEAT_INTERVAL"),
                        help="longest expected silence of a live task before an action on it "
-                       "is preceded by a forced GetTask (default 30; sidecar form)")
+                       "is preceded by a forced GetTask (default 30; sidecar form) "
+                       "[A2A_GATEWAY_HEARTBEAT_INTERVAL]")
     serve.add_argument("--card-ttl", metavar="SECONDS", type=float, default=_env("CARD_TTL"),
                        help="Agent Card freshness when the worker sends no max-age "
-                       "(default 300; sidecar form)")
+                       "(default 300; sidecar form) [A2A_GATEWAY_CARD_TTL]")
     serve.add_argument("--shutdown-grace", metavar="SECONDS", type=float,
                        default=_env("SHUTDOWN_GRACE"),
                        help="after SIGTERM, how long requests and open streams may run on "
                        "before streams are closed cleanly (default 30, or "
-                       "listen.shutdown_grace_seconds)")
+                       "listen.shutdown_grace_seconds) [A2A_GATEWAY_SHUTDOWN_GRACE]")
     serve.add_argument("--ledger", metavar="URL", default=_env("LEDGER"),
                        help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH or "
                        "redis://HOST:PORT/DB (default sqlite:.a2a-gateway/ledger.db, or "
