@@ -70,9 +70,9 @@ class ProxyApp:
 
 class GatewayApp:
     """The ASGI entry point. The gateway's own endpoints (:data:`OWN_PATHS`, GET and HEAD)
-    and the lifespan go through Starlette, and so does a path that is not absolute (``OPTIONS *``: 404); every
-    other HTTP request goes straight to :class:`ProxyApp`, with no router or middleware on
-    the proxy path (they cost about 30 µs per request).
+    and the lifespan go through Starlette, and so does a path that is not absolute
+    (``OPTIONS *``: 404); every other HTTP request goes straight to :class:`ProxyApp`, with
+    no router or middleware on the proxy path (they cost about 30 µs per request).
 
     ``state`` is the Starlette app's state (``state.runtime``: the shared :class:`Runtime`).
     """

@@ -293,7 +293,8 @@ class StreamRelay:
 
     async def _handle_items(self, items: list[Event | Comment]) -> _Next:
         """Judge and store the items of one upstream read; their frames are queued in order
-        (:meth:`_emit`) and sent by the caller in one write."""
+        (:meth:`_emit`) and the caller sends them in one write (in several when the ledger is
+        slow: :data:`FLUSH_AFTER`)."""
         slow = False
         for index, item in enumerate(items):
             if self._out and (slow or time.monotonic() - self._out_since >= FLUSH_AFTER):
