@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from collections.abc import AsyncIterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -91,12 +92,14 @@ class GatewayApp:
         await self.site(scope, receive, send)
 
 
-async def _open_ledger(rt: Runtime) -> None:
-    """Open the ledger and flag tasks that were live while the gateway was down (recovery)."""
+async def _open_ledger(rt: Runtime, *, resync: bool) -> None:
+    """Open the ledger; with ``resync``, flag tasks that were live while the gateway was down
+    (recovery)."""
     ledger = rt.ledger
     await ledger.open()
-    flagged = await ledger.mark_resync()
-    rt.log.info("ledger_opened", extra={"backend": ledger.backend, "needs_resync": flagged})
+    if resync:
+        flagged = await ledger.mark_resync()
+        rt.log.info("ledger_opened", extra={"backend": ledger.backend, "needs_resync": flagged})
 
 
 async def _prune_forever(rt: Runtime) -> None:
@@ -144,6 +147,7 @@ def build_app(
     ledger: TaskLedger | None = None,
     registry: CollectorRegistry | None = None,
     config_path: str | None = None,
+    resync_on_open: bool = True,
 ) -> GatewayApp:
     """Build the gateway application.
 
@@ -155,6 +159,8 @@ def build_app(
         config_path: the file ``config`` came from; when given, SIGHUP re-reads it and
             replaces upstreams and policies without dropping open streams (listen address and
             ledger changes need a restart).
+        resync_on_open: flag the ledger's live tasks for a resync at start-up (``False`` in
+            the workers of ``serve --workers N``: the supervisor did it once for all).
 
     Returns:
         The ASGI app (:class:`GatewayApp`); ``app.state.runtime`` is the shared
@@ -170,7 +176,7 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await _open_ledger(runtime)
+        await _open_ledger(runtime, resync=resync_on_open)
         await asyncio.gather(*(card.refresh() for card in runtime.cards.values()))
         pruner = asyncio.ensure_future(_prune_forever(runtime))
         refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))
@@ -199,10 +205,15 @@ def build_app(
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "not ready"}, status_code=503)
 
+    exposed = registry
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # serve --workers N: the sum over all workers
+        exposed = CollectorRegistry()
+        multiprocess.MultiProcessCollector(exposed)
+
     async def metrics_endpoint(request: Request) -> Response:
         with contextlib.suppress(LedgerError):
             metrics.set_tracked(await runtime.ledger_call("count", ledger.count_by_state))
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(exposed), media_type=CONTENT_TYPE_LATEST)
 
     site = Starlette(
         routes=[

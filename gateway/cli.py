@@ -79,6 +79,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="after SIGTERM, how long requests and open streams may run on "
                        "before streams are closed cleanly (default 30, or "
                        "listen.shutdown_grace_seconds) [A2A_GATEWAY_SHUTDOWN_GRACE]")
+    serve.add_argument("--workers", metavar="N", type=int, default=_env("WORKERS"),
+                       help="gateway processes sharing the listen socket, one per core "
+                       "(default 1); more than 1 needs a shared ledger (sqlite or redis) "
+                       "[A2A_GATEWAY_WORKERS]")
     serve.add_argument("--ledger", metavar="URL", default=_env("LEDGER"),
                        help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH or "
                        "redis://HOST:PORT/DB (default sqlite:.a2a-gateway/ledger.db, or "
@@ -120,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``a2a-gateway`` console script. Returns the exit code."""
     args = _parser().parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     if args.command == "check-config":
         return _check_config(args.file)
     if args.command == "replay":
@@ -213,24 +218,41 @@ def _serve(args: argparse.Namespace) -> int:
               "upstreams[].heartbeat_seconds and upstreams[].card.ttl_seconds in the config",
               file=sys.stderr)
         return 2
+    workers = args.workers if args.workers is not None else 1
+    if workers < 1 or (workers > 1 and config.ledger.url == "memory"):
+        print("a2a-gateway serve: --workers must be 1 or more, and more than 1 needs a shared "
+              "ledger (--ledger sqlite:///PATH or redis://HOST:PORT/DB), not memory", file=sys.stderr)
+        return 2
     configure_logging(config.log.level, config.log.format, config.log.flush_seconds)
-    problem = asyncio.run(_check_ledger(config.ledger.url))
+    problem = asyncio.run(_check_ledger(config.ledger.url, resync=workers > 1))
     if problem:
         print(f"ledger {redact(config.ledger.url)}: {problem}", file=sys.stderr)
         return 1
     get_logger().info("starting", extra={
         "listen": f"{config.listen.host}:{config.listen.port}", "mode": config.mode,
-        "ledger": redact(config.ledger.url), "upstreams": {u.prefix: u.url for u in config.upstreams}})
+        "ledger": redact(config.ledger.url), "upstreams": {u.prefix: u.url for u in config.upstreams},
+        "workers": workers})
+    if workers > 1:
+        from gateway.workers import supervise
+
+        return supervise(args.argv, host=config.listen.host, port=config.listen.port,
+                         workers=workers, grace_seconds=config.listen.shutdown_grace_seconds,
+                         log=get_logger())
     return _run_server(config, args.config)
 
 
-async def _check_ledger(url: str) -> str | None:
-    """Open and close the ledger once, so a bad path or a down Redis is one clear line."""
+async def _check_ledger(url: str, *, resync: bool = False) -> str | None:
+    """Open and close the ledger once, so a bad path or a down Redis is one clear line.
+    ``resync``: also flag the live tasks for a resync (``serve --workers``: once, here)."""
     from gateway.ledger import ledger_from_url
+    from gateway.observability.logging import get_logger
 
     ledger = ledger_from_url(url)
     try:
         await ledger.open()
+        if resync:
+            flagged = await ledger.mark_resync()
+            get_logger().info("ledger_opened", extra={"backend": ledger.backend, "needs_resync": flagged})
     except Exception as exc:  # any backend failure becomes one readable line
         return f"cannot open: {type(exc).__name__}: {exc}"
     finally:
@@ -242,12 +264,21 @@ def _run_server(config: object, config_path: str | None) -> int:
     """Run uvicorn; at shutdown open streams end cleanly before uvicorn waits for the rest."""
     import gc
     import math
+    import signal
+    import socket
 
     import uvicorn
 
     from gateway.app import build_app
 
-    app = build_app(config, config_path=config_path)  # type: ignore[arg-type]
+    from gateway.workers import LISTEN_FD_ENV
+
+    inherited = os.environ.get(LISTEN_FD_ENV)  # a worker of serve --workers N
+    sockets = [socket.socket(fileno=int(inherited))] if inherited else None
+    if inherited:  # the supervisor forwards SIGHUP; before the app handles it, it must not kill
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    app = build_app(config, config_path=config_path,  # type: ignore[arg-type]
+                    resync_on_open=sockets is None)
     runtime = app.state.runtime
 
     class Server(uvicorn.Server):
@@ -273,7 +304,7 @@ def _run_server(config: object, config_path: str | None) -> int:
     # proxied request in bench/run.py). Reference counting still frees almost everything.
     gc.freeze()
     gc.set_threshold(10_000, *gc.get_threshold()[1:])
-    server.run()
+    server.run(sockets=sockets)
     return 0 if server.started else 3
 
 

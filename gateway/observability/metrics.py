@@ -153,6 +153,7 @@ class Metrics:
             "1 while an upstream is degraded (reason card_unreachable, stream_lost)",
             ["upstream", "reason"],
             registry=registry,
+            multiprocess_mode="livemax",  # serve --workers: degraded if any live worker says so
         ))
         self.card_local_urls = Labelled(Counter(
             "a2a_gateway_card_local_urls_total",
@@ -184,6 +185,7 @@ class Metrics:
             "Tasks held in the ledger, by state (refreshed at each scrape)",
             ["state"],
             registry=registry,
+            multiprocess_mode="livemostrecent",  # the shared ledger's count, from the last scrape
         ))
         self.ledger_duration = Labelled(Histogram(
             "a2a_gateway_ledger_operation_duration_seconds",
@@ -212,7 +214,8 @@ class Metrics:
             registry=registry,
         ))
         build = Gauge(
-            "a2a_gateway_build_info", "Build information", ["version"], registry=registry
+            "a2a_gateway_build_info", "Build information", ["version"], registry=registry,
+            multiprocess_mode="livemax",
         )
         build.labels(version=__version__).set(1)
 
