@@ -3,14 +3,16 @@
     python -m bench.run [--quick] [--runs N] [--duration S] [--profile] [--calibrate] [--sdk-worker]
 
 One command, one machine, everything on 127.0.0.1. A canned A2A v1.0 worker
-(:mod:`bench.canned_worker`) answers at once; the same workloads go to five targets:
+(:mod:`bench.canned_worker`) answers at once; the same workloads go to six targets:
 
 * ``direct``    — client → canned worker;
 * ``nginx``     — client → nginx (1 worker process, upstream keepalive pool,
   ``proxy_http_version 1.1``, ``proxy_buffering off``) → canned worker;
 * ``gw-memory`` / ``gw-sqlite`` / ``gw-redis`` — client → ``python -m gateway serve`` (one
   uvicorn worker; ledger ``memory``, a fresh ``sqlite:///…`` file, a private ``redis-server``)
-  → canned worker.
+  → canned worker;
+* ``gw-sqlite-x2`` — the same with ``--workers 2`` (two gateway processes on one socket, one
+  SQLite file; CPU figures count both).
 
 Workloads (each figure is the median over ``--runs`` runs; every ratio and difference is taken
 within one run, then the median of those is reported):
@@ -69,8 +71,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
 PY = sys.executable
 HOST = "127.0.0.1"
-TARGETS = ("direct", "nginx", "gw-memory", "gw-sqlite", "gw-redis")
-GATEWAYS = ("gw-memory", "gw-sqlite", "gw-redis")
+TARGETS = ("direct", "nginx", "gw-memory", "gw-sqlite", "gw-redis", "gw-sqlite-x2")
+GATEWAYS = ("gw-memory", "gw-sqlite", "gw-redis", "gw-sqlite-x2")
 CALIBRATION = {"cal-hello": "hello", "cal-httpx": "httpx_proxy", "cal-raw": "raw_proxy"}
 STREAM_EVENTS = 100
 GET_TASK_ID = "t-get-1"
@@ -692,7 +694,8 @@ def gateways(env: Env, run: int, upstream_port: int | None = None, only: tuple[s
     rundir.mkdir()
     upstream_port = upstream_port or env.worker_port
     try:
-        ledgers = {"gw-memory": "memory", "gw-sqlite": f"sqlite:///{rundir}/ledger.db"}
+        ledgers = {"gw-memory": "memory", "gw-sqlite": f"sqlite:///{rundir}/ledger.db",
+                   "gw-sqlite-x2": f"sqlite:///{rundir}/ledger-x2.db"}
         ledgers = {k: v for k, v in ledgers.items() if k in only}
         if env.redis_bin and "gw-redis" in only:
             rport = free_port()
@@ -703,8 +706,9 @@ def gateways(env: Env, run: int, upstream_port: int | None = None, only: tuple[s
             ledgers["gw-redis"] = f"redis://{HOST}:{rport}/0"
         for name, url in ledgers.items():
             port = free_port()
+            workers = ["--workers", "2"] if name.endswith("-x2") else []
             gw = Proc(name, [PY, "-m", "gateway", "serve", "--upstream", f"http://{HOST}:{upstream_port}/",
-                             "--port", str(port), "--ledger", url],
+                             "--port", str(port), "--ledger", url, *workers],
                       rundir / f"{name}.log", cwd=ROOT, env=child_env())
             procs.append(gw)
             started[name] = (port, gw)
@@ -985,14 +989,15 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
              f"8-connection keep-alive pool); SSE {s.sse_streams} sequential streams x {STREAM_EVENTS} "
              f"events; engine {s.engine_seconds:g}s")
     L.extend(textwrap.wrap("setup: all on 127.0.0.1; canned worker = 1 Python process (uvloop); nginx = 1 worker process, "
-             "upstream keepalive 64; each gateway = 1 uvicorn worker, default config (enforce mode, "
+             "upstream keepalive 64; each gateway = 1 uvicorn worker (gw-sqlite-x2: --workers 2, "
+             "CPU of both), default config (enforce mode, "
              "info-level JSON request logs to a file). The clients (wrk, 1 thread; this Python process) "
              "share the 2 cores with the servers, so every figure includes that contention; the client "
              "side is kept light (wrk in C, raw asyncio sockets, no httpx on the measured path). "
              "Figures are medians over runs; ratios/differences are computed within each run, then "
              "the median is taken. Target order rotates each run.", 110, subsequent_indent="  "))
     L.append("")
-    w = 11
+    w = 13
     head = f"{'figure':<40}" + "".join(f"{t:>{w}}" for t in present)
     L.append("ABSOLUTE FIGURES (median of runs)")
     L.append(head)
@@ -1045,16 +1050,16 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
     L.append("RATIOS (median of per-run ratios; throughput = wrk req/s)")
     gws = [g for g in GATEWAYS if g in present]
     cols = [f"{g}/{b}" for g in gws for b in ("direct", "nginx")] + [f"{g}/gw-memory" for g in gws if g != "gw-memory"]
-    head = f"{'figure':<22}" + "".join(f"{c:>21}" for c in cols)
+    head = f"{'figure':<22}" + "".join(f"{c:>24}" for c in cols)
     L.append(head)
     L.append("-" * len(head))
     for wl in ("SendMessage", "GetTask"):
-        L.append(f"{wl + ' req/s':<22}" + "".join(f"{fmt(derived.get(f'{wl} {c}'), '.3f'):>21}" for c in cols))
+        L.append(f"{wl + ' req/s':<22}" + "".join(f"{fmt(derived.get(f'{wl} {c}'), '.3f'):>24}" for c in cols))
     sse_cells = []
     for c in cols:
         g, base = c.split("/")
         v = derived.get(f"sse {g}/direct events/s") if base == "direct" else None
-        sse_cells.append(f"{fmt(v, '.3f'):>21}")
+        sse_cells.append(f"{fmt(v, '.3f'):>24}")
     L.append(f"{'SSE events/s':<22}" + "".join(sse_cells))
     L.append("")
     L.append("GOALS (issue: Benchmark harness)")
