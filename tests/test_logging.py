@@ -73,13 +73,21 @@ async def test_a_warning_is_written_at_once_after_the_lines_before_it(logger: lo
     assert _events(stream)[-1] == "later"
 
 
-async def test_a_full_buffer_is_written_without_waiting(logger: logging.Logger) -> None:
+async def test_a_full_buffer_is_written_without_waiting_in_whole_line_pieces(logger: logging.Logger) -> None:
+    """64 KiB of lines go out at once, in writes of whole lines of at most PIPE_BUF each (so
+    the lines of several workers sharing one pipe never interleave mid-line)."""
     handler, stream = _attach(logger, 60)
+    texts: list[str] = []
+    stream.write = lambda text: texts.append(text) or len(text)  # type: ignore[method-assign]
     big = "x" * 1000
-    for _ in range(BufferedStreamHandler.MAX_BUFFER_BYTES // 1000 + 1):
+    count = BufferedStreamHandler.MAX_BUFFER_BYTES // 1000 + 1
+    for _ in range(count):
         logger.info("request", extra={"pad": big})
-    assert stream.writes == 1
+    assert texts  # the 64 KiB mark was passed: written without waiting for the timer
     handler.flush()
+    assert 1 < len(texts) < count  # batched, but never more than PIPE_BUF per write
+    assert all(len(t) <= BufferedStreamHandler.WRITE_BYTES and t.endswith("\n") for t in texts)
+    assert sum(t.count("\n") for t in texts) == count
 
 
 def test_zero_flush_seconds_or_no_event_loop_writes_each_line(logger: logging.Logger) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import sys
 import time
 from typing import Any
@@ -46,7 +47,8 @@ class JsonFormatter(logging.Formatter):
 
 class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """A ``StreamHandler`` that writes lines in batches, like nginx's ``access_log …
-    buffer= flush=``: one write per batch instead of one per request line.
+    buffer= flush=``: one write per batch of whole lines (at most :data:`WRITE_BYTES`) instead
+    of one per request line.
 
     A record at WARNING or above, or a batch of :data:`MAX_BUFFER_BYTES`, is written at once
     (with everything before it, in order); otherwise the batch is written ``flush_seconds``
@@ -61,6 +63,8 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """
 
     MAX_BUFFER_BYTES = 64 * 1024
+    WRITE_BYTES = select.PIPE_BUF  # 4 096 on Linux (counted in characters: JSON lines are ASCII
+    #                                but for non-ASCII text in their values)
 
     def __init__(self, stream: Any, flush_seconds: float) -> None:
         super().__init__(stream)
@@ -90,15 +94,25 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             loop.call_later(self.flush_seconds, self.flush)
 
     def flush(self) -> None:
-        """Write the buffered lines (one write) and flush the stream. A broken or closed
-        stream loses the lines and never raises into the caller (a request)."""
+        """Write the buffered lines and flush the stream: whole lines, at most
+        :data:`WRITE_BYTES` per write, so lines of processes sharing one pipe
+        (``serve --workers``) never interleave mid-line (POSIX: a pipe write up to
+        ``PIPE_BUF`` is atomic). A broken or closed stream loses the lines and never raises
+        into the caller (a request)."""
         with self.lock:  # type: ignore[union-attr]
             self._timer_loop = None  # a timer still pending finds nothing, or newer lines
-            text = "\n".join(self._lines) + "\n" if self._lines else ""
-            self._lines, self._size = [], 0
+            lines, self._lines, self._size = self._lines, [], 0
             try:
-                if text:
-                    self.stream.write(text)
+                piece: list[str] = []
+                size = 0
+                for line in lines:
+                    if piece and size + len(line) + 1 > self.WRITE_BYTES:
+                        self.stream.write("\n".join(piece) + "\n")
+                        piece, size = [], 0
+                    piece.append(line)
+                    size += len(line) + 1
+                if piece:
+                    self.stream.write("\n".join(piece) + "\n")
                 self.stream.flush()
             except Exception:  # noqa: BLE001, S110 - nowhere left to report it
                 pass
