@@ -35,7 +35,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError, UnsupportedOperationError
 
-from tests.e2e.conftest import PLACEHOLDER_PUBLIC_URL, TRACE_HEADER, UPSTREAM_NAME, MetricsScrape, SeenRequest, Stack
+from tests.e2e.conftest import TRACE_HEADER, UPSTREAM_NAME, MetricsScrape, SeenRequest, Stack
 from tests.support.servers import await_until
 
 REQUESTS = "a2a_gateway_requests_total"

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.invariants.engine import CORRECTED_KEY
 from tests.proxy.conftest import Harness, frames
-from tests.support.scripted_worker import Event, Gate, JsonResult, Sse
+from tests.support.scripted_worker import Event, Gate, Sse
 from tests.support.servers import await_until, wait_until
 
 V1 = {"A2A-Version": "1.0"}
