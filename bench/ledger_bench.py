@@ -35,7 +35,7 @@ from pathlib import Path
 
 from gateway import __version__
 from gateway.a2a.jsonrpc import Operation
-from gateway.a2a.states import ProtocolVersion
+from gateway.a2a.version import ProtocolVersion
 from gateway.invariants import engine
 from gateway.invariants.model import Clock, Exchange, StreamState
 from gateway.ledger import ledger_from_url
@@ -56,7 +56,7 @@ async def _transition(ledger: TaskLedger, result: dict[str, object], stream: Str
     task_id = engine.payload_task_id(result)
     assert task_id is not None
     record = await ledger.get("worker", task_id)
-    outcome = engine.check_payload(EX, stream, record, result, Clock(time.time(), time.monotonic()))
+    outcome = engine.check_payload(EX, stream, record, result, Clock(time.time()))
     if outcome.record is not None:
         await ledger.put(outcome.record, record.version if record else 0)
     return outcome.stream or stream

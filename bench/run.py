@@ -78,7 +78,7 @@ STREAM_EVENTS = 100
 GET_TASK_ID = "t-get-1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-# ~1 KB SendMessage body (PROTOCOL.md §3.4).
+# ~1 KB SendMessage body (docs/protocol.md §3.4).
 _TEXT = ("Summarize the quarterly report for the operations team, list the three largest risks, "
          "and propose one mitigation for each; keep it under two hundred words. ") * 6
 SEND_BODY = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
@@ -555,7 +555,7 @@ def run_wrk(wrk: str, script: Path, port: int, seconds: float, s: Settings) -> d
 def engine_bench(seconds: float, tasks: int = 1000) -> dict[str, Any]:
     """check_payload observations/s over pre-built streams (10 events per task)."""
     from gateway.a2a.jsonrpc import Operation
-    from gateway.a2a.states import ProtocolVersion
+    from gateway.a2a.version import ProtocolVersion
     from gateway.invariants import engine
     from gateway.invariants.model import Clock, Exchange, StreamState
 
@@ -584,7 +584,7 @@ def engine_bench(seconds: float, tasks: int = 1000) -> dict[str, Any]:
     while True:
         ledger: dict[str, Any] = {}
         streams: dict[str, StreamState] = {}
-        clock = Clock(time.time(), time.monotonic())  # one per pass: the engine's cost, not the clock's
+        clock = Clock(time.time())  # one per pass: the engine's cost, not the clock's
         for tid, result in payloads:
             record = ledger.get(tid)
             stream = streams.get(tid) or StreamState()

@@ -151,7 +151,8 @@ def _check_config(path: str) -> int:
 
 
 def _replay(path: str, *, strict: bool = False) -> int:
-    from gateway.replay import TranscriptError, replay
+    from gateway.errors import TranscriptError
+    from gateway.replay import replay
 
     flagged = 0
     try:
@@ -369,6 +370,4 @@ def _upstreams(args: argparse.Namespace) -> list[str]:
 def _record_json(record: object) -> dict[str, object]:
     import dataclasses
 
-    doc = dataclasses.asdict(record)  # type: ignore[call-overload]
-    doc.pop("observed_monotonic", None)
-    return doc
+    return dataclasses.asdict(record)  # type: ignore[call-overload, no-any-return]

@@ -1,12 +1,24 @@
-"""Failures of the gateway itself. Invariant violations are never raised: they are
-:class:`~gateway.invariants.model.Finding` values.
+"""Every exception the gateway defines, in one tree. Invariant violations are never raised:
+they are :class:`~gateway.invariants.model.Finding` values (docs/architecture.md, convention 6).
 
 ::
 
     GatewayError
-    ├── ConfigError        the configuration file or flags are invalid
-    ├── UpstreamError      the worker could not be reached or answered unusably
-    └── LedgerError        the task ledger failed
+    ├── ConfigError              the configuration file or flags are invalid
+    ├── UpstreamError            the worker could not be reached or answered unusably
+    ├── LedgerError              the task ledger failed
+    ├── VersionConflictError     a ledger compare-and-set lost a race (retried, not a failure)
+    ├── ClientError              a client request the gateway answers itself
+    │   ├── BodyTooLargeError    the body passed ``limits.max_body_bytes`` (HTTP 413)
+    │   ├── ClientGoneError      the client left before its body was complete
+    │   └── BadPathError         a path that would leave its mount (HTTP 400)
+    ├── ProtocolError            a payload that breaks the A2A wire format
+    │   ├── UnknownStateError    a taskState outside the spelling table: refused, never guessed
+    │   └── EventTooLargeError   an SSE event over ``limits.max_event_bytes``
+    └── TranscriptError          a replay transcript line is malformed
+
+``BadPathError``, ``ProtocolError`` and ``TranscriptError`` are also ``ValueError``\\ s. Pure:
+no imports, so the protocol core (``gateway/a2a``) and the exchange layer raise them too.
 """
 
 from __future__ import annotations
@@ -39,3 +51,45 @@ class UpstreamError(GatewayError):
 
 class LedgerError(GatewayError):
     """The ledger could not read or store a record."""
+
+
+class VersionConflictError(GatewayError):
+    """``put`` lost a compare-and-set race: the stored version was not ``expected_version``."""
+
+
+class ClientError(GatewayError):
+    """A client request the gateway answers itself, without forwarding it."""
+
+
+class BodyTooLargeError(ClientError):
+    """The client's request body passed ``max_body_bytes``; answer HTTP 413."""
+
+
+class ClientGoneError(ClientError):
+    """The client disconnected before its request body was complete; nothing is forwarded."""
+
+
+class BadPathError(ClientError, ValueError):
+    """A request path the gateway refuses (HTTP 400): dot segments, or a path that would not
+    stay below the mount and on the configured upstream host."""
+
+
+class ProtocolError(GatewayError, ValueError):
+    """A payload that breaks the A2A wire format (docs/protocol.md)."""
+
+
+class UnknownStateError(ProtocolError):
+    """A taskState string outside the alias table (docs/field-cases.md F03: refused, never
+    guessed). ``raw`` holds the offending value for logs; it must never become a metric label."""
+
+    def __init__(self, raw: object) -> None:
+        super().__init__(f"unknown task state {raw!r}")
+        self.raw = raw
+
+
+class EventTooLargeError(ProtocolError):
+    """The SSE event being assembled passed the decoder's ``max_event_bytes`` cap (F09)."""
+
+
+class TranscriptError(GatewayError, ValueError):
+    """A transcript line is not valid JSON or lacks a required member; names the line."""

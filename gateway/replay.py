@@ -31,10 +31,7 @@ import orjson
 from gateway.a2a import jsonrpc
 from gateway.invariants import engine
 from gateway.invariants.model import Clock, Exchange, Mode, Outcome, StreamState, TaskRecord
-
-
-class TranscriptError(ValueError):
-    """A transcript line is not valid JSON or lacks a required member; names the line."""
+from gateway.errors import TranscriptError
 
 
 @dataclass
@@ -69,7 +66,7 @@ class _Replay:
 
     def clock(self) -> Clock:
         self.tick += 1.0
-        return Clock(self.tick, self.tick)
+        return Clock(self.tick)
 
 
 def _exchange(obj: dict[str, Any], lineno: int) -> Exchange:

@@ -1,6 +1,6 @@
 """gateway.replay and ``python -m gateway replay``: judging recorded transcripts offline.
 
-The fixtures under tests/fixtures/transcripts/ are F04 and F06 of FIELD-CASES.md written in the
+The fixtures under tests/fixtures/transcripts/ are F04 and F06 of docs/field-cases.md written in the
 transcript format documented in gateway/replay.py.
 """
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.replay import TranscriptError, Verdict, replay
+from gateway.errors import TranscriptError
+from gateway.replay import Verdict, replay
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "transcripts"

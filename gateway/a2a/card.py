@@ -1,7 +1,7 @@
 """Agent Card knowledge: validation, ETags, URL rewriting for gateway exposure. Pure.
 
-Implements PROTOCOL.md §4 (v1.0 and v0.3 card shapes, caching, the hybrid card the SDK serves)
-and §11 pitfall 12, FIELD-CASES.md F10 (rewrite behind a path-rewriting route, no doubled
+Implements docs/protocol.md §4 (v1.0 and v0.3 card shapes, caching, the hybrid card the SDK serves)
+and §11 pitfall 12, docs/field-cases.md F10 (rewrite behind a path-rewriting route, no doubled
 segment, v1.0 cards without a top-level ``url``) and F11 (card hosts are never used for
 routing).
 
@@ -31,7 +31,7 @@ _V03_REQUIRED = ("protocolVersion", "name", "description", "url", "version", "ca
 def card_problem(doc: object) -> str | None:
     """Why ``doc`` is not a usable Agent Card, or ``None`` when it is one.
 
-    Valid means: a JSON object with every required member of v1.0 (PROTOCOL.md §4.2; the
+    Valid means: a JSON object with every required member of v1.0 (docs/protocol.md §4.2; the
     interfaces each with ``url``, ``protocolBinding`` and ``protocolVersion``) or of v0.3
     (§4.3), ``capabilities`` an object and ``skills`` a list.
     """

@@ -1,7 +1,7 @@
 """JSON-RPC 2.0 envelopes for A2A: method table, request parsing, error objects.
 
-Implements PROTOCOL.md §1.2 (method names of v1.0 and v0.3), §6 (error codes and bodies) and
-the FIELD-CASES.md F15 envelope rules. Pure: stdlib + orjson only.
+Implements docs/protocol.md §1.2 (method names of v1.0 and v0.3), §6 (error codes and bodies) and
+the docs/field-cases.md F15 envelope rules. Pure: stdlib + orjson only.
 
 Request parsing never raises: :func:`parse_request` returns either a :class:`Request` or a
 :class:`ParseFailure` that already holds the JSON-RPC error to send back, with the client's id
@@ -17,17 +17,17 @@ from typing import Any
 
 import orjson
 
-from gateway.a2a.states import ProtocolVersion
+from gateway.a2a.version import ProtocolVersion
 
 JsonId = str | int | float | None
 
-# Standard JSON-RPC codes (PROTOCOL.md §6.2)
+# Standard JSON-RPC codes (docs/protocol.md §6.2)
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
-# A2A codes (PROTOCOL.md §6.1)
+# A2A codes (docs/protocol.md §6.1)
 TASK_NOT_FOUND = -32001
 TASK_NOT_CANCELABLE = -32002
 PUSH_NOTIFICATION_NOT_SUPPORTED = -32003
@@ -58,7 +58,7 @@ ERROR_DOMAIN = "a2a-protocol.org"
 
 
 class Operation(enum.StrEnum):
-    """Version-independent A2A operation (PROTOCOL.md §1.2 rows); values are v1.0 names."""
+    """Version-independent A2A operation (docs/protocol.md §1.2 rows); values are v1.0 names."""
 
     SEND = "SendMessage"
     STREAM = "SendStreamingMessage"
@@ -106,7 +106,15 @@ METHODS: dict[str, MethodInfo] = {
 # v0.3 method namespaces: an unknown name inside them is answered -32601 (F15); any other
 # unknown method (a custom extension method, a newer spec's method) passes through.
 _V03_NAMESPACES = ("message/", "tasks/", "agent/")
-TASK_GET_NAME = {ProtocolVersion.V1_0: "GetTask", ProtocolVersion.V0_3: "tasks/get"}
+_TASK_GET = {ProtocolVersion.V1_0: "GetTask", ProtocolVersion.V0_3: "tasks/get"}
+_SUBSCRIBE = {ProtocolVersion.V1_0: "SubscribeToTask", ProtocolVersion.V0_3: "tasks/resubscribe"}
+PROBE_ID = "a2a-gateway-probe"
+"""The JSON-RPC id of the gateway's own ``GetTask`` probes."""
+
+
+def code_label(code: object) -> str:
+    """A bounded metric label for a JSON-RPC error code: the code, or ``other``."""
+    return str(code) if code in KNOWN_CODES else "other"
 
 
 def lookup_method(name: str) -> MethodInfo | None:
@@ -207,7 +215,7 @@ def error_object(
     version: ProtocolVersion = ProtocolVersion.V1_0,
     metadata: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A JSON-RPC ``error`` member (PROTOCOL.md §6.3).
+    """A JSON-RPC ``error`` member (docs/protocol.md §6.3).
 
     For v1.0 and a code with an A2A reason, ``data`` is an array holding one
     ``google.rpc.ErrorInfo``; v0.3 gets no ``data``.
@@ -244,12 +252,27 @@ def dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def task_get_request(task_id: str, version: ProtocolVersion) -> dict[str, Any]:
+    """The gateway's own ``GetTask`` / ``tasks/get`` for ``task_id`` in ``version``, asking for
+    no history (docs/protocol.md §1.2): ``{"jsonrpc", "id": PROBE_ID, "method", "params"}``."""
+    return {"jsonrpc": "2.0", "id": PROBE_ID, "method": _TASK_GET[version],
+            "params": {"id": task_id, "historyLength": 0}}
+
+
+def subscribe_request(req_id: JsonId, task_id: str, version: ProtocolVersion) -> dict[str, Any]:
+    """``SubscribeToTask`` / ``tasks/resubscribe`` for ``task_id`` with the client's ``req_id``:
+    the gateway's resubscribe after a cut stream (docs/protocol.md §7; its first event is the
+    current Task)."""
+    return {"jsonrpc": "2.0", "id": req_id, "method": _SUBSCRIBE[version],
+            "params": {"id": task_id}}
+
+
 def request_task_id(info: MethodInfo, params: object) -> str | None:
     """The task a request names, or ``None`` when it may create a new task.
 
     Messages: ``params.message.taskId``; GetTask, CancelTask, SubscribeToTask (both versions)
     and v0.3 push-config methods: ``params.id``; v1.0 push-config methods: ``params.taskId``
-    (PROTOCOL.md §11 pitfall 14).
+    (docs/protocol.md §11 pitfall 14).
     """
     if not isinstance(params, dict):
         return None

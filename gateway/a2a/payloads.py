@@ -1,6 +1,6 @@
 """Find the task-bearing object inside an A2A result, in either protocol version.
 
-Implements PROTOCOL.md §3.4-3.5 and §11 pitfall 3 (result wrapping differs): v1.0
+Implements docs/protocol.md §3.4-3.5 and §11 pitfall 3 (result wrapping differs): v1.0
 ``SendMessage`` answers ``{"task":…}`` or ``{"message":…}``; ``GetTask``/``CancelTask`` answer
 a bare Task; a v1.0 stream event is a StreamResponse (``task`` | ``message`` | ``statusUpdate``
 | ``artifactUpdate``); v0.3 answers a bare object carrying ``kind``. Pure: stdlib only.
@@ -14,6 +14,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from gateway.a2a.version import ProtocolVersion
 
 
 class Kind(enum.StrEnum):
@@ -172,3 +174,11 @@ def parts_count(artifact: dict[str, Any]) -> int:
 def flag(obj: dict[str, Any], name: str) -> bool:
     """A boolean member of an update event (``append``, ``lastChunk``); absent means false."""
     return obj.get(name) is True
+
+
+def snapshot_result(task: dict[str, Any], version: ProtocolVersion) -> dict[str, Any]:
+    """A Task as one stream event's ``result`` in ``version``'s shape (docs/protocol.md §11
+    pitfall 3): ``{"task": Task}`` for v1.0, the Task with ``"kind": "task"`` for v0.3."""
+    if version is ProtocolVersion.V1_0:
+        return {"task": task}
+    return task if "kind" in task else {**task, "kind": "task"}

@@ -1,7 +1,7 @@
 """Incremental Server-Sent Events decoder and encoder (sans-I/O).
 
-Implements the WHATWG event-stream parsing rules as used by A2A streaming (PROTOCOL.md §7,
-§11 pitfalls 5-7; FIELD-CASES.md F08, F09): bytes go in as they arrive, complete events and
+Implements the WHATWG event-stream parsing rules as used by A2A streaming (docs/protocol.md §7,
+§11 pitfalls 5-7; docs/field-cases.md F08, F09): bytes go in as they arrive, complete events and
 comments come out. Lines may end in CRLF, LF or CR. An event split across reads is reassembled
 and produced once. Comments (``: ping``) come out as :class:`Comment`, never as events.
 
@@ -11,6 +11,8 @@ Encoding always ends a frame with a blank line and uses LF.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from gateway.errors import EventTooLargeError
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +30,6 @@ class Comment:
     """An SSE comment line (keep-alive); ``text`` excludes the leading colon."""
 
     text: str
-
-
-class EventTooLargeError(ValueError):
-    """The event being assembled passed the decoder's ``max_event_bytes`` cap (F09)."""
 
 
 class SSEDecoder:

@@ -1,7 +1,7 @@
 """TaskState: the one normalization boundary for every taskState spelling.
 
-Implements PROTOCOL.md §2 (TaskState table, terminal and interrupted classes) and the
-FIELD-CASES.md unknown-state policy. Pure: stdlib only.
+Implements docs/protocol.md §2 (TaskState table, terminal and interrupted classes) and the
+docs/field-cases.md unknown-state policy. Pure: stdlib only.
 
 Every spelling seen on the wire maps to one canonical :class:`TaskState` (the v1.0 ProtoJSON
 name). Clients get the state back in their own protocol version's spelling via
@@ -25,16 +25,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-
-class ProtocolVersion(enum.StrEnum):
-    """The A2A protocol major.minor a client or exchange speaks (PROTOCOL.md §5)."""
-
-    V0_3 = "0.3"
-    V1_0 = "1.0"
+from gateway.a2a.version import ProtocolVersion
+from gateway.errors import UnknownStateError
 
 
 class TaskState(enum.StrEnum):
-    """Canonical task state: the v1.0 ProtoJSON enum name (PROTOCOL.md §2)."""
+    """Canonical task state: the v1.0 ProtoJSON enum name (docs/protocol.md §2)."""
 
     UNSPECIFIED = "TASK_STATE_UNSPECIFIED"
     SUBMITTED = "TASK_STATE_SUBMITTED"
@@ -86,17 +82,6 @@ _FOLDED["CANCELLED"] = TaskState.CANCELED
 FAMILIES = ("v10_enum", "v03_kebab", "underscore", "case_variant", "v03_grpc")
 _V10 = ProtocolVersion.V1_0
 _V03 = ProtocolVersion.V0_3
-
-
-class UnknownStateError(ValueError):
-    """A taskState string outside the alias table (FIELD-CASES.md unknown-state policy).
-
-    ``raw`` holds the offending value for logs; it must never become a metric label.
-    """
-
-    def __init__(self, raw: object) -> None:
-        super().__init__(f"unknown task state {raw!r}")
-        self.raw = raw
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +153,7 @@ def spell_state(state: TaskState, version: ProtocolVersion) -> str:
     """Spell a canonical state for a client of ``version``.
 
     v1.0 gets the ProtoJSON name (``TASK_STATE_INPUT_REQUIRED``); v0.3 gets kebab-case
-    (``input-required``; unspecified is ``unknown``). PROTOCOL.md §2.
+    (``input-required``; unspecified is ``unknown``). docs/protocol.md §2.
     """
     if version is _V03:
         return _V03_SPELLING[state]

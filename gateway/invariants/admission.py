@@ -1,6 +1,7 @@
 """Card governs admission, task events govern disposition. Pure.
 
-Two independent axes (issue "Agent Card authority"; PROTOCOL.md §4; FIELD-CASES.md F10, F11):
+Two independent axes (issue "Agent Card authority"; docs/protocol.md §4;
+docs/field-cases.md F10, F11):
 
 * :func:`admit` — may a request that creates a *new* task (or needs a capability) go to the
   worker, judged against the upstream's Agent Card? Never consulted for existing tasks.

@@ -1,6 +1,6 @@
-"""Artifact merge rules: append, replace and ``lastChunk`` sealing (FIELD-CASES.md F06).
+"""Artifact merge rules: append, replace and ``lastChunk`` sealing (docs/field-cases.md F06).
 
-PROTOCOL.md §3.1 TaskArtifactUpdateEvent: ``append=false`` creates or replaces the artifact,
+docs/protocol.md §3.1 TaskArtifactUpdateEvent: ``append=false`` creates or replaces the artifact,
 ``append=true`` appends its parts (or creates it when the id is new), ``lastChunk=true`` seals
 it; a later update to a sealed id is an agent bug and is not delivered. Pure: stdlib only.
 """

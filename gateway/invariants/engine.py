@@ -57,6 +57,9 @@ from gateway.invariants.model import (
 )
 
 CORRECTED_KEY = "a2a-gateway/corrected"
+FINAL_FLAG = "final_flag"
+"""The normalization family of a rewritten end-of-stream signal (v0.3 ``final``)."""
+_ABSENT = object()
 _TASK_ACTIONS = (Operation.SEND, Operation.STREAM, Operation.CANCEL, Operation.SUBSCRIBE)
 # Worker error codes that may hide "this task is terminal" (F05 (c), F15).
 _SUSPECT_CODES = frozenset(
@@ -276,8 +279,8 @@ def _normalize(
     else:
         return None  # a status that is not an object is no state at all: never guessed
     known = None
+    version = ex.version
     if raw is None or type(raw) is str:  # the precomputed verbatim spellings
-        version = ex.version
         if version is _V10:
             known = _SPELLINGS_V10.get(raw)
         elif version is _V03:
@@ -286,17 +289,47 @@ def _normalize(
         state, finding, respelled = known
         if finding is not None:
             findings.append(finding)
-        return state, obj if respelled is None else with_state(obj, respelled)
-    try:
-        norm = normalize_state(raw, ex.version)
-    except UnknownStateError:
-        return None
-    if norm.family is not None:
-        findings.append(Finding("normalization", norm.family, f"{raw!r}"))
-    spelled = spell_state(norm.state, ex.version)
-    if raw == spelled or (raw in (None, "") and ex.version is ProtocolVersion.V1_0):
-        return norm.state, obj
-    return norm.state, with_state(obj, spelled)
+        if respelled is not None:
+            obj = with_state(obj, respelled)
+    else:
+        try:
+            norm = normalize_state(raw, version)
+        except UnknownStateError:
+            return None
+        state = norm.state
+        if norm.family is not None:
+            findings.append(Finding("normalization", norm.family, f"{raw!r}"))
+        spelled = spell_state(state, version)
+        if raw != spelled and not (raw in (None, "") and version is _V10):
+            obj = with_state(obj, spelled)
+    if kind is _STATUS:
+        obj = _end_of_stream_flag(version, state, obj, findings)
+    return state, obj
+
+
+def _end_of_stream_flag(
+    version: ProtocolVersion, state: TaskState, obj: dict[str, Any], findings: list[Finding]
+) -> dict[str, Any]:
+    """The status update's end-of-stream signal in the client's version (docs/field-cases.md
+    F17 (a); docs/protocol.md §7, §11 pitfall 5).
+
+    v0.3 says "this stream is over" with ``final``: true exactly when the state is terminal
+    or interrupted, whatever the worker wrote (an absent ``final`` on any other state already
+    reads as false and is left alone). v1.0 has no ``final`` (closure is the signal): a
+    worker's ``final`` is removed. Each rewrite is a ``final_flag`` normalization.
+    """
+    final = obj.get("final", _ABSENT)
+    if version is _V03:
+        want = state.is_terminal or state.is_interrupted
+        if final is want or (final is _ABSENT and not want):
+            return obj
+        fixed = {**obj, "final": want}
+    elif final is _ABSENT:
+        return obj
+    else:
+        fixed = {k: v for k, v in obj.items() if k != "final"}
+    findings.append(Finding("normalization", FINAL_FLAG, f"final {final!r} on {state.value}"))
+    return fixed
 
 
 def _refuse_unknown(
@@ -362,7 +395,7 @@ def _check_identity(
 
 def _poison(record: TaskRecord, clock: Clock) -> TaskRecord:
     return dataclasses.replace(
-        record, poisoned=True, observed_at=clock.wall, observed_monotonic=clock.monotonic
+        record, poisoned=True, observed_at=clock.wall
     )
 
 
@@ -577,7 +610,7 @@ def _transition(
         status["state"] = state.value
         terminal_status = status
     new_record = build_record(
-        upstream, task_id, context_id, state, clock.wall, clock.monotonic, terminal_status,
+        upstream, task_id, context_id, state, clock.wall, terminal_status,
         poisoned, artifacts, False, card_etag, version,
     )
     new_stream = _bind(stream, item, terminal=terminal)

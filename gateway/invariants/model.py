@@ -15,7 +15,8 @@ from types import MappingProxyType
 from typing import Any
 
 from gateway.a2a.jsonrpc import Operation
-from gateway.a2a.states import ProtocolVersion, TaskState
+from gateway.a2a.states import TaskState
+from gateway.a2a.version import ProtocolVersion
 
 
 class Mode(enum.StrEnum):
@@ -87,8 +88,7 @@ class TaskRecord:
 
     ``state`` is canonical. ``terminal_status`` is the status object (v1.0 spelling) recorded
     when the task first became terminal; it wins over anything the worker says later.
-    ``observed_at`` is wall-clock seconds since the epoch, ``observed_monotonic`` monotonic
-    seconds (meaningful only in the process that wrote it). ``card_etag`` is the upstream's
+    ``observed_at`` is wall-clock seconds since the epoch. ``card_etag`` is the upstream's
     Agent Card ETag in force at the last observation. ``needs_resync`` is set by the
     ledger at start-up for tasks that were live while the gateway was down: the next action on
     such a task is preceded by a forced GetTask. ``version`` is the compare-and-set counter
@@ -100,7 +100,6 @@ class TaskRecord:
     context_id: str | None
     state: TaskState
     observed_at: float
-    observed_monotonic: float
     terminal_status: Mapping[str, Any] | None = None
     poisoned: bool = False
     artifacts: Mapping[str, ArtifactRecord] = field(default_factory=lambda: NO_ARTIFACTS)
@@ -115,7 +114,7 @@ class TaskRecord:
 
 
 _RECORD_FIELDS = (
-    "upstream", "task_id", "context_id", "state", "observed_at", "observed_monotonic",
+    "upstream", "task_id", "context_id", "state", "observed_at",
     "terminal_status", "poisoned", "artifacts", "needs_resync", "card_etag", "version",
 )
 if tuple(f.name for f in fields(TaskRecord)) != _RECORD_FIELDS:  # pragma: no cover
@@ -124,7 +123,7 @@ if tuple(f.name for f in fields(TaskRecord)) != _RECORD_FIELDS:  # pragma: no co
 
 def _record_builder() -> Any:
     new = object.__new__
-    (s_upstream, s_task_id, s_context_id, s_state, s_observed_at, s_observed_monotonic,
+    (s_upstream, s_task_id, s_context_id, s_state, s_observed_at,
      s_terminal_status, s_poisoned, s_artifacts, s_needs_resync, s_card_etag, s_version) = (
         TaskRecord.__dict__[name].__set__ for name in _RECORD_FIELDS)
 
@@ -134,7 +133,6 @@ def _record_builder() -> Any:
         context_id: str | None,
         state: TaskState,
         observed_at: float,
-        observed_monotonic: float,
         terminal_status: Mapping[str, Any] | None,
         poisoned: bool,
         artifacts: Mapping[str, ArtifactRecord],
@@ -153,7 +151,6 @@ def _record_builder() -> Any:
         s_context_id(record, context_id)
         s_state(record, state)
         s_observed_at(record, observed_at)
-        s_observed_monotonic(record, observed_monotonic)
         s_terminal_status(record, terminal_status)
         s_poisoned(record, poisoned)
         s_artifacts(record, artifacts)
@@ -196,10 +193,9 @@ class StreamState:
 
 @dataclass(frozen=True, slots=True)
 class Clock:
-    """The time of an observation: wall seconds since the epoch and monotonic seconds."""
+    """The time of an observation: wall-clock seconds since the epoch."""
 
     wall: float
-    monotonic: float
 
 
 @dataclass(slots=True)

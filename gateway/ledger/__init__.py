@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.ledger.base import TaskLedger, VersionConflictError
+from gateway.errors import VersionConflictError
+from gateway.ledger.base import TaskLedger
 
 __all__ = ["TaskLedger", "VersionConflictError", "ledger_from_url", "redact", "sqlite_path"]
 

@@ -15,10 +15,6 @@ from typing import Protocol
 from gateway.invariants.model import TaskRecord
 
 
-class VersionConflictError(Exception):
-    """``put`` lost a compare-and-set race: the stored version was not ``expected_version``."""
-
-
 class TaskLedger(Protocol):
     """Async per-task store.
 

@@ -7,8 +7,7 @@ The stored document uses short keys to keep a tracked task small::
      "e": card ETag|null}
 
 ``version`` and ``needs_resync`` live beside the document (columns / hash fields) because the
-ledger updates them without rewriting it. ``observed_monotonic`` is process-local and is not
-stored; a decoded record carries ``0.0``.
+ledger updates them without rewriting it.
 """
 
 from __future__ import annotations
@@ -53,7 +52,6 @@ def decode(data: bytes | str, *, version: int, needs_resync: bool) -> TaskRecord
             context_id=doc["c"],
             state=TaskState(_PREFIX + doc["s"]),
             observed_at=float(doc["oa"]),
-            observed_monotonic=0.0,
             terminal_status=doc["ts"],
             poisoned=bool(doc["p"]),
             artifacts={k: ArtifactRecord(bool(v[0]), int(v[1])) for k, v in doc["a"].items()},

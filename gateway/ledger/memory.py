@@ -14,7 +14,7 @@ import logging
 from collections import Counter
 
 from gateway.invariants.model import TaskRecord, build_record
-from gateway.ledger.base import VersionConflictError
+from gateway.errors import VersionConflictError
 
 _log = logging.getLogger("a2a_gateway")
 Key = tuple[str, str]
@@ -53,7 +53,7 @@ class MemoryLedger:
             raise VersionConflictError(f"{key}: stored {stored_version}, expected {expected_version}")
         r = record
         stored = build_record(r.upstream, r.task_id, r.context_id, r.state, r.observed_at,
-                              r.observed_monotonic, r.terminal_status, r.poisoned, r.artifacts,
+                              r.terminal_status, r.poisoned, r.artifacts,
                               r.needs_resync, r.card_etag, expected_version + 1)
         self._records[key] = stored  # re-inserted: the dict's order is least recently updated first
         if stored.terminal:

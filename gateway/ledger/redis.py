@@ -37,7 +37,7 @@ from redis.exceptions import NoScriptError
 
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
-from gateway.ledger.base import VersionConflictError
+from gateway.errors import VersionConflictError
 
 _CAS = """
 local cur = redis.call('HGET', KEYS[1], 'v')

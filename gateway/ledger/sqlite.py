@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
-from gateway.ledger.base import VersionConflictError
+from gateway.errors import VersionConflictError
 
 T = TypeVar("T")
 

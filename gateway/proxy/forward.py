@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import httpx
 
 from gateway.config import UpstreamConfig
-from gateway.errors import UpstreamError
+from gateway.errors import BadPathError, BodyTooLargeError, ClientGoneError, UpstreamError
 from gateway.proxy.types import Receive, Scope
 
 T = TypeVar("T")
@@ -36,19 +36,6 @@ HOP_BY_HOP = frozenset(
     }
 )
 _NEVER_FORWARD = HOP_BY_HOP | {"host", "content-length"}
-
-
-class BodyTooLargeError(Exception):
-    """The client's request body passed ``max_body_bytes``; answer HTTP 413."""
-
-
-class ClientGoneError(Exception):
-    """The client disconnected before its request body was complete; nothing is forwarded."""
-
-
-class BadPathError(ValueError):
-    """A request path the gateway refuses (HTTP 400): dot segments, or a path that would not
-    stay below the mount and on the configured upstream host."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,12 +284,9 @@ async def until_disconnect(
 
 
 def map_transport_error(exc: httpx.HTTPError) -> UpstreamError:
-    """Map an httpx failure to an :class:`UpstreamError` with a metric-safe ``reason``.
+    """Alias of :func:`gateway.proxy.transport.upstream_error`, where transport failures are
+    mapped: the upstream client raises :class:`UpstreamError` itself (an error it raised is
+    returned unchanged). Delete once nothing calls it."""
+    from gateway.proxy.transport import upstream_error  # transport.py imports this module
 
-    The message names the failure class only; upstream bodies and stack text never leak.
-    """
-    if isinstance(exc, httpx.TimeoutException):
-        return UpstreamError("timeout", f"worker timed out ({type(exc).__name__})", http_status=504)
-    if isinstance(exc, httpx.ConnectError):
-        return UpstreamError("connect", "worker unreachable: connection failed")
-    return UpstreamError("protocol", f"worker connection failed ({type(exc).__name__})")
+    return upstream_error(exc)

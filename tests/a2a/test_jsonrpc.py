@@ -1,4 +1,4 @@
-"""gateway.a2a.jsonrpc: envelope parsing (F15), method table (PROTOCOL.md §1.2), errors (§6)."""
+"""gateway.a2a.jsonrpc: envelope parsing (F15), methods (docs/protocol.md §1.2), errors (§6)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation, ParseFailure, Request, parse_request
-from gateway.a2a.states import ProtocolVersion
+from gateway.a2a.version import ProtocolVersion
 
 V10 = ProtocolVersion.V1_0
 V03 = ProtocolVersion.V0_3
@@ -87,7 +87,7 @@ class TestF15Envelope:
 
 class TestEnvelopeEdges:
     def test_batch_array_is_invalid_request(self):
-        """PROTOCOL.md §11 pitfall 17: batches are rejected with -32600."""
+        """docs/protocol.md §11 pitfall 17: batches are rejected with -32600."""
         out = failure('[{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"t-1"}}]')
         assert_is_error_response(out.error, -32600, None)
 
@@ -131,7 +131,7 @@ class TestEnvelopeEdges:
 
     @pytest.mark.parametrize("name", ["message/frobnicate", "agent/whoami", "tasks/list"])
     def test_unknown_names_in_v03_namespaces_are_method_not_found(self, name):
-        """v0.3 has no tasks/list (PROTOCOL.md §1.2): the SDK answers -32601, so do we."""
+        """v0.3 has no tasks/list (docs/protocol.md §1.2): the SDK answers -32601, so do we."""
         out = failure('{"jsonrpc":"2.0","id":1,"method":"' + name + '","params":{}}')
         assert out.code == -32601
 
@@ -181,14 +181,14 @@ STREAMING = {"SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks
 class TestMethodTable:
     @pytest.mark.parametrize(("name", "op"), V10_NAMES.items())
     def test_v10_method_names(self, name, op):
-        """PROTOCOL.md §1.2 v1.0 column."""
+        """docs/protocol.md §1.2 v1.0 column."""
         info = jsonrpc.lookup_method(name)
         assert info is not None
         assert (info.name, info.operation, info.version) == (name, op, V10)
 
     @pytest.mark.parametrize(("name", "op"), V03_NAMES.items())
     def test_v03_method_names(self, name, op):
-        """PROTOCOL.md §1.2 v0.3 JSON-RPC column."""
+        """docs/protocol.md §1.2 v0.3 JSON-RPC column."""
         info = jsonrpc.lookup_method(name)
         assert info is not None
         assert (info.name, info.operation, info.version) == (name, op, V03)
@@ -209,8 +209,14 @@ class TestMethodTable:
         assert info is not None
         assert info.streaming is (name in STREAMING)
 
-    def test_task_get_name_per_version(self):
-        assert jsonrpc.TASK_GET_NAME == {V10: "GetTask", V03: "tasks/get"}
+    def test_probe_and_resubscribe_envelopes_per_version(self):
+        assert jsonrpc.task_get_request("t-1", V10) == {
+            "jsonrpc": "2.0", "id": jsonrpc.PROBE_ID, "method": "GetTask",
+            "params": {"id": "t-1", "historyLength": 0}}
+        assert jsonrpc.task_get_request("t-1", V03)["method"] == "tasks/get"
+        assert jsonrpc.subscribe_request(7, "t-1", V10) == {
+            "jsonrpc": "2.0", "id": 7, "method": "SubscribeToTask", "params": {"id": "t-1"}}
+        assert jsonrpc.subscribe_request("a", "t-1", V03)["method"] == "tasks/resubscribe"
 
 
 def info(name: str) -> jsonrpc.MethodInfo:
@@ -235,7 +241,7 @@ class TestRequestTaskId:
     @pytest.mark.parametrize("name", ["GetTask", "CancelTask", "SubscribeToTask", "tasks/get",
                                       "tasks/cancel", "tasks/resubscribe"])
     def test_get_cancel_subscribe_use_params_id(self, name):
-        """PROTOCOL.md §11 pitfall 14."""
+        """docs/protocol.md §11 pitfall 14."""
         assert jsonrpc.request_task_id(info(name), {"id": "t-2"}) == "t-2"
 
     @pytest.mark.parametrize("name", ["CreateTaskPushNotificationConfig",
@@ -243,14 +249,14 @@ class TestRequestTaskId:
                                       "ListTaskPushNotificationConfigs",
                                       "DeleteTaskPushNotificationConfig"])
     def test_v10_push_config_methods_use_task_id_not_id(self, name):
-        """PROTOCOL.md §8: in v1.0, params.id is the config id and taskId the task id."""
+        """docs/protocol.md §8: in v1.0, params.id is the config id and taskId the task id."""
         assert jsonrpc.request_task_id(info(name), {"id": "cfg-1", "taskId": "t-3"}) == "t-3"
 
     @pytest.mark.parametrize("name", ["tasks/pushNotificationConfig/get",
                                       "tasks/pushNotificationConfig/list",
                                       "tasks/pushNotificationConfig/delete"])
     def test_v03_push_config_methods_use_params_id(self, name):
-        """PROTOCOL.md §8: in v0.3, params.id is the task id."""
+        """docs/protocol.md §8: in v0.3, params.id is the task id."""
         params = {"id": "t-4", "pushNotificationConfigId": "cfg-1"}
         assert jsonrpc.request_task_id(info(name), params) == "t-4"
 
@@ -287,7 +293,7 @@ A2A_REASONS = {
 class TestErrorResponse:
     @pytest.mark.parametrize(("code", "reason"), A2A_REASONS.items())
     def test_v10_a2a_error_carries_an_error_info_array(self, code, reason):
-        """PROTOCOL.md §6.3: v1.0 error.data is an array of typed objects with ErrorInfo."""
+        """docs/protocol.md §6.3: v1.0 error.data is an array of typed objects with ErrorInfo."""
         doc = jsonrpc.error_response(11, code, "boom", version=V10)
         assert_is_error_response(doc, code, 11)
         assert doc["error"]["data"] == [{
@@ -305,7 +311,7 @@ class TestErrorResponse:
 
     @pytest.mark.parametrize("code", sorted(A2A_REASONS))
     def test_v03_errors_have_no_data_array(self, code):
-        """PROTOCOL.md §6.3: v0.3 data is free-form; the gateway sends none."""
+        """docs/protocol.md §6.3: v0.3 data is free-form; the gateway sends none."""
         doc = jsonrpc.error_response("k", code, "boom", version=V03, metadata={"taskId": "t"})
         assert_is_error_response(doc, code, "k")
         assert "data" not in doc["error"]
@@ -328,7 +334,7 @@ class TestErrorResponse:
         assert doc["error"]["data"][0]["reason"] == reason
 
     def test_a2a_codes_match_protocol_table(self):
-        """PROTOCOL.md §6.1/6.2 code numbers."""
+        """docs/protocol.md §6.1/6.2 code numbers."""
         assert (jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST, jsonrpc.METHOD_NOT_FOUND,
                 jsonrpc.INVALID_PARAMS, jsonrpc.INTERNAL_ERROR) == (-32700, -32600, -32601,
                                                                      -32602, -32603)

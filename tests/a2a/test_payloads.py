@@ -1,4 +1,4 @@
-"""gateway.a2a.payloads: find the task-bearing object in either version (PROTOCOL.md §3.4-3.5)."""
+"""gateway.a2a.payloads: the task-bearing object in either version (docs/protocol.md §3.4-3.5)."""
 
 from __future__ import annotations
 
@@ -154,5 +154,5 @@ class TestHelpers:
         ({"append": "true"}, False), ({"append": 1}, False),
     ])
     def test_flag_is_true_only_for_json_true(self, obj, expected):
-        """append / lastChunk are bools defaulting to false (PROTOCOL.md §3.1)."""
+        """append / lastChunk are bools defaulting to false (docs/protocol.md §3.1)."""
         assert flag(obj, "append") is expected

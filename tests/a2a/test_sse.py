@@ -43,7 +43,7 @@ def feed_split(data: bytes, cuts: list[int]) -> list[Event | Comment]:
 class TestLineEndings:
     @pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
     def test_each_line_ending_dispatches_the_same_event(self, eol):
-        """WHATWG: lines end in CRLF, LF or CR; the SDK sends CRLF (PROTOCOL.md §7)."""
+        """WHATWG: lines end in CRLF, LF or CR; the SDK sends CRLF (docs/protocol.md §7)."""
         raw = b"data: " + TASK.encode() + eol + eol
         assert feed_all(raw) == [Event(TASK)]
 

@@ -1,6 +1,6 @@
-"""gateway.a2a.states: every taskState spelling maps to one canonical state (PROTOCOL.md §2).
+"""gateway.a2a.states: every taskState spelling maps to one canonical state (docs/protocol.md §2).
 
-Expectations come from the PROTOCOL.md §2 table and FIELD-CASES.md F01/F03 and the
+Expectations come from the docs/protocol.md §2 table and docs/field-cases.md F01/F03 and the
 unknown-state policy, not from the implementation's tables.
 """
 
@@ -22,7 +22,7 @@ from gateway.a2a.states import (
 V10 = ProtocolVersion.V1_0
 V03 = ProtocolVersion.V0_3
 
-# PROTOCOL.md §2, written out by hand: (v1.0 ProtoJSON name, v0.3 JSON-RPC name).
+# docs/protocol.md §2, written out by hand: (v1.0 ProtoJSON name, v0.3 JSON-RPC name).
 SPELLINGS = [
     ("TASK_STATE_UNSPECIFIED", "unknown"),
     ("TASK_STATE_SUBMITTED", "submitted"),
@@ -103,13 +103,13 @@ class TestDoubleLCancel:
     @pytest.mark.parametrize("raw", ["TASK_STATE_CANCELLED", "cancelled"])
     @pytest.mark.parametrize("version", [V10, V03])
     def test_double_l_cancel_is_canceled_in_the_v03_grpc_family(self, raw, version):
-        """PROTOCOL.md §2: v0.3 gRPC spelled CANCELLED (two Ls); it is CANCELED, v03_grpc."""
+        """docs/protocol.md §2: v0.3 gRPC spelled CANCELLED (two Ls); it is CANCELED, v03_grpc."""
         norm = normalize_state(raw, version)
         assert norm.state is TaskState.CANCELED
         assert norm.family == "v03_grpc"
 
     def test_double_l_cancel_is_terminal(self):
-        """Terminal detection must accept the double-l spelling (PROTOCOL.md §11 pitfall 4)."""
+        """Terminal detection must accept the double-l spelling (docs/protocol.md §11 pitfall 4)."""
         assert normalize_state("TASK_STATE_CANCELLED", V10).state.is_terminal
 
 
@@ -129,7 +129,7 @@ class TestCanonicalSpellings:
 
     @pytest.mark.parametrize(("v10", "v03"), SPELLINGS)
     def test_both_version_spellings_name_the_same_state(self, v10, v03):
-        """Row by row, the v1.0 and v0.3 names of PROTOCOL.md §2 normalize to one state."""
+        """Row by row, the v1.0 and v0.3 names of docs/protocol.md §2 normalize to one state."""
         assert normalize_state(v10, V10).state is normalize_state(v03, V03).state
         assert normalize_state(v10, V10).state.value == v10
 
@@ -176,12 +176,12 @@ class TestUnknownStrings:
 class TestSpellState:
     @pytest.mark.parametrize(("v10", "v03"), SPELLINGS)
     def test_v10_client_gets_the_protojson_name(self, v10, v03):
-        """PROTOCOL.md §2: v1.0 clients get TASK_STATE_*."""
+        """docs/protocol.md §2: v1.0 clients get TASK_STATE_*."""
         assert spell_state(TaskState(v10), V10) == v10
 
     @pytest.mark.parametrize(("v10", "v03"), SPELLINGS)
     def test_v03_client_gets_kebab_case(self, v10, v03):
-        """PROTOCOL.md §2: v0.3 clients get kebab-case; unspecified is 'unknown'."""
+        """docs/protocol.md §2: v0.3 clients get kebab-case; unspecified is 'unknown'."""
         assert spell_state(TaskState(v10), V03) == v03
 
     @pytest.mark.parametrize("state", list(TaskState))
@@ -193,19 +193,19 @@ class TestSpellState:
         assert norm.family is None
 
     def test_there_are_nine_states(self):
-        """PROTOCOL.md §2 lists nine states, enum numbers 0..8."""
+        """docs/protocol.md §2 lists nine states, enum numbers 0..8."""
         assert len(TaskState) == 9
 
 
 class TestClasses:
     def test_terminal_set(self):
-        """PROTOCOL.md §2: completed, failed, canceled and rejected are terminal."""
+        """docs/protocol.md §2: completed, failed, canceled and rejected are terminal."""
         assert TERMINAL_STATES == {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED,
                                    TaskState.REJECTED}
         assert {s for s in TaskState if s.is_terminal} == TERMINAL_STATES
 
     def test_interrupted_set(self):
-        """PROTOCOL.md §2: input-required and auth-required are interrupted."""
+        """docs/protocol.md §2: input-required and auth-required are interrupted."""
         assert INTERRUPTED_STATES == {TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED}
         assert {s for s in TaskState if s.is_interrupted} == INTERRUPTED_STATES
 
@@ -217,6 +217,6 @@ class TestClasses:
         assert not state.is_interrupted
 
     def test_protocol_version_values_are_major_minor(self):
-        """A2A-Version is Major.Minor (PROTOCOL.md §5)."""
+        """A2A-Version is Major.Minor (docs/protocol.md §5)."""
         assert ProtocolVersion("1.0") is V10
         assert ProtocolVersion("0.3") is V03

@@ -48,7 +48,7 @@ class Playbook:
 
     def clock(self) -> Clock:
         self.tick += 1.0
-        return Clock(wall=1_780_000_000.0 + self.tick, monotonic=self.tick)
+        return Clock(wall=1_780_000_000.0 + self.tick)
 
     def record(self, task_id: str, upstream: str = UPSTREAM) -> TaskRecord | None:
         return self.records.get((upstream, task_id))

@@ -1,4 +1,4 @@
-"""gateway.invariants.artifacts: append / replace / lastChunk rules (F06, PROTOCOL.md §3.1)."""
+"""gateway.invariants.artifacts: append / replace / lastChunk rules (F06, docs/protocol.md §3.1)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def apply(arts: dict, aid: str, n: int, **flags) -> tuple[str | None, list[Findi
 
 
 def record(artifacts: dict[str, ArtifactRecord]) -> TaskRecord:
-    return TaskRecord("w", "t-6", "c-6", TaskState.WORKING, 1.0, 1.0, artifacts=artifacts)
+    return TaskRecord("w", "t-6", "c-6", TaskState.WORKING, 1.0, artifacts=artifacts)
 
 
 class TestApplyUpdate:
@@ -52,7 +52,7 @@ class TestApplyUpdate:
         assert arts["a-6"] == ArtifactRecord(sealed=False, parts=1)
 
     def test_f06_absent_append_means_replace(self):
-        """append defaults to false (PROTOCOL.md §3.1)."""
+        """append defaults to false (docs/protocol.md §3.1)."""
         arts = {"a-6": ArtifactRecord(sealed=False, parts=5)}
         apply(arts, "a-6", 2)
         assert arts["a-6"].parts == 2

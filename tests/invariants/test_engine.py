@@ -2,8 +2,8 @@
 
 Each test is a short transcript: client requests, unary worker answers and SSE events go through
 :class:`~tests.invariants.playbook.Playbook`, which stores ``outcome.record`` and carries
-``outcome.stream`` like the proxy. Expected values come from FIELD-CASES.md (F01, F03, F04, F05,
-F06, the unknown-state policy) and PROTOCOL.md, not from the engine.
+``outcome.stream`` like the proxy. Expected values come from docs/field-cases.md (F01, F03,
+F04, F05, F06, the unknown-state policy) and docs/protocol.md, not from the engine.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ class TestF03Unspecified:
 
 
 class TestWhereAStreamCloses:
-    """FIELD-CASES.md: the cases only require closing on terminal states (our choice)."""
+    """docs/field-cases.md: the cases only require closing on terminal states (our choice)."""
 
     @pytest.mark.parametrize("state", ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING",
                                        "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"])
@@ -444,7 +444,7 @@ class TestF05TerminalTask:
 
     @pytest.mark.parametrize("method", ["CancelTask", "tasks/cancel"])
     def test_f05_cancel_of_a_terminal_task_is_refused_with_32002(self, book, method):
-        """F15 last row / PROTOCOL.md §2: TaskNotCancelable, not UnsupportedOperation."""
+        """F15 last row / docs/protocol.md §2: TaskNotCancelable, not UnsupportedOperation."""
         completed_t5(book)
         out = book.request(exchange(method, {"id": "t-5"}))
         assert out.action is Action.REJECT
@@ -468,7 +468,7 @@ class TestF05TerminalTask:
         assert out.findings == []
 
     def test_f05_a_new_task_in_the_same_context_is_allowed(self, book):
-        """Follow-ups start a new task (no taskId) in the same contextId (PROTOCOL.md §2)."""
+        """Follow-ups start a new task (no taskId) in the same contextId (docs/protocol.md §2)."""
         completed_t5(book)
         params = {"message": {"messageId": "m-2", "role": "ROLE_USER", "contextId": "c-5",
                               "referenceTaskIds": ["t-5"], "parts": [{"text": "again"}]}}
@@ -579,7 +579,7 @@ class TestWantsTerminalProbe:
         assert engine.wants_terminal_probe(ex_for(method, None), -32602) is False
 
     def test_terminal_error_spells_the_state_for_the_client(self):
-        record = TaskRecord(UPSTREAM, "t-5", "c-5", TaskState.COMPLETED, 1.0, 1.0)
+        record = TaskRecord(UPSTREAM, "t-5", "c-5", TaskState.COMPLETED, 1.0)
         code, message = engine.terminal_error(ex_for("tasks/cancel", "t-5"), record)
         assert code == TASK_NOT_CANCELABLE
         assert "completed" in message and "TASK_STATE_" not in message
@@ -889,7 +889,7 @@ class TestPassThrough:
                     task("t-1", "c-1", "TASK_STATE_WORKING"))
         record = book.record("t-1", upstream="worker-b")
         assert (record.upstream, record.task_id, record.context_id) == ("worker-b", "t-1", "c-1")
-        assert record.observed_monotonic == book.tick
+        assert record.observed_at == 1_780_000_000.0 + book.tick
         assert book.record("t-1") is None  # another upstream's t-1 is another task
 
     def test_first_terminal_status_is_kept_with_its_timestamp(self, book):

@@ -13,7 +13,8 @@ import pytest
 from gateway.a2a.states import TaskState
 from gateway.invariants.model import ArtifactRecord, TaskRecord
 from gateway.ledger import ledger_from_url, sqlite_path
-from gateway.ledger.base import TaskLedger, VersionConflictError
+from gateway.errors import VersionConflictError
+from gateway.ledger.base import TaskLedger
 from gateway.ledger.memory import MemoryLedger
 from gateway.ledger.sqlite import SqliteLedger
 from tests.support.redis_server import redis_server
@@ -44,7 +45,7 @@ async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 def rec(task_id: str = "t-1", state: TaskState = TaskState.WORKING, **kw: object) -> TaskRecord:
     base = TaskRecord(upstream="w", task_id=task_id, context_id="c-1", state=state,
-                      observed_at=1000.0, observed_monotonic=5.0)
+                      observed_at=1000.0)
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
 

@@ -1,4 +1,4 @@
-"""FIELD-CASES.md through the real gateway: a scripted worker replays each case's input under
+"""docs/field-cases.md through the real gateway: a scripted worker replays each case's input under
 real uvicorn, a real HTTP client talks to the gateway, and each test asserts the case's
 "correct gateway behaviour". Test names carry the case id."""
 
@@ -277,9 +277,32 @@ def test_f05b_subscribe_to_terminal_task_gets_plain_json_not_a_stream(h: Harness
 def test_f05d_v03_forms_get_32004_too(h: Harness, body: dict[str, Any]) -> None:
     complete_task(h, "t-5")
     r = h.rpc(body)
-    assert r.json()["error"]["code"] == -32004
-    assert r.json()["id"] == body["id"]
+    if body["method"] == "tasks/resubscribe":  # F17 (b): a v0.3 stream refusal is a stream
+        assert r.headers["content-type"].startswith("text/event-stream")
+        [frame] = frames(r.content)
+        doc = frame["data"]
+    else:
+        assert r.headers["content-type"] == "application/json"
+        doc = r.json()
+    assert doc["error"]["code"] == -32004
+    assert doc["id"] == body["id"]
     assert h.worker.calls(body["method"]) == []
+
+
+@pytest.mark.parametrize("method", ["message/stream", "tasks/resubscribe"])
+def test_f17b_v03_streaming_refusal_is_one_sse_error_event(h: Harness, method: str) -> None:
+    complete_task(h, "t-5")
+    params = ({"id": "t-5"} if method == "tasks/resubscribe" else
+              {"message": {"kind": "message", "messageId": "m-9", "role": "user", "taskId": "t-5",
+                           "parts": [{"kind": "text", "text": "more"}]}})
+    r, raw = h.stream({"jsonrpc": "2.0", "id": "s-1", "method": method, "params": params})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    [frame] = frames(raw)
+    assert frame["data"]["id"] == "s-1"
+    assert frame["data"]["error"]["code"] == -32004
+    assert "new task" in frame["data"]["error"]["message"]
+    assert h.worker.calls(method) == []
 
 
 @pytest.mark.parametrize("worker_code", [-32602, -32001, -32603])

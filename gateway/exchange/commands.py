@@ -1,0 +1,210 @@
+"""What an exchange asks its driver to do (commands) and what the driver answers (replies).
+
+An exchange is a generator: it ``yield``\\ s a command and is resumed with the reply (or with
+an exception thrown in at the ``yield``). Pure data, no I/O. The table of commands, their
+replies and the exceptions a driver may throw in is in docs/architecture.md ("The exchange
+layer").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.invariants.model import Clock, Finding, TaskRecord
+
+# --- ledger -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """Read the record of ``task_id`` (``None``: no task, only the time). Reply:
+    :class:`Loaded`. Throws :class:`~gateway.errors.LedgerError`."""
+
+    task_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """The record (``None`` when the ledger has none) and the time of the read."""
+
+    record: TaskRecord | None
+    clock: Clock
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """Compare-and-set ``record`` over ``expected_version`` (0: a new record). Reply: the
+    stored :class:`TaskRecord`. Throws :class:`~gateway.errors.VersionConflictError` or
+    :class:`~gateway.errors.LedgerError`."""
+
+    record: TaskRecord
+    expected_version: int
+
+
+# --- the worker -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    """POST ``body`` to the route's upstream and read the whole answer. Reply:
+    :class:`Answer`. Throws :class:`~gateway.errors.UpstreamError`."""
+
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Open:
+    """POST ``body`` expecting an SSE stream. Reply: :data:`OPENED` once an event stream's head
+    is in (it becomes the stream :class:`Read` reads; an earlier one is closed), or the whole
+    :class:`Answer` when the worker answered anything else. Throws
+    :class:`~gateway.errors.UpstreamError`."""
+
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """The next bytes of the open upstream stream. Reply: :class:`Chunk`, or :data:`ENDED` at
+    its end. Throws :class:`~gateway.errors.UpstreamError` (cut) or :class:`TimeoutError`
+    (past a :class:`Deadline`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """From now on, a :class:`Read` that would wait past ``seconds`` from now throws
+    :class:`TimeoutError`. Reply: ``None``."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A worker's whole answer: HTTP status, body (decoded per ``Content-Encoding``), and
+    whether its media type is JSON. The driver keeps its headers for :class:`Respond`."""
+
+    status: int
+    content: bytes
+    json: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Bytes of the upstream stream, as read."""
+
+    data: bytes
+
+
+class _Marker:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+OPENED = _Marker("OPENED")
+"""Reply to :class:`Open`: an event stream is open."""
+ENDED = _Marker("ENDED")
+"""Reply to :class:`Read`: the worker closed the stream."""
+
+# --- the client -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    """Send one whole response. ``media`` is ``json``, ``sse`` or ``raw`` (the worker's own
+    content type); with ``relay_headers`` the worker's answer headers go along (hop-by-hop
+    and body headers removed). Reply: ``None``."""
+
+    status: int
+    body: bytes
+    media: str = "json"
+    relay_headers: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StartStream:
+    """Send the head of an SSE response (HTTP 200, the worker's stream headers relayed).
+    Reply: ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Queue ``frame`` (encoded SSE) for the client: its event is judged and stored. Reply:
+    ``None``."""
+
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """Send the queued frames in one write. Reply: ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndStream:
+    """Send the queued frames and end the client's stream. Reply: ``None``."""
+
+
+# --- time, the card, reports ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait ``seconds`` (resubscribe backoff). Reply: ``None``."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class MarkCardStale:
+    """The worker's answer (401/403/404) may mean a changed card: revalidate it before the
+    next admission. Reply: ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """Add one to the metric ``metric`` (an attribute of
+    :class:`~gateway.observability.metrics.Metrics`) with the exchange's upstream first and
+    then ``labels``. Reply: ``None``."""
+
+    metric: str
+    labels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """Findings of the engine, to count and (divergences) log with ``task_id``; ``method``
+    labels rejections (default: the exchange's operation). Reply: ``None``."""
+
+    findings: tuple[Finding, ...]
+    task_id: str | None
+    method: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Degraded:
+    """Set ``a2a_gateway_upstream_degraded{reason}`` to ``value`` (1 or 0). Reply: ``None``."""
+
+    reason: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    """One log line: ``event`` at ``level`` (``warning``/``error``) with ``fields``. Reply:
+    ``None``."""
+
+    level: str
+    event: str
+    fields: tuple[tuple[str, Any], ...] = ()
+
+
+Command = (Load | Store | Post | Open | Read | Deadline | Respond | StartStream | Emit | Flush
+           | EndStream | Sleep | MarkCardStale | Count | Found | Degraded | Log)
+"""Every command an exchange yields."""
+REPORTS = (Count, Found, Degraded, Log)
+"""Commands that only report: the driver feeds them to the observability sink."""

@@ -1,0 +1,130 @@
+"""Load → judge → compare-and-set → store: the one loop every exchange (and replay, and the
+engine's test playbook) runs for a worker payload, as generator steps (docs/architecture.md,
+"The exchange layer"). Pure: it yields :mod:`~gateway.exchange.commands` and never touches
+storage itself.
+
+The ledger change is stored before the payload is forwarded (write-before-forward). A lost
+compare-and-set race reloads and judges again, up to :data:`CAS_ATTEMPTS` times. A write that
+would only move the observation time by less than :data:`OBSERVATION_WRITE_SECONDS` is
+skipped (a stream of WORKING updates does not rewrite the record per event).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Generator
+from typing import Any
+
+from gateway.a2a.jsonrpc import Operation
+from gateway.errors import LedgerError, VersionConflictError
+from gateway.exchange.commands import Count, Found, Load, Loaded, Store
+from gateway.exchange.model import Policy
+from gateway.invariants import engine
+from gateway.invariants.model import Action, Exchange, Outcome, StreamState, TaskRecord
+
+CAS_ATTEMPTS = 8
+OBSERVATION_WRITE_SECONDS = 1.0
+
+Steps = Generator[Any, Any, Any]
+"""A generator of commands (see :mod:`gateway.exchange.commands`)."""
+
+_content = operator.attrgetter(*(f.name for f in dataclasses.fields(TaskRecord)
+                                 if f.name not in ("observed_at", "version")))
+"""A record's fields other than its observation time and version, as a tuple."""
+
+
+def only_fresher(old: TaskRecord | None, new: TaskRecord) -> bool:
+    """True when ``new`` differs from ``old`` only by an observation time less than
+    :data:`OBSERVATION_WRITE_SECONDS` later (observation times only matter at heartbeat
+    granularity)."""
+    if old is None or new.observed_at - old.observed_at >= OBSERVATION_WRITE_SECONDS:
+        return False
+    return bool(_content(new) == _content(old))
+
+
+def load(policy: Policy, task_id: str | None) -> Generator[Any, Any, Loaded]:
+    """The record of ``task_id`` and the time.
+
+    Raises:
+        LedgerError: the ledger failed and ``policy.fail_open`` is off (with it, the failure
+            reads as "no record").
+    """
+    try:
+        loaded: Loaded = yield Load(task_id)
+    except LedgerError:
+        if not policy.fail_open:
+            raise
+        loaded = yield Load(None)
+    return loaded
+
+
+def judge(
+    policy: Policy, ex: Exchange, stream: StreamState | None, result: Any
+) -> Generator[Any, Any, Outcome]:
+    """Judge one worker payload (a unary ``result`` or one stream event's ``result``) and
+    store its ledger change first. ``ListTasks`` results are only normalized.
+
+    Returns the engine's :class:`~gateway.invariants.model.Outcome`, its findings reported.
+
+    Raises:
+        LedgerError: the ledger failed and ``policy.fail_open`` is off; with it the payload is
+            forwarded unchecked (``a2a_gateway_unchecked_total``).
+    """
+    if ex.operation is Operation.LIST:
+        outcome = engine.check_list(ex, result)
+        task_id = None
+    else:
+        task_id = engine.payload_task_id(result)
+        try:
+            outcome = yield from _judge_with_cas(ex, stream, result, task_id)
+        except LedgerError:
+            if not policy.fail_open:
+                raise
+            yield Count("unchecked")
+            return Outcome(Action.FORWARD, result, stream)
+    if outcome.findings:
+        yield Found(tuple(outcome.findings), task_id or ex.task_id)
+    return outcome
+
+
+def _judge_with_cas(
+    ex: Exchange, stream: StreamState | None, result: Any, task_id: str | None
+) -> Generator[Any, Any, Outcome]:
+    for _ in range(CAS_ATTEMPTS):
+        loaded: Loaded = yield Load(task_id)
+        record = loaded.record
+        outcome = engine.check_payload(ex, stream, record, result, loaded.clock)
+        if outcome.record is None or only_fresher(record, outcome.record):
+            return outcome
+        try:
+            yield Store(outcome.record, record.version if record else 0)
+        except VersionConflictError:
+            yield Count("ledger_conflicts")
+            continue
+        return outcome
+    raise LedgerError(f"task {task_id}: too many concurrent updates")
+
+
+def touch(task_id: str) -> Steps:
+    """Record a sign of life of a live task without a payload (a ping on its own stream):
+    ``observed_at`` moves on, nothing else. Best effort: a lost race or a ledger failure is
+    ignored (the next event records the time anyway)."""
+    try:
+        loaded: Loaded = yield Load(task_id)
+        record = loaded.record
+        if record is None or record.terminal or only_fresher(
+                record, dataclasses.replace(record, observed_at=loaded.clock.wall)):
+            return
+        yield Store(dataclasses.replace(record, observed_at=loaded.clock.wall), record.version)
+    except (VersionConflictError, LedgerError):
+        return
+
+
+def clear_resync(record: TaskRecord) -> Steps:
+    """Drop the ``needs_resync`` flag of ``record`` (a lost race means someone else did)."""
+    if record.needs_resync:
+        try:
+            yield Store(dataclasses.replace(record, needs_resync=False), record.version)
+        except VersionConflictError:
+            pass

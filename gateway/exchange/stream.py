@@ -1,0 +1,335 @@
+"""The SSE side of a streaming exchange, sans I/O (``SendStreamingMessage``,
+``message/stream``, ``SubscribeToTask``, ``tasks/resubscribe``).
+
+Implements docs/protocol.md §7 and §11 pitfalls 5-7 and docs/field-cases.md F03, F04, F06,
+F08, F09 and F17 (a):
+
+* the worker's stream is decoded as it is read and relayed event by event — each event
+  parsed once, judged, stored, then queued with the client's id (the worker's own ``data``
+  text when nothing changed); the events of one read go out in one write (:class:`Flush`);
+  comments (pings) are relayed, and on the task's own stream they count as a sign of life;
+* after a terminal event the client's stream ends at once; in enforce mode the worker's stream
+  is then read on for ``drain_seconds`` so late events are counted, never delivered;
+* a non-JSON event, an event over ``max_event_bytes`` or a refused payload ends the stream
+  with a JSON-RPC error event (``event: error``); a ledger failure the same (-32603);
+* a streaming request answered with plain JSON is answered as that JSON (F09);
+* a worker stream that ends before its task did (F08 (ii)) is never passed off as finished:
+  ``GetTask`` first; a terminal task is sent as a last snapshot, otherwise the gateway
+  resubscribes and drops the repeated snapshot the new stream starts with — at most
+  ``resubscribe_attempts`` times with doubling backoff, then a -32603 error event.
+
+Keep-alive comments to the client, the client's disconnect and the shutdown deadline are the
+driver's: they decide nothing about a task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Generator
+from typing import Any, Protocol
+
+import orjson
+
+from gateway.a2a import jsonrpc
+from gateway.a2a.payloads import Item, Kind, locate, snapshot_result
+from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment, encode_event
+from gateway.a2a.states import TaskState, UnknownStateError, normalize_state
+from gateway.errors import EventTooLargeError, LedgerError, UpstreamError
+from gateway.exchange.commands import (
+    ENDED,
+    Answer,
+    Count,
+    Deadline,
+    Degraded,
+    Emit,
+    EndStream,
+    Flush,
+    Log,
+    Open,
+    Read,
+    Sleep,
+    StartStream,
+)
+from gateway.exchange.judge import Steps, judge, load, touch
+from gateway.a2a.jsonrpc import Request
+from gateway.exchange.model import Policy, Summary
+from gateway.invariants.model import Action, Exchange, Mode, StreamState, TaskRecord
+
+
+class RequestSide(Protocol):
+    """What the stream side uses of the exchange that owns it (the binding's request side,
+    :class:`~gateway.exchange.jsonrpc.JsonRpcExchange`)."""
+
+    req: Request
+    body: bytes
+    ex: Exchange
+    policy: Policy
+    summary: Summary
+
+    def fail_upstream(self, exc: UpstreamError) -> Steps: ...
+
+    def answer(self, answer: Answer) -> Steps: ...
+
+    def probe_task(self, task_id: str) -> Generator[Any, Any, tuple[Any, TaskRecord | None]]: ...
+
+    def client_id(self, doc: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]: ...
+
+
+class Next(enum.Enum):
+    """What the relay does after an event or a read."""
+
+    CONTINUE = "continue"
+    CLOSE_AND_DRAIN = "close_and_drain"  # terminal event delivered
+    CLOSE = "close"  # error event sent, or a normal end
+    CUT = "cut"  # the worker's stream ended (EOF or reset) without a terminal event
+
+
+class StreamExchange:
+    """Relays the worker's SSE stream(s) for one streaming request of ``owner``."""
+
+    def __init__(self, owner: RequestSide) -> None:
+        self.owner = owner
+        self.policy = owner.policy
+        self.ex = owner.ex
+        self.req = owner.req
+        self.summary = owner.summary
+        self.stream = StreamState(task_id=owner.ex.task_id)
+        self.decoder = SSEDecoder(self.policy.max_event_bytes)
+        self._backlog: list[Event | Comment] = []
+        self._last_state: TaskState | None = None
+        self._skip_snapshot: TaskState | None = None
+        self._cut_error: str | None = None
+
+    def run(self) -> Steps:
+        """Open the upstream stream and relay it; answers JSON when the worker did."""
+        try:
+            reply = yield Open(self.owner.body)
+        except UpstreamError as exc:
+            yield from self.owner.fail_upstream(exc)
+            return
+        if isinstance(reply, Answer):
+            yield from self.owner.answer(reply)
+            return
+        self.summary.close_reason = "upstream_closed"
+        yield StartStream()
+        nxt = yield from self._pump_upstreams()
+        yield EndStream()
+        if nxt is Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
+            yield from self._drain()
+
+    def _finish(self) -> None:
+        self.summary.task_id = self.summary.task_id or self.stream.task_id
+        self.summary.context_id = self.summary.context_id or self.stream.context_id
+
+    def _pump_upstreams(self) -> Generator[Any, Any, Next]:
+        attempt = 0
+        try:
+            while True:
+                nxt = yield from self._pump_one()
+                if nxt is not Next.CUT:
+                    return nxt
+                yield Flush()
+                nxt = yield from self._after_cut(attempt)
+                if nxt is not Next.CONTINUE:
+                    return nxt
+                attempt += 1
+        except LedgerError as exc:
+            yield Log("error", "ledger_error", (("upstream", self.policy.upstream), ("error", str(exc))))
+            yield self._error_event(jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable")
+            return Next.CLOSE
+        finally:
+            self._finish()
+
+    def _pump_one(self) -> Generator[Any, Any, Next]:
+        """Relay one upstream response until it ends or the stream must close."""
+        while True:
+            try:
+                chunk = yield Read()
+            except UpstreamError as err:
+                yield Count("upstream_errors", (err.reason,))
+                self._cut_error = f"upstream error: {err}"
+                return Next.CUT
+            if chunk is ENDED:
+                break
+            try:
+                items = self.decoder.feed(chunk.data)
+            except EventTooLargeError as exc:
+                yield Count("upstream_errors", ("event_too_large",))
+                yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, str(exc))
+                return Next.CLOSE
+            nxt = yield from self._handle_items(items)
+            if nxt is not Next.CONTINUE:
+                return nxt  # what is queued goes out with the end of the stream
+            yield Flush()
+        nxt = yield from self._at_eof()
+        return Next.CUT if nxt is Next.CONTINUE else nxt
+
+    def _handle_items(self, items: list[Event | Comment]) -> Generator[Any, Any, Next]:
+        """Judge and store the items of one upstream read, queueing their frames in order."""
+        for index, item in enumerate(items):
+            if isinstance(item, Comment):
+                yield Emit(encode_comment(item.text))
+                if self.stream.task_id is not None:  # a ping on the task's own stream: alive
+                    yield from touch(self.stream.task_id)
+                continue
+            nxt = yield from self._on_event(item)
+            if nxt is not Next.CONTINUE:
+                self._backlog = items[index + 1 :]
+                return nxt
+        return Next.CONTINUE
+
+    def _at_eof(self) -> Generator[Any, Any, Next]:
+        """The worker closed the stream. A dangling last frame (no closing blank line) is
+        used only when it is complete JSON, so the client gets exactly one copy (F08 (i))."""
+        if not self.decoder.has_pending:
+            return Next.CONTINUE
+        event = self.decoder.flush()
+        if event is not None:
+            try:
+                orjson.loads(event.data)
+            except orjson.JSONDecodeError:
+                event = None
+        if event is None:
+            yield Count("upstream_errors", ("truncated_stream",))
+            yield self._error_event(jsonrpc.INTERNAL_ERROR, "upstream stream ended in the middle of an event")
+            return Next.CLOSE
+        return (yield from self._on_event(event))
+
+    def _after_cut(self, attempt: int) -> Generator[Any, Any, Next]:
+        """The worker's stream ended before its task did (F08 (ii)): probe, then a terminal
+        snapshot or a resubscribe, bounded by ``resubscribe_attempts``."""
+        task_id = self.stream.task_id
+        if task_id is None or self.stream.terminal:
+            if self._cut_error is not None:  # nothing to resume: say why the stream ended
+                yield self._error_event(jsonrpc.INTERNAL_ERROR, self._cut_error)
+            return Next.CLOSE  # a direct Message, or already ended: a normal close
+        record = (yield from load(self.policy, task_id)).record
+        if record is not None and record.state.is_interrupted:
+            return Next.CLOSE  # workers close streams on interrupted states (docs/protocol.md §7)
+        p = self.policy
+        yield Degraded("stream_lost", 1)
+        while attempt < p.resubscribe_attempts:
+            if attempt:
+                yield Sleep(p.resubscribe_backoff_seconds * 2 ** (attempt - 1))
+            attempt += 1
+            yield Count("forced_gets", ("upstream_eof",))
+            task, record = yield from self.owner.probe_task(task_id)
+            if record is not None and record.terminal and task is not None:
+                yield self._result_frame(snapshot_result(task, self.ex.version))
+                self.stream = dataclasses.replace(self.stream, terminal=True)
+                yield from self._done_after_cut("terminal_snapshot")
+                return Next.CLOSE
+            if (yield from self._resubscribe(task_id)):
+                yield from self._done_after_cut("resubscribed")
+                return Next.CONTINUE
+        yield from self._done_after_cut("gave_up")
+        yield self._error_event(jsonrpc.INTERNAL_ERROR,
+                                f"upstream stream of task {task_id} was lost and could not be resumed")
+        return Next.CLOSE
+
+    def _done_after_cut(self, outcome: str) -> Steps:
+        yield Count("resubscribes", (outcome,))
+        yield Degraded("stream_lost", 0)
+        yield Log("warning", "stream_cut", (("upstream", self.policy.upstream), ("outcome", outcome),
+                                            ("task_id", self.stream.task_id)))
+
+    def _resubscribe(self, task_id: str) -> Generator[Any, Any, bool]:
+        """Open ``SubscribeToTask`` upstream for the stream's task; True when it streams."""
+        body = jsonrpc.dumps(jsonrpc.subscribe_request(self.req.id, task_id, self.ex.version))
+        try:
+            reply = yield Open(body)
+        except UpstreamError:
+            return False
+        if isinstance(reply, Answer):
+            return False
+        self.decoder = SSEDecoder(self.policy.max_event_bytes)
+        self._skip_snapshot = self._last_state
+        self._cut_error = None
+        return True
+
+    def _on_event(self, event: Event, *, deliver: bool = True) -> Generator[Any, Any, Next]:
+        try:
+            doc = jsonrpc.clean_response(orjson.loads(event.data))
+        except orjson.JSONDecodeError:
+            doc = None
+        if doc is None:
+            yield Count("upstream_errors", ("invalid_response",))
+            if deliver:
+                yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE,
+                                        "worker sent an SSE event that is not a JSON-RPC response")
+            return Next.CLOSE
+        self.summary.events += 1
+        if "error" in doc:
+            yield Count("sse_events", ("error",))
+            self.summary.outcome = "worker_error"
+            if deliver:
+                yield Emit(encode_event(jsonrpc.dumps({**doc, "id": self.req.id}), event=event.event))
+            return Next.CONTINUE
+        result = doc["result"]
+        item = locate(result)
+        yield Count("sse_events", (item.kind.value,))
+        outcome = yield from judge(self.policy, self.ex, self.stream, result)
+        self.stream = outcome.stream or self.stream
+        if outcome.action is Action.REJECT and outcome.error is not None:
+            self.summary.close_reason = "refused"
+            if deliver:
+                yield self._error_event(*outcome.error)
+            return Next.CLOSE
+        if outcome.action is Action.DROP or not deliver:
+            return Next.CONTINUE
+        if outcome.result is not result:
+            item = locate(outcome.result)
+        state = self._state_of(item)
+        skip, self._skip_snapshot = self._skip_snapshot, None
+        if skip is not None and state is skip and item.kind is Kind.TASK:
+            return Next.CONTINUE  # the unchanged snapshot a resubscribe starts with (F08 (ii))
+        if state is not None and state is not TaskState.UNSPECIFIED:
+            self._last_state = state
+        fixed = yield from self.owner.client_id(doc)
+        if outcome.result is result and fixed is doc:
+            data: bytes | str = event.data
+        else:
+            data = jsonrpc.dumps({**fixed, "result": outcome.result})
+        yield Emit(encode_event(data, event=event.event, id=event.id, retry=event.retry))
+        if outcome.close:
+            self.summary.close_reason = "terminal"
+            return Next.CLOSE_AND_DRAIN
+        return Next.CONTINUE
+
+    def _drain(self) -> Steps:
+        """After a terminal event: read on, bounded in time, to count late events (F04)."""
+        backlog, self._backlog = self._backlog, []
+        try:
+            yield Deadline(self.policy.drain_seconds)
+            for item in backlog:
+                if isinstance(item, Event):
+                    yield from self._on_event(item, deliver=False)
+            while (chunk := (yield Read())) is not ENDED:
+                for item in self.decoder.feed(chunk.data):
+                    if isinstance(item, Event):
+                        yield from self._on_event(item, deliver=False)
+            if self.decoder.has_pending:
+                event = self.decoder.flush()
+                if event is not None:
+                    yield from self._on_event(event, deliver=False)
+        except (TimeoutError, UpstreamError, EventTooLargeError, LedgerError):
+            return
+
+    def _state_of(self, item: Item) -> TaskState | None:
+        if item.kind not in (Kind.TASK, Kind.STATUS):
+            return None
+        try:
+            return normalize_state(item.raw_state, self.ex.version).state
+        except UnknownStateError:
+            return None
+
+    def _result_frame(self, result: Any) -> Emit:
+        """A gateway-made event carrying ``result`` with the client's id."""
+        doc = {"jsonrpc": "2.0", "id": self.req.id, "result": result}
+        return Emit(encode_event(jsonrpc.dumps(doc)))
+
+    def _error_event(self, code: int, message: str) -> Emit:
+        self.summary.outcome = "stream_error"
+        doc = jsonrpc.error_response(self.req.id, code, message, version=self.ex.version)
+        return Emit(encode_event(jsonrpc.dumps(doc), event="error"))

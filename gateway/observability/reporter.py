@@ -1,0 +1,70 @@
+"""The exchange layer's report commands, turned into metrics and log lines.
+
+An exchange (:mod:`gateway.exchange`) reports what it saw as data —
+:class:`~gateway.exchange.commands.Count`, :class:`~gateway.exchange.commands.Found`,
+:class:`~gateway.exchange.commands.Degraded`, :class:`~gateway.exchange.commands.Log` — and
+the driver hands each one here; this is the one place that turns them into
+``a2a_gateway_*`` series and log lines. Label values come from the exchange's bounded sets;
+task ids go to logs only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gateway.exchange.commands import Count, Degraded, Found, Log
+from gateway.invariants.model import Mode
+from gateway.observability.metrics import Metrics
+
+_BACKEND_METRICS = frozenset({"ledger_conflicts"})
+"""Counters labelled by ledger backend instead of upstream."""
+
+
+class Reporter:
+    """Feeds reports of exchanges on one upstream into ``metrics`` and ``log``.
+
+    Args:
+        upstream: the ``upstream`` label of every series.
+        mode: the exchange's mode; divergences and rejections are labelled ``enforced`` or
+            ``observed`` by it.
+        backend: the ledger backend's name (the label of ledger counters).
+    """
+
+    __slots__ = ("_action", "_backend", "_log", "_metrics", "_mode", "_upstream")
+
+    def __init__(self, metrics: Metrics, log: logging.Logger, *, upstream: str, mode: Mode,
+                 backend: str) -> None:
+        self._metrics = metrics
+        self._log = log
+        self._upstream = upstream
+        self._mode = mode
+        self._action = "observed" if mode is Mode.OBSERVE else "enforced"
+        self._backend = backend
+
+    def report(self, cmd: Any, operation: str = "") -> None:
+        """Count or log one report; ``operation`` labels rejections that name no method."""
+        if type(cmd) is Count:
+            first = self._backend if cmd.metric in _BACKEND_METRICS else self._upstream
+            getattr(self._metrics, cmd.metric).labels(first, *cmd.labels).inc()
+        elif type(cmd) is Found:
+            self._found(cmd, cmd.method or operation)
+        elif type(cmd) is Degraded:
+            self._metrics.degraded.labels(self._upstream, cmd.reason).set(cmd.value)
+        elif type(cmd) is Log:
+            getattr(self._log, cmd.level)(cmd.event, extra=dict(cmd.fields))
+
+    def _found(self, cmd: Found, method: str) -> None:
+        m, upstream, action = self._metrics, self._upstream, self._action
+        for f in cmd.findings:
+            if f.category == "normalization":
+                m.normalizations.labels(upstream, f.kind).inc()
+            elif f.category == "divergence":
+                m.divergences.labels(upstream, f.kind, action).inc()
+                self._log.warning(
+                    "divergence",
+                    extra={"upstream": upstream, "kind": f.kind, "detail": f.detail,
+                           "task_id": cmd.task_id, "action": action},
+                )
+            elif f.category == "rejection":
+                m.rejections.labels(upstream, method, f.kind, action).inc()

@@ -1,0 +1,289 @@
+"""The driver: runs one exchange generator, doing what each command says and nothing else.
+
+An exchange (:mod:`gateway.exchange`) decides every task's fate; this module only performs
+its commands against the real ledger, worker and client, and feeds the replies (or the
+exceptions) back in. What is left here is what is about time and sockets, never about a task:
+
+* ledger calls are timed and failures counted (:meth:`Runtime.ledger_call`); a failure is
+  thrown into the exchange as :class:`~gateway.errors.LedgerError`;
+* worker calls go through the upstream client; a transport failure is thrown in as
+  :class:`~gateway.errors.UpstreamError`, a read past a :class:`Deadline` as ``TimeoutError``;
+  every upstream response is closed in ``finally`` (docs/architecture.md: not in a
+  background task);
+* SSE frames are queued on :class:`Emit` and written on :class:`Flush`: the events of one
+  upstream read go out in one write, or in several when the ledger is slow
+  (:data:`FLUSH_AFTER`); frames are never held while the relay waits for the worker;
+* a keep-alive comment goes to the client after ``streams.keepalive_seconds`` of silence;
+* report commands go to :class:`~gateway.observability.reporter.Reporter`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Generator
+from typing import Any
+
+import httpx
+
+from gateway.a2a.sse import encode_comment
+from gateway.errors import LedgerError, UpstreamError, VersionConflictError
+from gateway.exchange.commands import (
+    ENDED,
+    OPENED,
+    Answer,
+    Chunk,
+    Deadline,
+    Emit,
+    EndStream,
+    Flush,
+    Load,
+    Loaded,
+    MarkCardStale,
+    Open,
+    Post,
+    Read,
+    Respond,
+    Sleep,
+    StartStream,
+    Store,
+)
+from gateway.invariants.model import Clock
+from gateway.observability.reporter import Reporter
+from gateway.proxy.forward import (
+    Route,
+    client_response_headers,
+    is_event_stream,
+    map_transport_error,
+    upstream_request_headers,
+)
+from gateway.proxy.runtime import Runtime
+from gateway.proxy.types import Scope, Send
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),
+]
+FLUSH_AFTER = 0.002
+"""Seconds of ledger work the frames of one upstream read may wait for: before the next event
+is judged, the frames already stored are sent when the oldest has waited this long or the
+previous event alone took this long. So a stored event waits for at most one store that turns
+slow after fast ones; with a fast ledger a read still costs one write."""
+_BODY_HEADERS = ("content-length", "content-encoding", "content-type")
+_STREAM_HEADERS = (*_BODY_HEADERS, "cache-control", "x-accel-buffering")
+_THROWN = (LedgerError, UpstreamError, VersionConflictError, TimeoutError)
+
+
+class Driver:
+    """Performs the commands of one exchange for one client request."""
+
+    def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
+                 operation: str) -> None:
+        self.rt = rt
+        self.route = route
+        self.scope = scope
+        self.client_send = send
+        self.reporter = reporter
+        self.operation = operation
+        self.started = False  # the response head is sent
+        self.ended = False  # the client's response is complete
+        self._reply: Any = None
+        self._exc: BaseException | None = None
+        self._answer_headers = httpx.Headers()
+        self._head_headers: httpx.Headers | None = None
+        self._responses: list[httpx.Response] = []
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._deadline: float | None = None
+        self._out: list[bytes] = []  # frames judged and stored, not yet sent
+        self._out_since = 0.0  # monotonic time the oldest of them was queued
+        self._last_load = 0.0  # monotonic time the last event's judging began
+        self._last_write = time.monotonic()
+        self._keepalive: asyncio.Future[None] | None = None
+        self._handlers = {
+            Load: self._load, Store: self._store, Post: self._post, Open: self._open,
+            Read: self._read, Deadline: self._set_deadline, Respond: self._respond,
+            StartStream: self._start_stream, Emit: self._emit, Flush: self._flush,
+            EndStream: self._end_stream, Sleep: self._sleep, MarkCardStale: self._mark_stale,
+        }
+
+    async def run(self, gen: Generator[Any, Any, Any], *, until_ended: bool = False) -> bool:
+        """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
+        until the client's response is complete (False; call again to go on)."""
+        report = self.reporter.report
+        handlers = self._handlers
+        while True:
+            try:
+                if self._exc is not None:
+                    exc, self._exc = self._exc, None
+                    cmd = gen.throw(exc)
+                else:
+                    cmd = gen.send(self._reply)
+            except StopIteration:
+                return True
+            self._reply = None
+            handler = handlers.get(type(cmd))
+            if handler is None:  # a report: Count, Found, Degraded, Log
+                report(cmd, self.operation)
+            else:
+                try:
+                    self._reply = await handler(cmd)
+                except _THROWN as exc:
+                    self._exc = exc
+            if until_ended and self.ended:
+                return False
+
+    async def aclose(self) -> None:
+        """Stop the keep-alive and close every upstream response."""
+        self._stop_keepalive()
+        for response in self._responses:
+            await response.aclose()
+
+    async def end_for_shutdown(self) -> None:
+        """Shutdown: end the client's stream cleanly; it can resume with ``SubscribeToTask``."""
+        if self.started and not self.ended:
+            self._out.append(encode_comment("gateway shutting down; resubscribe to continue"))
+            await self._end_stream(EndStream())
+
+    # --- ledger ---------------------------------------------------------------------------------
+
+    async def _load(self, cmd: Load) -> Loaded:
+        now = time.monotonic()
+        if self._out and (now - self._out_since >= FLUSH_AFTER or now - self._last_load >= FLUSH_AFTER):
+            await self._flush(None)  # the ledger is slow: stored events do not wait for more
+        self._last_load = now
+        task_id = cmd.task_id
+        if task_id is None:
+            return Loaded(None, Clock(time.time()))
+        ledger, upstream = self.rt.ledger, self.route.upstream.name
+        record = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id))
+        return Loaded(record, Clock(time.time()))
+
+    async def _store(self, cmd: Store) -> Any:
+        ledger = self.rt.ledger
+        return await self.rt.ledger_call("put", lambda: ledger.put(cmd.record, cmd.expected_version))
+
+    # --- the worker -------------------------------------------------------------------------------
+
+    def _request(self) -> tuple[str, list[tuple[bytes, bytes]]]:
+        url = self.route.url(self.scope.get("query_string", b""))
+        headers = upstream_request_headers(
+            self.scope, identity=True, trusted_proxies=self.rt.config.public.trusted_proxies)
+        return url, headers
+
+    async def _post(self, cmd: Post) -> Answer:
+        url, headers = self._request()
+        try:
+            answer = await self.rt.client.fetch("POST", url, headers=headers, content=cmd.body,
+                                                timeout=self.route.upstream.timeouts)
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc) from None
+        self._answer_headers = answer.headers
+        return Answer(answer.status_code, answer.content, _is_json(answer.headers))
+
+    async def _open(self, cmd: Open) -> Any:
+        url, headers = self._request()
+        try:
+            response = await self.rt.client.send("POST", url, headers=headers, content=cmd.body,
+                                                 timeout=self.route.upstream.timeouts)
+            self._responses.append(response)
+            if response.status_code >= 300 or not is_event_stream(response.headers):
+                content = await response.aread()
+                self._answer_headers = response.headers
+                return Answer(response.status_code, content, _is_json(response.headers))
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc) from None
+        if self._head_headers is None:
+            self._head_headers = response.headers
+        self._chunks = response.aiter_bytes()
+        return OPENED
+
+    async def _read(self, cmd: Read) -> Any:
+        assert self._chunks is not None
+        try:
+            if self._deadline is None:
+                return Chunk(await anext(self._chunks))
+            async with asyncio.timeout_at(self._deadline):
+                return Chunk(await anext(self._chunks))
+        except StopAsyncIteration:
+            return ENDED
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc) from None
+
+    async def _set_deadline(self, cmd: Deadline) -> None:
+        self._deadline = asyncio.get_running_loop().time() + cmd.seconds
+
+    # --- the client -------------------------------------------------------------------------------
+
+    async def _respond(self, cmd: Respond) -> None:
+        if cmd.media == "raw":
+            headers = client_response_headers(self._answer_headers, drop=("content-length", "content-encoding"))
+        else:
+            headers = client_response_headers(self._answer_headers, drop=_BODY_HEADERS) if cmd.relay_headers else []
+            headers += SSE_HEADERS if cmd.media == "sse" else JSON_HEADERS
+        headers.append((b"content-length", str(len(cmd.body)).encode()))
+        self.started = True
+        await self.client_send({"type": "http.response.start", "status": cmd.status, "headers": headers})
+        await self.client_send({"type": "http.response.body", "body": cmd.body})
+        self.ended = True
+
+    async def _start_stream(self, cmd: StartStream) -> None:
+        relayed = client_response_headers(self._head_headers or httpx.Headers(), drop=_STREAM_HEADERS)
+        self.started = True
+        await self.client_send({"type": "http.response.start", "status": 200,
+                                "headers": [*relayed, *SSE_HEADERS]})
+        self._last_write = time.monotonic()
+        self._keepalive = asyncio.ensure_future(self._keepalive_loop())
+
+    async def _emit(self, cmd: Emit) -> None:
+        if not self._out:
+            self._out_since = time.monotonic()
+        self._out.append(cmd.frame)
+
+    async def _flush(self, cmd: Flush | None) -> None:
+        if self._out:
+            body, self._out = b"".join(self._out), []
+            self._last_write = time.monotonic()
+            await self.client_send({"type": "http.response.body", "body": body, "more_body": True})
+
+    async def _end_stream(self, cmd: EndStream) -> None:
+        self._stop_keepalive()
+        body, self._out = b"".join(self._out), []
+        self.ended = True
+        await self.client_send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _keepalive_loop(self) -> None:
+        """An SSE comment to the client after ``streams.keepalive_seconds`` of silence, below
+        common proxy idle timeouts (F08); never while a read's events are being stored."""
+        interval = self.rt.config.streams.keepalive_seconds
+        while True:
+            wait = interval - (time.monotonic() - self._last_write)
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            if self._out:  # a read's events are being stored; their write comes soon
+                await asyncio.sleep(interval)
+                continue
+            self._last_write = time.monotonic()
+            await self.client_send({"type": "http.response.body", "body": encode_comment("keepalive"),
+                                    "more_body": True})
+
+    def _stop_keepalive(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
+
+    # --- time and the card --------------------------------------------------------------------------
+
+    async def _sleep(self, cmd: Sleep) -> None:
+        await asyncio.sleep(cmd.seconds)
+
+    async def _mark_stale(self, cmd: MarkCardStale) -> None:
+        self.rt.card_cache(self.route.upstream).mark_stale()
+
+
+def _is_json(headers: httpx.Headers) -> bool:
+    ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+    return ctype == "application/json" or ctype.endswith("+json")
+
