@@ -1,4 +1,4 @@
-"""Offline replay of recorded A2A observations through the invariant engine.
+"""Offline replay of recorded A2A observations through the gateway's own exchange objects.
 
 Transcript format (``.jsonl``: one JSON object per line; blank lines and lines starting with
 ``#`` are skipped)::
@@ -7,36 +7,53 @@ Transcript format (``.jsonl``: one JSON object per line; blank lines and lines s
     {"kind": "response", "method": "CancelTask", "params": {"id": "t-4"}, "result": {...}}
     {"kind": "event", "stream": "s1", "method": "SendStreamingMessage", "params": {...},
      "result": {"statusUpdate": {...}}}
+    {"kind": "exchange", "method": "SendStreamingMessage", "id": 1, "params": {...},
+     "worker": [{"open": true}, {"events": [{...}]}, {"cut": true}, {"answer": {...}}, ...]}
 
-* ``kind``: ``request`` (a client request: admission check), ``response`` (a unary worker
-  answer's ``result``) or ``event`` (one SSE event's ``result``; events with the same
-  ``stream`` name share stream state).
+* ``request``: a client request: admission (card, ledger) up to the point it would be
+  forwarded (``forward``) or is answered by the gateway (``reject``).
+* ``response``: a unary worker answer's ``result`` for that request.
+* ``event``: one SSE event's ``result``; events with the same ``stream`` name are one stream
+  (after a terminal event the stream drains: later events are judged, never delivered).
+* ``exchange``: a whole exchange, admission included, against a scripted worker: ``worker``
+  lists its acts in order (:mod:`gateway.exchange.offline`), so a stream that is cut, probed
+  and resubscribed replays exactly as the gateway runs it; ``outputs`` of the verdict are the
+  documents the client receives.
 * ``method``: any v1.0 or v0.3 JSON-RPC method name; it decides the protocol version.
-* ``params``: the request's params (used for the task id); optional for events after the first.
 * ``upstream`` (default ``"default"``) and ``mode`` (``enforce``/``observe``, default
-  ``enforce``) are optional on every line.
+  ``enforce``) are optional on every line; ``id`` is the client's JSON-RPC id (default 1).
 
-The ledger is an in-process dict, so a transcript replays exactly as the gateway would judge it
-from an empty ledger. Each line yields one :class:`Verdict`.
+The ledger starts empty and the card is taken as fresh, declaring streaming and push
+notifications. Each line yields one :class:`Verdict`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from gateway.a2a import jsonrpc
-from gateway.invariants import engine
-from gateway.invariants.model import Clock, Exchange, Mode, Outcome, StreamState, TaskRecord
 from gateway.errors import TranscriptError
+from gateway.exchange.commands import Answer
+from gateway.exchange.jsonrpc import JsonRpcExchange
+from gateway.exchange.model import Policy
+from gateway.exchange.offline import Ledger, Offline
+from gateway.exchange.stream import StreamExchange
+from gateway.invariants.admission import CardView
+from gateway.invariants.model import Mode
+
+REPLAY_CARD = CardView(doc={"capabilities": {"streaming": True, "pushNotifications": True}},
+                       fresh=True, reachable=True, etag=None)
+"""The card a transcript is judged against."""
+_START = 1_780_000_000.0
 
 
 @dataclass
 class Verdict:
-    """What the engine decided for one transcript line."""
+    """What the gateway decided for one transcript line."""
 
     line: int
     kind: str
@@ -45,6 +62,7 @@ class Verdict:
     findings: list[str]
     result: Any = None
     error: tuple[int, str] | None = None
+    outputs: list[Any] = field(default_factory=list)
 
     def render(self) -> str:
         """One human-readable line."""
@@ -53,38 +71,23 @@ class Verdict:
             text += " [" + ", ".join(self.findings) + "]"
         if self.error is not None:
             text += f" error {self.error[0]}: {self.error[1]}"
+        elif self.outputs:
+            text += " " + orjson.dumps(self.outputs).decode()
         elif self.result is not None:
             text += " " + orjson.dumps(self.result).decode()
         return text
 
 
 @dataclass
+class _Stream:
+    offline: Offline
+    gen: Generator[Any, Any, Any]
+
+
+@dataclass
 class _Replay:
-    records: dict[tuple[str, str], TaskRecord] = field(default_factory=dict)
-    streams: dict[str, tuple[Exchange, StreamState]] = field(default_factory=dict)
-    tick: float = 0.0
-
-    def clock(self) -> Clock:
-        self.tick += 1.0
-        return Clock(self.tick)
-
-
-def _exchange(obj: dict[str, Any], lineno: int) -> Exchange:
-    method = obj.get("method")
-    info = jsonrpc.lookup_method(method) if isinstance(method, str) else None
-    if info is None:
-        raise TranscriptError(f"line {lineno}: unknown or missing method {method!r}")
-    try:
-        mode = Mode(obj.get("mode", "enforce"))
-    except ValueError:
-        raise TranscriptError(f"line {lineno}: mode must be enforce or observe") from None
-    return Exchange(
-        upstream=str(obj.get("upstream", "default")),
-        operation=info.operation,
-        version=info.version,
-        task_id=jsonrpc.request_task_id(info, obj.get("params")),
-        mode=mode,
-    )
+    ledger: Ledger = field(default_factory=Ledger)
+    streams: dict[str, _Stream] = field(default_factory=dict)
 
 
 def replay(lines: Iterable[str]) -> Iterator[Verdict]:
@@ -106,41 +109,77 @@ def replay(lines: Iterable[str]) -> Iterator[Verdict]:
         yield _judge_line(state, obj, lineno)
 
 
+def _exchange(obj: dict[str, Any], lineno: int) -> JsonRpcExchange:
+    method = obj.get("method")
+    info = jsonrpc.lookup_method(method) if isinstance(method, str) else None
+    if info is None:
+        raise TranscriptError(f"line {lineno}: unknown or missing method {method!r}")
+    try:
+        mode = Mode(obj.get("mode", "enforce"))
+    except ValueError:
+        raise TranscriptError(f"line {lineno}: mode must be enforce or observe") from None
+    doc = {"jsonrpc": "2.0", "id": obj.get("id", 1), "method": method, "params": obj.get("params") or {}}
+    body = jsonrpc.dumps(doc)
+    req = jsonrpc.parse_request(body)
+    if isinstance(req, jsonrpc.ParseFailure):
+        raise TranscriptError(f"line {lineno}: {req.error['error']['message']}")
+    policy = Policy(upstream=str(obj.get("upstream", "default")), mode=mode)
+    return JsonRpcExchange(req, body, info, REPLAY_CARD, policy)
+
+
 def _judge_line(state: _Replay, obj: dict[str, Any], lineno: int) -> Verdict:
     kind = obj.get("kind")
-    method = str(obj.get("method"))
-    if kind == "event" and obj.get("stream") in state.streams:
-        ex, stream = state.streams[obj["stream"]]
-    else:
-        ex = _exchange(obj, lineno)
-        stream = StreamState(task_id=ex.task_id)
+    if kind not in ("request", "response", "event", "exchange"):
+        raise TranscriptError(f"line {lineno}: kind must be request, response, event or exchange")
+    if kind in ("response", "event") and "result" not in obj:
+        raise TranscriptError(f"line {lineno}: {kind} needs a result")
+    now = _START + lineno
+    name = str(obj.get("stream", ""))
+    stream = state.streams.get(name) if kind == "event" else None
+    if stream is not None:
+        offline = stream.offline
+        offline.now, offline.outputs, offline.findings = now, [], []
+        offline.worker.append({"events": [obj["result"]]})
+        offline.resume(stream.gen)
+        return _verdict(lineno, obj, offline)
+    ex = _exchange(obj, lineno)
+    offline = Offline(ex.policy.upstream, state.ledger, now, ex.req.id)
     if kind == "request":
-        record = state.records.get((ex.upstream, ex.task_id)) if ex.task_id else None
-        outcome = engine.check_request(ex, record)
-    elif kind in ("response", "event"):
-        if "result" not in obj:
-            raise TranscriptError(f"line {lineno}: {kind} needs a result")
-        tid = engine.payload_task_id(obj["result"])
-        record = state.records.get((ex.upstream, tid)) if tid else None
-        in_stream = stream if kind == "event" else None
-        outcome = engine.check_payload(ex, in_stream, record, obj["result"], state.clock())
-        if kind == "event":
-            state.streams[str(obj.get("stream", ""))] = (ex, outcome.stream or stream)
+        offline.run(ex.run())
+    elif kind == "response":
+        answer = Answer(200, jsonrpc.dumps({"jsonrpc": "2.0", "id": ex.req.id, "result": obj["result"]}))
+        offline.run(ex.answer(answer))
+    elif kind == "event":
+        gen = StreamExchange(ex).run()
+        offline.worker.extend([{"open": True}, {"events": [obj["result"]]}])
+        offline.run(gen)
+        state.streams[name] = _Stream(offline, gen)
     else:
-        raise TranscriptError(f"line {lineno}: kind must be request, response or event")
-    _store(state, outcome)
-    return Verdict(
-        line=lineno,
-        kind=str(kind),
-        method=method,
-        action=outcome.action.value,
-        findings=[f"{f.category}:{f.kind}" for f in outcome.findings],
-        result=outcome.result,
-        error=outcome.error,
-    )
+        worker = obj.get("worker")
+        if not isinstance(worker, list) or not all(isinstance(a, dict) for a in worker):
+            raise TranscriptError(f"line {lineno}: exchange needs a worker list of acts")
+        offline.worker.extend(worker)
+        offline.run(ex.run())
+        return _verdict(lineno, obj, offline, whole=True)
+    return _verdict(lineno, obj, offline)
 
 
-def _store(state: _Replay, outcome: Outcome) -> None:
-    if outcome.record is not None:
-        rec = outcome.record
-        state.records[(rec.upstream, rec.task_id)] = rec
+def _verdict(lineno: int, obj: dict[str, Any], offline: Offline, *, whole: bool = False) -> Verdict:
+    docs = [o for o in offline.outputs if o.doc is not None]
+    findings = [f"{f.category}:{f.kind}" for f in offline.findings]
+    verdict = Verdict(lineno, str(obj.get("kind")), str(obj.get("method")), "drop", findings)
+    if whole:
+        verdict.outputs = [o.doc for o in docs]
+    error = next((o for o in docs if isinstance(o.doc, dict) and "error" in o.doc), None)
+    result = next((o for o in docs if isinstance(o.doc, dict) and "result" in o.doc), None)
+    if error is not None:
+        err = error.doc["error"]
+        verdict.action, verdict.error = "reject", (err.get("code"), err.get("message"))
+    elif result is not None:
+        verdict.action, verdict.result = "forward", result.doc["result"]
+    elif obj.get("kind") == "request" and not offline.outputs:
+        verdict.action = "forward"  # admitted: it would go to the worker now
+    return verdict
+
+
+__all__ = ["REPLAY_CARD", "Verdict", "replay"]

@@ -1,9 +1,9 @@
-"""A tiny transcript driver for the invariant engine, used the way the proxy shell uses it.
+"""A tiny transcript driver for the invariant engine, through the loop the gateway runs.
 
-The proxy (gateway/proxy/runtime.py, streaming.py) looks a record up by (upstream, task id),
-calls the engine, stores ``outcome.record`` when it is not ``None``, and carries
-``outcome.stream or stream`` to the next event. :class:`Playbook` does exactly that with a dict
-ledger and a ticking clock, so tests read as transcripts: one call per observation.
+Every payload goes through :func:`gateway.exchange.judge.judge` — load the record, judge, store
+with compare-and-set — performed by :class:`gateway.exchange.offline.Offline` on a dict ledger
+with a ticking clock, and the stream state is carried to the next event as the stream
+exchange carries it. Tests read as transcripts: one call per observation.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.a2a import jsonrpc
+from gateway.exchange.judge import judge
+from gateway.exchange.model import Policy
+from gateway.exchange.offline import Ledger, Offline
 from gateway.invariants import engine
 from gateway.invariants.model import (
     Clock,
@@ -42,6 +45,9 @@ def kinds(findings: list[Finding], category: str | None = None) -> list[str]:
 
 @dataclass
 class Playbook:
+    """The engine driven by the gateway's own judge loop (gateway/exchange/judge.py) over an
+    offline ledger (gateway/exchange/offline.py): one call per observation."""
+
     records: dict[tuple[str, str], TaskRecord] = field(default_factory=dict)
     tick: float = 0.0
     all_findings: list[Finding] = field(default_factory=list)
@@ -55,12 +61,6 @@ class Playbook:
 
     def seed(self, record: TaskRecord) -> None:
         self.records[(record.upstream, record.task_id)] = record
-
-    def _store(self, outcome: Outcome) -> None:
-        self.all_findings += outcome.findings
-        if outcome.record is not None:
-            rec = outcome.record
-            self.records[(rec.upstream, rec.task_id)] = rec
 
     def request(self, ex: Exchange) -> Outcome:
         """A client request: admission check against the ledger."""
@@ -77,12 +77,12 @@ class Playbook:
         return Stream(self, ex, StreamState(task_id=ex.task_id))
 
     def _judge(self, ex: Exchange, stream: StreamState | None, result: Any) -> Outcome:
-        tid = engine.payload_task_id(result)
-        record = self.record(tid, ex.upstream) if tid else None
         before = copy.deepcopy(result)
-        outcome = engine.check_payload(ex, stream, record, result, self.clock())
+        offline = Offline(ex.upstream, Ledger(self.records), self.clock().wall)
+        assert offline.run(judge(Policy(ex.upstream, ex.mode), ex, stream, result))
         assert result == before, "the engine must not mutate its input"
-        self._store(outcome)
+        self.all_findings += offline.findings
+        outcome: Outcome = offline.value
         return outcome
 
 

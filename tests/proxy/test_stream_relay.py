@@ -1,4 +1,5 @@
-"""The SSE relay's batching and re-framing (gateway/proxy/streaming.py), through real servers.
+"""The SSE relay's batching and re-framing (gateway/exchange/stream.py, performed by
+gateway/proxy/driver.py), through real servers: the safety net under the transcript tests.
 
 The events decoded from one upstream read are judged and stored one by one, then sent to the
 client in one write: no event's bytes go out before its ledger record was stored, and a ledger
@@ -15,8 +16,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.proxy import streaming
-from gateway.proxy.streaming import StreamRelay
+from gateway.proxy import driver
+from gateway.proxy.driver import Driver
 from tests.proxy.conftest import Harness, frames
 
 V1 = {"A2A-Version": "1.0"}
@@ -57,20 +58,20 @@ def trace(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
         return stored
 
     monkeypatch.setattr(ledger, "put", put)
-    real_init = StreamRelay.__init__
+    real_init = Driver.__init__
 
-    def init(self: StreamRelay, handler: Any, *args: Any) -> None:
-        real_init(self, handler, *args)
-        send = handler.send
+    def init(self: Driver, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        send = self.client_send
 
         async def logged(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.body" and message.get("body"):
                 log.append(("send", message["body"]))
             await send(message)
 
-        handler.send = logged
+        self.client_send = logged
 
-    monkeypatch.setattr(StreamRelay, "__init__", init)
+    monkeypatch.setattr(Driver, "__init__", init)
     return log
 
 
@@ -86,7 +87,7 @@ def test_a_slow_ledger_does_not_hold_stored_events_back(
         h: Harness, trace: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """Past ``FLUSH_AFTER`` (here 0 s) the frames already stored go out before the next
     event is judged: each send still follows its own put."""
-    monkeypatch.setattr(streaming, "FLUSH_AFTER", 0.0)
+    monkeypatch.setattr(driver, "FLUSH_AFTER", 0.0)
     h.worker.on("SendStreamingMessage", sse=[b"".join(_events("t-s"))])  # one worker write
     _, raw = h.stream(_send(1), headers=V1)
     assert len([f for f in frames(raw) if f["data"] is not None]) == 3

@@ -1,0 +1,209 @@
+"""An exchange performed without I/O: a dict ledger, a clock set by the caller and a scripted
+worker. ``a2a-gateway replay`` and the tests drive the very exchange objects the gateway runs,
+so a transcript of a whole stream — cut, probe and resubscribe included — replays offline.
+
+Worker acts (plain dicts, the transcript's ``worker`` list) answer the worker commands in
+order:
+
+==========================================  =================================================
+act                                          answers
+==========================================  =================================================
+``{"answer": {JSON-RPC response}}``          :class:`Post`, or :class:`Open` answered with JSON
+``{"open": true}``                           :class:`Open`: an event stream is open
+``{"events": [result | response, …]}``       :class:`Read`: one read carrying these events
+``{"end": true}``                            :class:`Read`: the worker closed the stream
+``{"cut": true}``                            :class:`Read`: the connection dropped (-32603 class)
+``{"fail": "connect" | "timeout"}``          :class:`Post` / :class:`Open`: the worker is unreachable
+==========================================  =================================================
+
+A ``result`` in ``events`` is wrapped as ``{"jsonrpc": "2.0", "id": <the client's id>,
+"result": …}``. When a worker command finds no act left, :meth:`Offline.run` returns and the
+exchange waits there, to be resumed with more acts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.a2a import jsonrpc
+from gateway.a2a.sse import Event, SSEDecoder, encode_event
+from gateway.errors import UpstreamError, VersionConflictError
+from gateway.exchange.commands import (
+    ENDED,
+    OPENED,
+    Answer,
+    Chunk,
+    Count,
+    Emit,
+    Found,
+    Load,
+    Loaded,
+    Open,
+    Post,
+    Read,
+    Respond,
+    Store,
+)
+from gateway.invariants.model import Clock, Finding, TaskRecord
+
+
+@dataclass
+class Ledger:
+    """The records of an offline run, keyed by (upstream, task id), with the same
+    compare-and-set on ``version`` as the real ledgers."""
+
+    records: dict[tuple[str, str], TaskRecord] = field(default_factory=dict)
+
+    def get(self, upstream: str, task_id: str) -> TaskRecord | None:
+        """The record, or ``None``."""
+        return self.records.get((upstream, task_id))
+
+    def put(self, record: TaskRecord, expected_version: int) -> TaskRecord:
+        """Store ``record`` as version ``expected_version + 1``.
+
+        Raises:
+            VersionConflictError: the stored version is not ``expected_version``.
+        """
+        key = (record.upstream, record.task_id)
+        current = self.records.get(key)
+        if (current.version if current else 0) != expected_version:
+            raise VersionConflictError(f"{key}: expected version {expected_version}")
+        stored = dataclasses.replace(record, version=expected_version + 1)
+        self.records[key] = stored
+        return stored
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One thing the client received: a whole response (``frame`` False) or one SSE event.
+    ``doc`` is its JSON document (``None`` for an SSE comment)."""
+
+    frame: bool
+    status: int
+    doc: Any
+    event: str | None = None
+
+
+@dataclass
+class Offline:
+    """Performs the commands of exchanges on ``upstream`` without I/O.
+
+    ``now`` is the wall clock every :class:`Load` reads (the caller moves it). ``outputs``,
+    ``findings`` and ``counts`` collect what the client received and what was reported;
+    ``commands`` every command in order.
+    """
+
+    upstream: str = "default"
+    ledger: Ledger = field(default_factory=Ledger)
+    now: float = 1_780_000_000.0
+    req_id: Any = None
+    worker: deque[dict[str, Any]] = field(default_factory=deque)
+    outputs: list[Output] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    counts: list[Count] = field(default_factory=list)
+    commands: list[Any] = field(default_factory=list)
+    _reply: Any = None
+    _exc: BaseException | None = None
+    _pending: Any = None
+    value: Any = None
+    """What the last exchange run to its end returned."""
+
+    def run(self, gen: Generator[Any, Any, Any]) -> bool:
+        """Perform ``gen``'s commands until it returns (True) or waits for a worker act that
+        is not scripted yet (False; :meth:`run` again after adding acts)."""
+        while True:
+            try:
+                if self._exc is not None:
+                    exc, self._exc = self._exc, None
+                    cmd = gen.throw(exc)
+                else:
+                    cmd = gen.send(self._reply)
+            except StopIteration as stop:
+                self._reply, self.value = None, stop.value
+                return True
+            self._reply = None
+            self.commands.append(cmd)
+            if type(cmd) in (Post, Open, Read) and not self.worker:
+                self._pending = cmd
+                return False
+            try:
+                self._reply = self._perform(cmd)
+            except (UpstreamError, VersionConflictError) as exc:
+                self._exc = exc
+
+    def resume(self, gen: Generator[Any, Any, Any]) -> bool:
+        """Go on after :meth:`run` returned False: perform the waiting command, then run."""
+        try:
+            self._reply = self._perform(self._pending)
+        except (UpstreamError, VersionConflictError) as exc:
+            self._exc = exc
+        return self.run(gen)
+
+    def _perform(self, cmd: Any) -> Any:
+        kind = type(cmd)
+        if kind is Load:
+            record = None if cmd.task_id is None else self.ledger.get(self.upstream, cmd.task_id)
+            return Loaded(record, Clock(self.now))
+        if kind is Store:
+            return self.ledger.put(cmd.record, cmd.expected_version)
+        if kind in (Post, Open, Read):
+            return self._act(kind, self.worker.popleft())
+        if kind is Respond:
+            self.outputs.append(Output(False, cmd.status, _response_doc(cmd)))
+        elif kind is Emit:
+            self.outputs.extend(_frames(cmd.frame))
+        elif kind is Found:
+            self.findings.extend(cmd.findings)
+        elif kind is Count:
+            self.counts.append(cmd)
+        # StartStream, Flush, EndStream, Deadline, Sleep, MarkCardStale, Degraded, Log: nothing
+        return None
+
+    def _act(self, kind: type, act: dict[str, Any]) -> Any:
+        if "fail" in act:
+            timeout = act["fail"] == "timeout"
+            raise UpstreamError("timeout" if timeout else "connect",
+                                "worker timed out" if timeout else "worker unreachable",
+                                http_status=504 if timeout else 502)
+        if "answer" in act:
+            return Answer(int(act.get("status", 200)), jsonrpc.dumps(act["answer"]))
+        if act.get("open") and kind is Open:
+            return OPENED
+        if act.get("end") and kind is Read:
+            return ENDED
+        if act.get("cut") and kind is Read:
+            raise UpstreamError("protocol", "worker connection failed (ReadError)")
+        if "events" in act and kind is Read:
+            return Chunk(b"".join(encode_event(jsonrpc.dumps(self._response(e))) for e in act["events"]))
+        raise ValueError(f"worker act {act!r} does not answer {kind.__name__}")
+
+    def _response(self, event: Any) -> Any:
+        if isinstance(event, dict) and event.get("jsonrpc") == "2.0":
+            return event
+        return {"jsonrpc": "2.0", "id": self.req_id, "result": event}
+
+
+def _response_doc(cmd: Respond) -> Any:
+    if cmd.media == "sse":
+        frames = _frames(cmd.body)
+        return frames[0].doc if frames else None
+    try:
+        return orjson.loads(cmd.body)
+    except orjson.JSONDecodeError:
+        return cmd.body.decode("utf-8", "replace")
+
+
+def _frames(data: bytes) -> list[Output]:
+    out = []
+    for item in SSEDecoder().feed(data):
+        if isinstance(item, Event):
+            out.append(Output(True, 200, orjson.loads(item.data), item.event))
+        else:
+            out.append(Output(True, 200, None, "comment"))
+    return out

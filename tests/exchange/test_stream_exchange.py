@@ -1,0 +1,199 @@
+"""The exchange layer as transcripts (gateway/exchange/): no sockets, no event loop.
+
+Each test feeds a JSON-RPC request and a scripted worker (gateway/exchange/offline.py) to the
+exchange the gateway runs and reads back the commands, what the client received and what was
+reported. Field cases are named after docs/field-cases.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.a2a import jsonrpc
+from gateway.exchange.commands import Count, Emit, EndStream, Load, Open, Post, Respond, Store
+from gateway.exchange.jsonrpc import JsonRpcExchange
+from gateway.exchange.model import Policy
+from gateway.exchange.offline import Ledger, Offline
+from gateway.invariants.admission import CardView
+from gateway.invariants.model import Mode
+
+CARD = CardView(doc={"capabilities": {"streaming": True}}, fresh=True, reachable=True, etag=None)
+V10_SEND = {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "go"}]}}
+V03_SEND = {"message": {"kind": "message", "messageId": "m-1", "role": "user",
+                        "parts": [{"kind": "text", "text": "go"}]}}
+
+
+def play(method: str, params: Any, worker: list[dict[str, Any]], *, ledger: Ledger | None = None,
+         mode: Mode = Mode.ENFORCE, req_id: Any = 1) -> Offline:
+    """Run one whole exchange against ``worker``'s acts; returns the offline driver."""
+    body = jsonrpc.dumps({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params})
+    req = jsonrpc.parse_request(body)
+    info = jsonrpc.lookup_method(method)
+    assert isinstance(req, jsonrpc.Request) and info is not None
+    ex = JsonRpcExchange(req, body, info, CARD, Policy("w", mode=mode, resubscribe_attempts=2))
+    offline = Offline("w", ledger or Ledger(), req_id=req_id)
+    offline.worker.extend(worker)
+    offline.run(ex.run())
+    return offline
+
+
+def results(offline: Offline) -> list[Any]:
+    return [o.doc.get("result", o.doc.get("error")) for o in offline.outputs if o.doc is not None]
+
+
+def counted(offline: Offline, metric: str) -> list[tuple[str, ...]]:
+    return [c.labels for c in offline.counts if c.metric == metric]
+
+
+def task(tid: str, state: str) -> dict[str, Any]:
+    return {"id": tid, "contextId": "c-1", "status": {"state": state}}
+
+
+def status(tid: str, state: str) -> dict[str, Any]:
+    return {"statusUpdate": {"taskId": tid, "contextId": "c-1", "status": {"state": state}}}
+
+
+class TestWriteBeforeForward:
+    def test_each_event_is_loaded_judged_and_stored_before_it_is_queued(self):
+        book = play("SendStreamingMessage", V10_SEND,
+                    [{"open": True}, {"events": [{"task": task("t-1", "TASK_STATE_WORKING")}]}, {"end": True}])
+        kinds = [type(c) for c in book.commands if type(c) in (Open, Load, Store, Emit, EndStream)]
+        assert kinds[:4] == [Open, Load, Store, Emit]
+        assert book.ledger.get("w", "t-1") is not None
+
+
+class TestCutStream:
+    """F08 (ii): a worker stream that ends before its task did is never passed off as done."""
+
+    def test_cut_then_terminal_get_task_sends_one_last_snapshot_and_closes(self):
+        book = play("SendStreamingMessage", V10_SEND, [
+            {"open": True}, {"events": [{"task": task("t-2", "TASK_STATE_WORKING")}]}, {"cut": True},
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-2", "TASK_STATE_COMPLETED")}},
+        ])
+        assert results(book) == [{"task": task("t-2", "TASK_STATE_WORKING")},
+                                 {"task": task("t-2", "TASK_STATE_COMPLETED")}]
+        assert counted(book, "resubscribes") == [("terminal_snapshot",)]
+        assert counted(book, "forced_gets") == [("upstream_eof",)]
+        assert [type(c) for c in book.commands].count(Open) == 1  # no resubscribe
+
+    def test_cut_then_live_task_resubscribes_and_drops_the_repeated_snapshot(self):
+        book = play("SendStreamingMessage", V10_SEND, [
+            {"open": True}, {"events": [{"task": task("t-3", "TASK_STATE_WORKING")}]}, {"end": True},
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-3", "TASK_STATE_WORKING")}},
+            {"open": True}, {"events": [{"task": task("t-3", "TASK_STATE_WORKING")},
+                                        status("t-3", "TASK_STATE_COMPLETED")]}, {"end": True},
+        ])
+        assert results(book) == [{"task": task("t-3", "TASK_STATE_WORKING")},
+                                 status("t-3", "TASK_STATE_COMPLETED")]
+        opens = [c for c in book.commands if type(c) is Open]
+        assert len(opens) == 2 and b'"SubscribeToTask"' in opens[1].body
+        assert counted(book, "resubscribes") == [("resubscribed",)]
+
+    def test_a_worker_that_stays_away_is_given_up_on_with_an_error_event(self):
+        unreachable = {"fail": "connect"}
+        book = play("SendStreamingMessage", V10_SEND, [
+            {"open": True}, {"events": [{"task": task("t-4", "TASK_STATE_WORKING")}]}, {"cut": True},
+            unreachable, unreachable, unreachable, unreachable,  # 2 attempts: probe + resubscribe each
+        ])
+        last = book.outputs[-1]
+        assert last.event == "error" and last.doc["error"]["code"] == jsonrpc.INTERNAL_ERROR
+        assert "could not be resumed" in last.doc["error"]["message"]
+        assert counted(book, "resubscribes") == [("gave_up",)]
+        assert [type(c) for c in book.commands].count(Post) == 2
+
+
+TERMINAL_SPELLINGS = [
+    ("TASK_STATE_COMPLETED", ["completed", "COMPLETED", "Completed", "TASK_STATE_COMPLETED"]),
+    ("TASK_STATE_FAILED", ["failed", "FAILED", "TASK_STATE_FAILED"]),
+    ("TASK_STATE_CANCELED", ["canceled", "cancelled", "TASK_STATE_CANCELLED", "TASK_STATE_CANCELED"]),
+    ("TASK_STATE_REJECTED", ["rejected", "Rejected", "TASK_STATE_REJECTED"]),
+]
+CASES = [(canonical, raw) for canonical, raws in TERMINAL_SPELLINGS for raw in raws]
+ABSENT = object()
+
+
+class TestEndOfStreamSignal:
+    """F17 (a): every terminal state × spelling × final true/false/absent × both versions."""
+
+    @pytest.mark.parametrize("final", [True, False, ABSENT], ids=["final-true", "final-false", "final-absent"])
+    @pytest.mark.parametrize(("canonical", "raw"), CASES)
+    def test_v03_client_gets_final_true_and_its_stream_ends(self, canonical, raw, final):
+        event = {"kind": "status-update", "taskId": "t-5", "contextId": "c-1", "status": {"state": raw}}
+        if final is not ABSENT:
+            event["final"] = final
+        book = play("message/stream", V03_SEND, [
+            {"open": True}, {"events": [{"kind": "task", **task("t-5", "working")}, event]}])
+        [*_, last] = results(book)
+        assert last["final"] is True
+        assert last["status"]["state"] == canonical.removeprefix("TASK_STATE_").lower()
+        assert EndStream() in book.commands  # the client's stream ended; the worker's still open
+
+    @pytest.mark.parametrize("final", [True, False], ids=["final-true", "final-false"])
+    @pytest.mark.parametrize(("canonical", "raw"), CASES)
+    def test_v10_client_never_gets_final(self, canonical, raw, final):
+        event = {"statusUpdate": {"taskId": "t-6", "contextId": "c-1", "status": {"state": raw}, "final": final}}
+        book = play("SendStreamingMessage", V10_SEND, [
+            {"open": True}, {"events": [{"task": task("t-6", "TASK_STATE_WORKING")}, event]}])
+        [*_, last] = results(book)
+        assert "final" not in last["statusUpdate"]
+        assert last["statusUpdate"]["status"]["state"] == canonical
+        assert EndStream() in book.commands
+
+    def test_v03_final_true_on_working_does_not_end_the_clients_stream_early(self):
+        working = {"kind": "status-update", "taskId": "t-7", "contextId": "c-1",
+                   "status": {"state": "working"}, "final": True}
+        done = {**working, "status": {"state": "completed"}, "final": False}
+        book = play("message/stream", V03_SEND, [
+            {"open": True}, {"events": [{"kind": "task", **task("t-7", "working")}, working, done]}])
+        finals = [r.get("final") for r in results(book)[1:]]
+        assert finals == [False, True]
+        assert [f.kind for f in book.findings].count("final_flag") == 2
+
+
+class TestStreamingRefusals:
+    """F17 (b): a refusal of a streaming call in the form the client's version reads."""
+
+    def _terminal_ledger(self) -> Ledger:
+        ledger = Ledger()
+        book = play("GetTask", {"id": "t-9"}, [
+            {"answer": {"jsonrpc": "2.0", "id": 1, "result": task("t-9", "TASK_STATE_COMPLETED")}}],
+            ledger=ledger)
+        assert book.ledger.get("w", "t-9").terminal
+        return ledger
+
+    @pytest.mark.parametrize(("method", "params"), [
+        ("tasks/resubscribe", {"id": "t-9"}),
+        ("message/stream", {"message": {**V03_SEND["message"], "taskId": "t-9"}}),
+    ])
+    def test_v03_gets_one_sse_error_event(self, method, params):
+        book = play(method, params, [], ledger=self._terminal_ledger(), req_id="r-1")
+        [respond] = [c for c in book.commands if type(c) is Respond]
+        assert (respond.status, respond.media) == (200, "sse")
+        [out] = book.outputs
+        assert out.doc["id"] == "r-1" and out.doc["error"]["code"] == jsonrpc.UNSUPPORTED_OPERATION
+        assert "new task" in out.doc["error"]["message"]
+
+    @pytest.mark.parametrize(("method", "params"), [
+        ("SubscribeToTask", {"id": "t-9"}),
+        ("SendStreamingMessage", {"message": {**V10_SEND["message"], "taskId": "t-9"}}),
+    ])
+    def test_v10_gets_plain_json(self, method, params):
+        book = play(method, params, [], ledger=self._terminal_ledger())
+        [respond] = [c for c in book.commands if type(c) is Respond]
+        assert (respond.status, respond.media) == (200, "json")
+        assert book.outputs[0].doc["error"]["code"] == jsonrpc.UNSUPPORTED_OPERATION
+        assert not [c for c in book.commands if type(c) in (Post, Open)]
+
+
+def test_count_commands_name_real_metrics():
+    """Every Count an exchange yields names an attribute of Metrics (checked by the sink)."""
+    from gateway.observability.metrics import Metrics
+    from prometheus_client import CollectorRegistry
+
+    metrics = Metrics(CollectorRegistry())
+    for name in ("upstream_errors", "forced_gets", "resubscribes", "error_rewrites", "rejections",
+                 "sse_events", "unchecked", "ledger_conflicts"):
+        assert hasattr(metrics, name), name
+    assert Count("sse_events", ("task",)).labels == ("task",)
