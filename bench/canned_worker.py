@@ -4,7 +4,7 @@
 
 Raw asyncio (uvloop when installed), HTTP/1.1 keep-alive, ``Content-Length`` request bodies,
 so that what a proxy in front of it costs is what shows. Every answer is fixed, valid v1.0
-JSON (PROTOCOL.md §3.4); the JSON-RPC ``id`` and ``method`` are taken from the body with a
+JSON (docs/protocol.md §3.4); the JSON-RPC ``id`` and ``method`` are taken from the body with a
 regex and the id is echoed exactly as its JSON text:
 
 * ``SendMessage`` → ``{"task": …}`` COMPLETED with one artifact; a new task id per request

@@ -1,5 +1,5 @@
 """A small misbehaving "legacy" A2A worker for the demo: the kind of peer a mixed-runtime
-deployment really has (FIELD-CASES.md F01, F04).
+deployment really has (docs/field-cases.md F01, F04).
 
 It serves a valid v1.0 Agent Card and answers JSON-RPC (no a2a-sdk):
 

@@ -43,7 +43,7 @@ them go to the mount, as before)."""
 
 
 class ProxyApp:
-    """ASGI app that routes a request to its upstream mount (plain class, STYLE.md conv. 7)."""
+    """ASGI app that routes a request to its upstream mount (docs/architecture.md, convention 7)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime

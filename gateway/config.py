@@ -34,11 +34,11 @@ class ListenConfig(_Frozen):
 
 class TimeoutConfig(_Frozen):
     """Upstream timeouts in seconds. ``read`` bounds the wait for each chunk of a response:
-    a blocking ``SendMessage`` may legitimately take minutes (PROTOCOL.md §11 pitfall 15), and a
-    stream is bounded only by this idle gap, not by an overall deadline. ``connect`` bounds the
-    TCP connect, ``pool`` the wait for a pooled connection. ``write`` is accepted but not
-    enforced: the aiohttp transport has no per-write timeout (a stalled upstream is caught by
-    ``read``)."""
+    a blocking ``SendMessage`` may legitimately take minutes (docs/protocol.md §11 pitfall 15),
+    and a stream is bounded only by this idle gap, not by an overall deadline. ``connect``
+    bounds the TCP connect, ``pool`` the wait for a pooled connection. ``write`` is accepted
+    but not enforced: the aiohttp transport has no per-write timeout (a stalled upstream is
+    caught by ``read``)."""
 
     connect: Seconds = 5.0
     read: Seconds = 300.0

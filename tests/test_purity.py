@@ -1,4 +1,4 @@
-"""The pure core stays pure (STYLE.md conventions 2 and 4).
+"""The pure core stays pure (docs/architecture.md, conventions 2 and 4).
 
 gateway/a2a and gateway/invariants may use the standard library (minus I/O and concurrency) and
 orjson, never a network, storage, metrics or web library, nor the proxy shell, the ledger or the

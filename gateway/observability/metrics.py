@@ -2,7 +2,7 @@
 
 Names carry the ``a2a_gateway_`` prefix, base units and ``_total`` on counters. Label values
 come from bounded sets (method names fall back to ``other``); task, context and request ids go
-to logs, never to labels (STYLE.md convention 10).
+to logs, never to labels (docs/architecture.md, convention 10).
 
 =====================================================  =========================================
 metric                                                 labels

@@ -1,7 +1,7 @@
 """Agent Card cache per upstream, and serving the card through the gateway.
 
-Implements issue "Agent Card authority" §1-2 (PROTOCOL.md §4.1, §11 pitfall 12; FIELD-CASES.md
-F10, F11):
+Implements issue "Agent Card authority" §1-2 (docs/protocol.md §4.1, §11 pitfall 12;
+docs/field-cases.md F10, F11):
 
 * :class:`CardCache` fetches the worker's card at start and when stale; honours
   ``Cache-Control: max-age`` (else ``card.ttl_seconds``); revalidates with ``If-None-Match``;

@@ -3,9 +3,9 @@
 The REST (HTTP+JSON) binding (``/message:send``, ``/tasks/{id}``, ``/message:stream`` …),
 Agent Card GETs and anything else pass through unchanged in both directions: bodies are
 streamed, never buffered, and response bytes are relayed raw (``aiter_raw``: compression is
-left as the worker chose). Only hop-by-hop headers are removed (PROTOCOL.md §11 pitfalls 9,
+left as the worker chose). Only hop-by-hop headers are removed (docs/protocol.md §11 pitfalls 9,
 10). A worker transport failure becomes HTTP 502 (504 on timeout) with a
-``google.rpc.Status``-shaped JSON body (PROTOCOL.md §6.3).
+``google.rpc.Status``-shaped JSON body (docs/protocol.md §6.3).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ _STATUS_NAMES = {413: "INVALID_ARGUMENT", 502: "UNAVAILABLE", 504: "DEADLINE_EXC
 
 
 def status_body(code: int, message: str) -> bytes:
-    """A ``google.rpc.Status`` JSON error body (PROTOCOL.md §6.3, REST v1.0)."""
+    """A ``google.rpc.Status`` JSON error body (docs/protocol.md §6.3, REST v1.0)."""
     status = _STATUS_NAMES.get(code, "INTERNAL")
     return orjson.dumps({"error": {"code": code, "status": status, "message": message}})
 

@@ -1,6 +1,6 @@
 """Agent Card authority through the real gateway: the card governs admission of new tasks, task
 events govern disposition, and freshness is checked (forced GetTask) only when needed.
-FIELD-CASES.md F08 (ii), F10, F11."""
+docs/field-cases.md F08 (ii), F10, F11."""
 
 from __future__ import annotations
 
