@@ -1,6 +1,7 @@
 """The pure core stays pure (docs/architecture.md, conventions 2 and 4).
 
-gateway/a2a and gateway/invariants may use the standard library (minus I/O and concurrency) and
+gateway/a2a, gateway/invariants, the exchange layer gateway/exchange and the error tree
+gateway/errors.py may use the standard library (minus I/O and concurrency) and
 orjson, never a network, storage, metrics or web library, nor the proxy shell, the ledger or the
 a2a SDK. Checked on the source with ``ast`` (so an import inside a function is caught too) and on
 a fresh interpreter's ``sys.modules``.
@@ -17,10 +18,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PURE_DIRS = [ROOT / "gateway" / "a2a", ROOT / "gateway" / "invariants"]
-PURE_FILES = sorted(p for d in PURE_DIRS for p in d.rglob("*.py"))
+PURE_DIRS = [ROOT / "gateway" / "a2a", ROOT / "gateway" / "invariants", ROOT / "gateway" / "exchange"]
+PURE_FILES = sorted([*(p for d in PURE_DIRS for p in d.rglob("*.py")), ROOT / "gateway" / "errors.py"])
 BANNED = ("asyncio", "httpx", "starlette", "uvicorn", "redis", "sqlite3", "prometheus_client",
-          "socket", "gateway.proxy", "gateway.ledger", "a2a")
+          "socket", "gateway.proxy", "gateway.ledger", "gateway.observability", "a2a")
 
 
 def module_of(path: Path) -> str:
@@ -71,7 +72,8 @@ def banned_hit(module: str) -> str | None:
 def test_the_pure_packages_exist_and_are_scanned():
     names = {p.name for p in PURE_FILES}
     assert {"states.py", "jsonrpc.py", "sse.py", "payloads.py", "engine.py", "model.py",
-            "artifacts.py"} <= names
+            "artifacts.py", "version.py", "commands.py", "judge.py", "stream.py", "offline.py",
+            "errors.py"} <= names
 
 
 @pytest.mark.parametrize("path", PURE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -108,10 +110,11 @@ def test_gateway_a2a_is_not_mistaken_for_the_sdk():
     assert banned_hit("asyncio_extras") is None
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "gateway" / "invariants").rglob("*.py")),
-                         ids=lambda p: p.name)
-def test_the_engine_reads_no_clock(path):
-    """engine.py: 'no I/O, no awaits, no clock reads' — time comes in as a Clock value."""
+@pytest.mark.parametrize("path", sorted([*(ROOT / "gateway" / "invariants").rglob("*.py"),
+                                         *(ROOT / "gateway" / "exchange").rglob("*.py")]),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_engine_and_the_exchanges_read_no_clock(path):
+    """'No I/O, no awaits, no clock reads': time comes in as a Clock value (a Load's reply)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     bad = []
     for node in ast.walk(tree):
@@ -127,7 +130,8 @@ def test_the_engine_reads_no_clock(path):
 
 
 @pytest.mark.parametrize("module", ["gateway.invariants.engine", "gateway.a2a.sse",
-                                    "gateway.a2a.jsonrpc"])
+                                    "gateway.a2a.jsonrpc", "gateway.exchange.jsonrpc",
+                                    "gateway.exchange.offline", "gateway.replay"])
 def test_importing_the_core_loads_no_io_library(module):
     code = (
         "import sys, json\n"
@@ -141,5 +145,5 @@ def test_importing_the_core_loads_no_io_library(module):
     leaked = sorted(m for m in loaded if banned_hit(m) in ("httpx", "starlette", "uvicorn",
                                                            "redis", "prometheus_client",
                                                            "gateway.proxy", "gateway.ledger",
-                                                           "a2a"))
+                                                           "gateway.observability", "a2a"))
     assert leaked == []

@@ -38,7 +38,7 @@ from typing import Generic, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway import __version__
-from gateway.a2a.jsonrpc import KNOWN_CODES, METHODS
+from gateway.a2a.jsonrpc import METHODS
 from gateway.a2a.states import TaskState
 
 M = TypeVar("M", Counter, Gauge, Histogram)
@@ -51,11 +51,6 @@ def method_label(method: str | None) -> str:
     if method in METHODS or method in ("rest", "card", "invalid"):
         return str(method)
     return "other"
-
-
-def code_label(code: object) -> str:
-    """A bounded JSON-RPC error code label."""
-    return str(code) if code in KNOWN_CODES else "other"
 
 
 class Labelled(Generic[M]):
@@ -112,7 +107,8 @@ class Metrics:
         ))
         self.normalizations = Labelled(Counter(
             "a2a_gateway_state_normalizations_total",
-            "Non-canonical taskState spellings rewritten, by spelling family",
+            "Non-canonical taskState spellings rewritten, by spelling family; family "
+            "final_flag: a v0.3 end-of-stream flag set or a v1.0 one removed",
             ["upstream", "family"],
             registry=registry,
         ))
