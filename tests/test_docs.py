@@ -10,7 +10,6 @@ section, pitfall, case, part or convention is missing from the docs.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from pathlib import Path
 
@@ -24,23 +23,6 @@ SKIPPED_DIRS = {"node_modules", "__pycache__", ".pytest_cache"}
 SKIPPED_PREFIXES = ("bench/results/",)  # generated benchmark output, not prose
 THIS_FILE = "tests/test_docs.py"
 
-# migrated with the exchange-core change
-_NOT_YET_MIGRATED = (
-    "gateway/proxy/jsonrpc.py",
-    "gateway/proxy/streaming.py",
-    "gateway/proxy/runtime.py",
-    "gateway/proxy/transport.py",
-    "gateway/proxy/forward.py",
-    "gateway/invariants/engine.py",
-    "gateway/invariants/model.py",
-    "gateway/replay.py",
-    "tests/invariants/playbook.py",
-    "tests/proxy/test_stream_relay.py",
-    "gateway/exchange/*",
-    "tests/exchange/*",
-    "tests/e2e/test_sdk_peers*.py",
-    "tests/support/peers*",
-)
 
 # Built from pieces so that this file does not cite them itself.
 _OUTSIDE = re.compile(
@@ -66,10 +48,6 @@ _CONVENTION = re.compile(
 )
 
 
-def _allow_listed(rel: str) -> bool:
-    return any(fnmatch.fnmatch(rel, pattern) for pattern in _NOT_YET_MIGRATED)
-
-
 def _scanned_files() -> list[tuple[str, str]]:
     """(repo-relative path, text) of every scanned text file, minus this one."""
     out = []
@@ -88,9 +66,6 @@ def _scanned_files() -> list[tuple[str, str]]:
                 continue
     return out
 
-
-def _migrated_files() -> list[tuple[str, str]]:
-    return [(rel, text) for rel, text in _scanned_files() if not _allow_listed(rel)]
 
 
 def flatten(text: str) -> str:
@@ -193,12 +168,12 @@ def test_the_docs_exist_and_have_their_anchors():
 
 def test_no_file_cites_a_document_outside_the_repository():
     hits = [f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
-            for rel, text in _migrated_files() for m in _OUTSIDE.finditer(text)]
+            for rel, text in _scanned_files() for m in _OUTSIDE.finditer(text)]
     assert hits == []
 
 
 def test_every_section_sign_names_its_source():
-    unowned = [f"{rel}: §{section}" for rel, text in _migrated_files()
+    unowned = [f"{rel}: §{section}" for rel, text in _scanned_files()
                for source, section, _ in section_citations(text) if source is None]
     assert unowned == []
 
@@ -206,7 +181,7 @@ def test_every_section_sign_names_its_source():
 def test_every_protocol_citation_resolves():
     numbers, pitfalls = protocol_index()
     missing = []
-    for rel, text in _migrated_files():
+    for rel, text in _scanned_files():
         for source, section, cited_pitfalls in section_citations(text):
             if source != "docs/protocol.md":
                 continue
@@ -220,7 +195,7 @@ def test_every_protocol_citation_resolves():
 def test_every_field_case_citation_resolves():
     cases, headings = field_case_index()
     missing = []
-    for rel, text in _migrated_files():
+    for rel, text in _scanned_files():
         if Path(rel).suffix not in {".py", ".md", ".jsonl"}:
             continue
         flat = flatten(text)
@@ -235,7 +210,7 @@ def test_every_field_case_citation_resolves():
 
 def test_every_convention_citation_resolves():
     conventions = convention_index()
-    missing = [f"{rel}: convention {n}" for rel, text in _migrated_files()
+    missing = [f"{rel}: convention {n}" for rel, text in _scanned_files()
                for m in _CONVENTION.finditer(flatten(text)) for n in _numbers(m.group(1))
                if n not in conventions]
     assert missing == []

@@ -1,6 +1,6 @@
 """One JSON-RPC exchange, sans I/O: admit → forward → judge the answer → respond.
 
-Implements the JSON-RPC binding of docs/protocol.md §1.2, §6 and §9.4 and
+Implements the JSON-RPC binding (docs/protocol.md §1.2, §3.4 and §6) and
 docs/field-cases.md F05, F09, F15, F16 and F17 (b). The driver (gateway/proxy/jsonrpc.py)
 parses the body, reads the upstream's card and runs :meth:`JsonRpcExchange.run`, doing what
 each yielded command says (docs/architecture.md, "The exchange layer"):

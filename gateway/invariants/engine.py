@@ -1,11 +1,11 @@
 """The invariant engine: one client request or one worker payload in, one verdict out.
 
-Pure and deterministic (STYLE.md convention 2): no I/O, no awaits, no clock reads. The shell
+Pure and deterministic (docs/architecture.md, convention 2): no I/O, no awaits, no clock reads. The shell
 passes the ledger's :class:`TaskRecord`, the :class:`Exchange` and, for streams, the
 :class:`StreamState`; it gets back an :class:`Outcome` and stores ``outcome.record`` before it
 forwards ``outcome.result``.
 
-Checks, in order, for a worker payload (each cites FIELD-CASES.md):
+Checks, in order, for a worker payload (each cites docs/field-cases.md):
 
 1. normalization — every taskState spelling becomes canonical and is re-spelled for the
    client's version; a spelling outside the table is refused in enforce mode (F01, F03);

@@ -2,7 +2,7 @@
 
 The shell reads a :class:`TaskRecord` from the ledger, the engine returns an :class:`Outcome`
 (what to do with the payload, the new record to store, findings to count), and the shell stores
-the record with compare-and-set before it forwards anything (STYLE.md "the engine never touches
+the record with compare-and-set before it forwards anything (docs/architecture.md, convention 2: the engine never touches
 storage").
 """
 
@@ -50,7 +50,7 @@ DIVERGENCE_KINDS = (
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One thing the engine noticed; a value, never an exception (STYLE.md convention 6).
+    """One thing the engine noticed; a value, never an exception (docs/architecture.md, convention 6).
 
     ``category`` is ``divergence`` (``kind`` in :data:`DIVERGENCE_KINDS`), ``normalization``
     (``kind`` is a spelling family) or ``rejection`` (``kind`` is the local-rejection reason).

@@ -8,7 +8,7 @@ exceptions) back in. What is left here is what is about time and sockets, never 
   thrown into the exchange as :class:`~gateway.errors.LedgerError`;
 * worker calls go through the upstream client; a transport failure is thrown in as
   :class:`~gateway.errors.UpstreamError`, a read past a :class:`Deadline` as ``TimeoutError``;
-  every upstream response is closed in ``finally`` (docs/architecture.md: not in a
+  every upstream response is closed in ``finally`` (docs/architecture.md, convention 11: not in a
   background task);
 * SSE frames are queued on :class:`Emit` and written on :class:`Flush`: the events of one
   upstream read go out in one write, or in several when the ledger is slow
