@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from gateway.exchange.commands import Count, Degraded, Found, Log
+from gateway.exchange.model import Summary
 from gateway.invariants.model import Mode
 from gateway.observability.metrics import Metrics
 
@@ -53,6 +54,19 @@ class Reporter:
             self._metrics.degraded.labels(self._upstream, cmd.reason).set(cmd.value)
         elif type(cmd) is Log:
             getattr(self._log, cmd.level)(cmd.event, extra=dict(cmd.fields))
+
+    def request(self, summary: Summary, duration_s: float) -> None:
+        """The request's line and ``a2a_gateway_requests_total`` /
+        ``a2a_gateway_request_duration_seconds``; for a relayed stream also its
+        ``stream_closed`` line (``events``, ``reason``)."""
+        s, upstream = summary, self._upstream
+        self._metrics.requests.labels(upstream, s.method, s.outcome).inc()
+        self._metrics.duration.labels(upstream, s.method).observe(duration_s)
+        fields = {"upstream": upstream, "method": s.method, "task_id": s.task_id,
+                  "context_id": s.context_id, "duration_s": round(duration_s, 6)}
+        if s.close_reason is not None:
+            self._log.info("stream_closed", extra={**fields, "events": s.events, "reason": s.close_reason})
+        self._log.info("request", extra={**fields, "outcome": s.outcome})
 
     def _found(self, cmd: Found, method: str) -> None:
         m, upstream, action = self._metrics, self._upstream, self._action

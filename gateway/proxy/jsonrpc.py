@@ -16,6 +16,7 @@ import httpx
 
 from gateway.a2a import jsonrpc
 from gateway.errors import BodyTooLargeError, ClientGoneError, UpstreamError
+from gateway.exchange.commands import Count
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy, Summary
 from gateway.observability.reporter import Reporter
@@ -51,6 +52,8 @@ class JsonRpcHandler:
         self.send = send
         self.upstream = route.upstream.name
         self.summary = Summary("invalid")
+        self.reporter = Reporter(rt.metrics, rt.log, upstream=self.upstream, mode=rt.mode,
+                                 backend=rt.ledger.backend)
         self.started = time.perf_counter()
 
     async def run(self) -> None:
@@ -58,17 +61,7 @@ class JsonRpcHandler:
         try:
             await self._run()
         finally:
-            s = self.summary
-            duration = time.perf_counter() - self.started
-            m = self.rt.metrics
-            m.requests.labels(self.upstream, s.method, s.outcome).inc()
-            m.duration.labels(self.upstream, s.method).observe(duration)
-            self.rt.log.info(
-                "request",
-                extra={"upstream": self.upstream, "method": s.method, "outcome": s.outcome,
-                       "task_id": s.task_id, "context_id": s.context_id,
-                       "duration_s": round(duration, 6)},
-            )
+            self.reporter.request(self.summary, time.perf_counter() - self.started)
 
     async def _run(self) -> None:
         limits = self.rt.config.limits
@@ -85,7 +78,7 @@ class JsonRpcHandler:
         parsed = jsonrpc.parse_request(body)
         if isinstance(parsed, jsonrpc.ParseFailure):
             self.summary.outcome = "malformed"
-            self.rt.metrics.rejections.labels(self.upstream, "invalid", f"jsonrpc_{-parsed.code}", "enforced").inc()
+            self.reporter.report(Count("rejections", ("invalid", f"jsonrpc_{-parsed.code}", "enforced")))
             await send_json(self.send, 200, parsed.error)
             return
         info = jsonrpc.lookup_method(parsed.method)
@@ -114,9 +107,8 @@ class JsonRpcHandler:
         """Run the exchange until the client's response is complete, watching for the
         client's disconnect (and, for streams, the shutdown deadline); then let it finish
         unwatched (the post-terminal drain)."""
-        reporter = Reporter(self.rt.metrics, self.rt.log, upstream=self.upstream,
-                            mode=exchange.ex.mode, backend=self.rt.ledger.backend)
-        driver = Driver(self.rt, self.route, self.scope, self.send, reporter, exchange.ex.operation.value)
+        driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter,
+                        exchange.ex.operation.value)
         gen = exchange.run()
         stop = self.rt.drain_expired if streaming else None
         try:
@@ -140,17 +132,6 @@ class JsonRpcHandler:
                 await driver.run(gen)
         finally:
             await driver.aclose()
-            if self.summary.close_reason is not None:
-                self._log_stream()
-
-    def _log_stream(self) -> None:
-        s = self.summary
-        self.rt.log.info(
-            "stream_closed",
-            extra={"upstream": self.upstream, "method": s.method, "task_id": s.task_id,
-                   "context_id": s.context_id, "events": s.events, "reason": s.close_reason,
-                   "duration_s": round(time.perf_counter() - self.started, 6)},
-        )
 
     def _header(self, name: bytes) -> str | None:
         """A request header's value (``name`` lower-case), or ``None``."""
@@ -172,7 +153,7 @@ class JsonRpcHandler:
                 raise map_transport_error(exc) from None
         except UpstreamError as exc:
             self.summary.outcome = "upstream_error"
-            self.rt.metrics.upstream_errors.labels(self.upstream, exc.reason).inc()
+            self.reporter.report(Count("upstream_errors", (exc.reason,)))
             doc = jsonrpc.error_response(req_id, jsonrpc.INTERNAL_ERROR, f"upstream error: {exc}")
             await send_json(self.send, exc.http_status, doc)
             return
