@@ -1,0 +1,325 @@
+"""Genuine A2A SDK clients of both protocol versions, run as separate processes by the tests.
+
+Four peers, one scenario format, one output format:
+
+========  ================================  ===============================================
+name      SDK                               runs as
+========  ================================  ===============================================
+``py03``  a2a-sdk ``>=0.3.20,<0.4``          ``.venv-a2a03/bin/python peers/client03.py``
+``js03``  @a2a-js/sdk 0.3.14                 ``node peers/client03.mjs`` (npm alias ``a2a-js-03``)
+``py13``  a2a-sdk 1.3 (the main venv)        ``<main venv python> peers/client13.py``
+``js13``  @a2a-js/sdk 1.3.0                  ``node peers/client13.mjs`` (npm alias ``a2a-js-13``)
+========  ================================  ===============================================
+
+Installs are lazy and happen once (:func:`require_peer`): the first test that needs ``py03``
+creates ``.venv-a2a03/`` at the repository root (``python -m venv`` + ``pip install``), the
+first that needs ``js03``/``js13`` runs ``npm ci`` in ``tests/support/peers/`` from the
+committed ``package.json`` + ``package-lock.json``. A stamp file in each remembers what was
+installed, so reruns cost nothing; a file lock keeps two pytest processes from installing at
+once. When an install fails the test is skipped with the command to run — except under CI
+(``CI=true``), where it fails.
+
+Each client takes the gateway's Agent Card URL (argv) and a scenario (JSON on stdin), builds
+its client from that card with the SDK's own factory (so it talks to whatever URL the card
+names), and prints one JSON object per line:
+
+``{"type": "client", "sdk", "version", "endpoint", ...}``
+    the SDK and the RPC URL its factory took from the card.
+``{"type": "step", "index", "op"}``
+    a step begins.
+``{"type": "event", "index", "at", "kind", "taskId", "contextId", "state", "final", "raw"}``
+    one event (or the unary result of a ``send``) as the SDK surfaced it; ``kind`` is the
+    v0.3 ``kind`` (``task``, ``status-update``, …) or the v1.0 member (``task``,
+    ``statusUpdate``, …); ``state`` is spelled as the SDK spells it; ``final`` only for v0.3;
+    ``raw`` is the SDK's own dump of the object; ``at`` is seconds since the step began.
+``{"type": "error", "index", "name", "text", "code", "message", "cause", ...}``
+    what the SDK raised: its class, text and — when the SDK exposes one — the JSON-RPC
+    ``code`` and ``message`` (JS errors also carry their ``cause`` chain).
+``{"type": "wire", "index", "rpcMethod", "status", "contentType", "a2aVersion", "body"}``
+    one HTTP exchange as it reached the SDK (the response body as the SDK read it).
+``{"type": "step_end", "index", "outcome"}``
+    ``ended`` (the SDK's iteration finished by itself) or ``error``.
+``{"type": "done"}``
+    every step ran.
+
+A scenario is ``{"steps": [...], "timeout": seconds, "headers": {...}}``; each step is
+``{"op": "send" | "stream" | "resubscribe", "text", "taskId", "contextId", "sameTask"}``
+(``sameTask`` takes the task and context ids of the last event seen). ``send`` is a
+non-streaming ``message/send`` / ``SendMessage``, ``stream`` is ``message/stream`` /
+``SendStreamingMessage``, ``resubscribe`` is ``tasks/resubscribe`` / ``SubscribeToTask``.
+``headers`` go on every request (e.g. the e2e trace header).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = [
+    "PEERS",
+    "Peer",
+    "PeerRun",
+    "require_peer",
+    "run_peer",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+PEERS_DIR = Path(__file__).resolve().parent / "peers"
+VENV03 = REPO / ".venv-a2a03"
+#: What ``.venv-a2a03`` holds: the newest a2a-sdk 0.3 (0.3.26 when this was written).
+REQUIREMENTS03 = ("a2a-sdk[http-server]>=0.3.20,<0.4", "httpx")
+STAMP = ".a2a-gateway-peers-stamp"
+INSTALL_TIMEOUT = 600.0  # seconds, each install command
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    protocol: str  # "0.3" or "1.0": the protocol version the client speaks
+    language: str  # "python" or "js"
+    script: str  # file under tests/support/peers/
+
+
+PEERS: dict[str, Peer] = {
+    p.name: p
+    for p in (
+        Peer("py03", "0.3", "python", "client03.py"),
+        Peer("js03", "0.3", "js", "client03.mjs"),
+        Peer("py13", "1.0", "python", "client13.py"),
+        Peer("js13", "1.0", "js", "client13.mjs"),
+    )
+}
+
+
+# --------------------------------------------------------------------------- installs
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+class _Unavailable(Exception):
+    def __init__(self, what: str, command: str, detail: str) -> None:
+        super().__init__(f"cannot set up {what}: {detail.strip()[-2000:]}\nto install it by hand: {command}")
+
+
+_installed: dict[str, Path | _Unavailable] = {}
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _install_lock() -> Iterator[None]:
+    """One installer at a time across pytest processes sharing this checkout."""
+    key = hashlib.sha1(str(REPO).encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"a2a-gateway-peers-{key}.lock"
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run(cmd: list[str], what: str, command: str, **kwargs: Any) -> str:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
+                              stdin=subprocess.DEVNULL, check=False, **kwargs)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise _Unavailable(what, command, f"{' '.join(cmd)}: {exc!r}") from exc
+    if done.returncode != 0:
+        raise _Unavailable(what, command, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+def _ensure_venv03() -> Path:
+    """``.venv-a2a03/bin/python`` with a2a-sdk 0.3 installed (created on first use)."""
+    command = (f"{sys.executable} -m venv {VENV03} && {VENV03}/bin/python -m pip install "
+               + " ".join(f"'{r}'" for r in REQUIREMENTS03))
+    what = "the a2a-sdk 0.3 client venv (.venv-a2a03)"
+    python = VENV03 / "bin" / "python"
+    stamp = VENV03 / STAMP
+    want = _digest(json.dumps(REQUIREMENTS03).encode(), f"{sys.version_info[:2]}".encode())
+    if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
+        return python
+    with _install_lock():
+        if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
+            return python  # another process installed it while we waited
+        stamp.unlink(missing_ok=True)
+        _run([sys.executable, "-m", "venv", "--clear", str(VENV03)], what, command)
+        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *REQUIREMENTS03],
+             what, command)
+        out = _run([str(python), "-c", "import a2a.client, httpx; from importlib.metadata import version; "
+                    "print(version('a2a-sdk'))"], what, command)
+        if not out.strip().startswith("0.3."):
+            raise _Unavailable(what, command, f"a2a-sdk {out.strip()} was installed, not 0.3.x")
+        stamp.write_text(want + "\n")
+    return python
+
+
+def _ensure_node_modules() -> Path:
+    """``tests/support/peers/node_modules`` from the committed lock file (``npm ci``)."""
+    command = f"cd {PEERS_DIR} && npm ci  (node and npm: apt-get install nodejs npm)"
+    what = "the @a2a-js/sdk clients (tests/support/peers/node_modules)"
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        raise _Unavailable(what, command, "node or npm is not on PATH")
+    modules = PEERS_DIR / "node_modules"
+    stamp = modules / STAMP
+    want = _digest((PEERS_DIR / "package.json").read_bytes(), (PEERS_DIR / "package-lock.json").read_bytes())
+    if stamp.exists() and stamp.read_text().strip() == want:
+        return Path(node)
+    with _install_lock():
+        if stamp.exists() and stamp.read_text().strip() == want:
+            return Path(node)
+        _run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"], what, command,
+             cwd=PEERS_DIR)
+        for alias, major in (("a2a-js-03", "0.3."), ("a2a-js-13", "1.3.")):
+            manifest = modules / alias / "package.json"
+            version = json.loads(manifest.read_text()).get("version", "") if manifest.exists() else ""
+            if not version.startswith(major):
+                raise _Unavailable(what, command, f"{alias} is {version or 'missing'}, expected {major}x")
+        stamp.write_text(want + "\n")
+    return Path(node)
+
+
+def require_peer(name: str) -> list[str]:
+    """The command prefix that runs peer ``name`` (``[interpreter, script]``), installing what it
+    needs on first use; skips the test when that fails (fails it under CI)."""
+    peer = PEERS[name]
+    key = "venv03" if name == "py03" else "node" if peer.language == "js" else "main"
+    if key not in _installed:
+        try:
+            if key == "venv03":
+                _installed[key] = _ensure_venv03()
+            elif key == "node":
+                _installed[key] = _ensure_node_modules()
+            else:
+                _installed[key] = Path(sys.executable)
+        except _Unavailable as exc:
+            _installed[key] = exc
+    found = _installed[key]
+    if isinstance(found, _Unavailable):
+        if _ci():
+            pytest.fail(f"{found} (CI must be able to install the test peers)", pytrace=False)
+        pytest.skip(str(found))
+    return [str(found), str(PEERS_DIR / peer.script)]
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@dataclass
+class PeerRun:
+    """What one peer process printed (see the module docstring for the line types)."""
+
+    peer: str
+    returncode: int | None
+    lines: list[dict[str, Any]]
+    stderr: str
+    timed_out: bool = False
+    _junk: list[str] = field(default_factory=list)
+
+    def of(self, kind: str, index: int | None = None) -> list[dict[str, Any]]:
+        return [line for line in self.lines
+                if line.get("type") == kind and (index is None or line.get("index") == index)]
+
+    @property
+    def client(self) -> dict[str, Any]:
+        found = self.of("client")
+        assert found, f"{self.peer} printed no client line\n{self.transcript()}"
+        return found[0]
+
+    @property
+    def done(self) -> bool:
+        return bool(self.of("done"))
+
+    def events(self, index: int) -> list[dict[str, Any]]:
+        return self.of("event", index)
+
+    def errors(self, index: int) -> list[dict[str, Any]]:
+        return self.of("error", index)
+
+    def wire(self, index: int) -> list[dict[str, Any]]:
+        return self.of("wire", index)
+
+    def outcome(self, index: int) -> str | None:
+        ends = self.of("step_end", index)
+        return ends[0]["outcome"] if ends else None
+
+    def surfaced(self, index: int) -> tuple[Any, Any]:
+        """``(code, message)`` of the JSON-RPC error the SDK raised in step ``index`` — from the
+        error itself or, for JS errors that wrap it, from the first error of its cause chain
+        that carries one; ``(None, None)`` when it exposes none."""
+        for error in self.errors(index):
+            node: dict[str, Any] | None = error
+            while node is not None:
+                if isinstance(node.get("code"), int):
+                    return node["code"], node.get("message")
+                node = node.get("cause")
+        return None, None
+
+    def transcript(self) -> str:
+        """Everything the peer printed, for assertion messages (bulky members trimmed)."""
+        out = []
+        for line in self.lines:
+            shown = {k: v for k, v in line.items() if k not in ("raw", "traceback", "stack")}
+            if "body" in shown and isinstance(shown["body"], str) and len(shown["body"]) > 1500:
+                shown["body"] = shown["body"][:1500] + "…"
+            out.append(json.dumps(shown))
+        out.extend(f"(not JSON) {junk}" for junk in self._junk)
+        if self.stderr.strip():
+            out.append("stderr: " + self.stderr.strip()[-3000:])
+        state = "timed out" if self.timed_out else f"exit {self.returncode}"
+        return f"--- {self.peer} ({state}) ---\n" + "\n".join(out)
+
+
+async def run_peer(name: str, card_url: str, steps: list[dict[str, Any]], *, timeout: float = 20.0,
+                   headers: dict[str, str] | None = None) -> PeerRun:
+    """Run peer ``name`` against ``card_url`` and return what it printed.
+
+    The peer's own deadline is ``timeout`` seconds; the process is killed 5 s after that.
+    Does not block the event loop (the servers under test may share it)."""
+    cmd = require_peer(name)
+    scenario = {"steps": steps, "timeout": timeout, "headers": headers or {}}
+    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    env.pop("NODE_OPTIONS", None)
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, card_url, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=str(REPO), env=env)
+    timed_out = False
+    try:
+        stdout, stderr = await asyncio.wait_for(proc.communicate(json.dumps(scenario).encode()), timeout + 5.0)
+    except TimeoutError:
+        timed_out = True
+        proc.kill()
+        stdout, stderr = await proc.communicate()
+    lines: list[dict[str, Any]] = []
+    junk: list[str] = []
+    for raw in stdout.decode("utf-8", "replace").splitlines():
+        if not raw.strip():
+            continue
+        try:
+            lines.append(json.loads(raw))
+        except ValueError:
+            junk.append(raw)
+    return PeerRun(name, proc.returncode, lines, stderr.decode("utf-8", "replace"), timed_out, junk)

@@ -1,0 +1,174 @@
+"""A genuine a2a-sdk 1.3 client (run by the main venv's python, in its own process).
+
+    .venv/bin/python tests/support/peers/client13.py CARD_URL < scenario.json
+
+It fetches the Agent Card at CARD_URL, builds its client with the SDK's own ``create_client``
+(which picks the card's JSON-RPC 1.0 interface and talks to whatever URL it names) and runs the
+scenario's steps. The scenario format and the JSON lines printed on stdout are shared by every
+peer client; they are described in ``tests/support/peers.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import traceback
+import uuid
+from importlib.metadata import version
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from google.protobuf.json_format import MessageToDict
+
+from a2a.client import ClientConfig, create_client
+from a2a.helpers import new_text_message
+from a2a.types import Role, SendMessageRequest, SubscribeToTaskRequest, TaskState
+from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP
+
+SDK = "a2a-sdk"
+_KINDS = {"task": "task", "message": "message", "status_update": "statusUpdate", "artifact_update": "artifactUpdate"}
+
+
+def emit(**fields: Any) -> None:
+    print(json.dumps(fields, default=str), flush=True)
+
+
+class _Tee(httpx.AsyncByteStream):
+    """Copies a response body into its wire record as the SDK reads it."""
+
+    def __init__(self, inner: Any, record: dict[str, Any]) -> None:
+        self._inner = inner
+        self._record = record
+
+    async def __aiter__(self):  # type: ignore[override]
+        async for chunk in self._inner:
+            self._record["body"] += chunk
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class WireRecorder(httpx.AsyncBaseTransport):
+    """An httpx transport that records every exchange (request method, response headers and the
+    body bytes the client read), so the test sees exactly what reached this SDK."""
+
+    def __init__(self) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self.records: list[dict[str, Any]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        rpc_method = None
+        try:
+            rpc_method = json.loads(request.content).get("method")
+        except (ValueError, AttributeError, httpx.RequestNotRead):
+            pass
+        response = await self._inner.handle_async_request(request)
+        record = {"httpMethod": request.method, "url": str(request.url), "rpcMethod": rpc_method,
+                  "a2aVersion": request.headers.get("a2a-version"),
+                  "status": response.status_code, "contentType": response.headers.get("content-type"),
+                  "body": bytearray()}
+        self.records.append(record)
+        response.stream = _Tee(response.stream, record)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def emit_wire(recorder: WireRecorder, index: int | None = None) -> None:
+    """Print (and forget) the exchanges recorded so far."""
+    records, recorder.records = recorder.records, []
+    for record in records:
+        emit(type="wire", index=index, **{**record, "body": bytes(record["body"]).decode("utf-8", "replace")})
+
+
+def describe(event: Any) -> dict[str, Any]:
+    """One StreamResponse as printed: kind (the v1.0 member name), ids, state and the dump."""
+    case = event.WhichOneof("payload")
+    kind = _KINDS.get(case, case)
+    value = getattr(event, case)
+    out: dict[str, Any] = {"kind": kind, "raw": MessageToDict(event)}
+    if kind == "task":
+        out.update(taskId=value.id, contextId=value.context_id, state=TaskState.Name(value.status.state))
+    elif kind in ("statusUpdate", "artifactUpdate", "message"):
+        out.update(taskId=value.task_id or None, contextId=value.context_id or None)
+        if kind == "statusUpdate":
+            out.update(state=TaskState.Name(value.status.state))
+    return out
+
+
+def describe_error(exc: BaseException) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": type(exc).__name__, "module": type(exc).__module__, "text": str(exc)}
+    # The SDK raises one A2AError subclass per JSON-RPC code (its own public map), carrying the
+    # server's message.
+    code = JSON_RPC_ERROR_CODE_MAP.get(type(exc))
+    if code is not None:
+        out["code"] = code
+    message = getattr(exc, "message", None)
+    if isinstance(message, str):
+        out["message"] = message
+    return out
+
+
+async def run(card_url: str, scenario: dict[str, Any]) -> None:
+    recorder = WireRecorder()
+    timeout = httpx.Timeout(float(scenario.get("httpTimeout", 30)), connect=5.0)
+    headers = scenario.get("headers") or {}
+    async with httpx.AsyncClient(transport=recorder, timeout=timeout, trust_env=False, headers=headers) as http:
+        parts = urlsplit(card_url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        streaming = await create_client(origin, client_config=ClientConfig(
+            streaming=True, supported_protocol_bindings=["JSONRPC"], httpx_client=http), relative_card_path=parts.path)
+        blocking = await create_client(origin, client_config=ClientConfig(
+            streaming=False, supported_protocol_bindings=["JSONRPC"], httpx_client=http), relative_card_path=parts.path)
+        emit(type="client", sdk=SDK, version=version(SDK), cardUrl=card_url,
+             endpoint=getattr(streaming._transport, "url", None))  # noqa: SLF001 - report only
+        emit_wire(recorder)
+        task_id = context_id = None
+        try:
+            for index, step in enumerate(scenario["steps"]):
+                op = step["op"]
+                emit(type="step", index=index, op=op)
+                if step.get("sameTask"):
+                    step = {"taskId": task_id, "contextId": context_id, **step}
+                started = time.monotonic()
+                try:
+                    if op == "resubscribe":
+                        stream = streaming.subscribe(SubscribeToTaskRequest(id=step["taskId"]))
+                    else:
+                        message = new_text_message(step.get("text", "hi"), task_id=step.get("taskId"),
+                                                   context_id=step.get("contextId"), role=Role.ROLE_USER)
+                        message.message_id = step.get("messageId") or uuid.uuid4().hex
+                        client = streaming if op == "stream" else blocking
+                        stream = client.send_message(SendMessageRequest(message=message))
+                    async for item in stream:
+                        event = describe(item)
+                        task_id = event.get("taskId") or task_id
+                        context_id = event.get("contextId") or context_id
+                        emit(type="event", index=index, at=round(time.monotonic() - started, 3), **event)
+                except Exception as exc:  # noqa: BLE001 - every failure is an observation
+                    emit(type="error", index=index, at=round(time.monotonic() - started, 3),
+                         traceback=traceback.format_exc(limit=4), **describe_error(exc))
+                    emit_wire(recorder, index)
+                    emit(type="step_end", index=index, outcome="error")
+                    continue
+                emit_wire(recorder, index)
+                emit(type="step_end", index=index, outcome="ended", at=round(time.monotonic() - started, 3))
+        finally:
+            await streaming.close()  # a shared httpx client stays open: the async with closes it
+            await blocking.close()
+        emit(type="done")
+
+
+def main() -> None:
+    card_url = sys.argv[1]
+    scenario = json.loads(sys.stdin.read())
+    asyncio.run(asyncio.wait_for(run(card_url, scenario), float(scenario.get("timeout", 20))))
+
+
+if __name__ == "__main__":
+    main()
