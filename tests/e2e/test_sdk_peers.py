@@ -464,7 +464,9 @@ def check_refusal_error(doc: Any, rpc_id: Any, tid: str, where: str) -> None:
 
 @pytest.mark.parametrize("rpc_id", ["f17-refusal", 17], ids=["string_id", "int_id"])
 @pytest.mark.parametrize(("version", "method"), [
-    (V03, "message/stream"), (V03, "tasks/resubscribe"), (V10, "SendStreamingMessage"), (V10, "SubscribeToTask"),
+    pytest.param(version, method, id=f"v{version}-{method}")
+    for version, method in ((V03, "message/stream"), (V03, "tasks/resubscribe"),
+                            (V10, "SendStreamingMessage"), (V10, "SubscribeToTask"))
 ])
 async def test_f17_streaming_call_to_terminal_task_is_refused_in_the_clients_form(
     stack: Stack, http: httpx.AsyncClient, trace: str, version: str, method: str, rpc_id: Any
@@ -563,8 +565,9 @@ async def test_f17_v03_sdk_stream_ends_on_the_terminal_status(
     events = run.events(0)
     assert peer_kinds(run, 0) == ["task", "status", "artifact", "status"], where
     assert events[-1]["state"] == CANONICAL[V03][state], where
-    assert events[-1]["final"] is True, f"{peer} got final={events[-1]['final']!r} on the terminal event:\n{where}"
-    assert events[1]["final"] is False, where
+    got_final = events[-1].get("final", ABSENT)
+    assert got_final is True, f"{peer} got final={got_final!r} on the terminal event:\n{where}"
+    assert events[1].get("final", ABSENT) is False, where
     assert len(scripted.worker.calls("message/stream")) == 1, where
 
 
@@ -612,18 +615,22 @@ async def test_f17_v10_sdk_stream_ends_and_never_sees_final(
 
 @pytest.mark.slow
 @pytest.mark.timeout(SDK_TIMEOUT)
+@pytest.mark.parametrize("working_final", [True, ABSENT], ids=["final_true", "final_absent"])
 @pytest.mark.parametrize("peer", V03_PEERS + V10_PEERS)
-async def test_f17_sdk_stream_goes_on_after_final_true_on_working(scripted: ScriptedStack, peer: str) -> None:
-    """F17 (a) variant with genuine SDK clients: ``final: true`` on ``working`` is followed by
-    an artifact and the completion; the SDK gets every event and the working status carries
-    ``final: false`` (v0.3) or no ``final`` (v1.0)."""
+async def test_f17_sdk_stream_goes_on_after_final_on_working(
+    scripted: ScriptedStack, peer: str, working_final: Any
+) -> None:
+    """F17 (a) variant with genuine SDK clients: ``final: true`` (or no ``final``) on
+    ``working`` is followed by an artifact and the completion; the SDK gets every event and
+    the working status carries ``final: false`` (v0.3; a2a-sdk 0.3 refuses a status-update
+    without ``final``) or no ``final`` (v1.0)."""
     version = PEERS[peer].protocol
     tid, cid = new_ids()
     gate = scripted.gate()
     method = STREAM_METHOD[version]
     scripted.worker.on(method, sse=[
         Event(result=task_result(version, tid, cid, CANONICAL[version]["submitted"])),
-        Event(result=status_result(version, tid, cid, CANONICAL[version]["working"], True)),
+        Event(result=status_result(version, tid, cid, CANONICAL[version]["working"], working_final)),
         Event(result=artifact_result(version, tid, cid)),
         Event(result=status_result(version, tid, cid, CANONICAL[version]["completed"],
                                    True if version == V03 else ABSENT)),
@@ -638,7 +645,8 @@ async def test_f17_sdk_stream_goes_on_after_final_true_on_working(scripted: Scri
     assert peer_kinds(run, 0) == ["task", "status", "artifact", "status"], where
     assert run.events(0)[-1]["state"] == CANONICAL[version]["completed"], where
     if version == V03:
-        assert run.events(0)[1]["final"] is False, f"{peer} got final={run.events(0)[1]['final']!r} on working:\n{where}"
+        got_final = run.events(0)[1].get("final", ABSENT)
+        assert got_final is False, f"{peer} got final={got_final!r} on working:\n{where}"
     else:
         working = body_of(version, wire_results(run, 0, method)[1])
         assert "final" not in working, f"{peer} was sent `final` on working: {working}"
