@@ -55,10 +55,11 @@ def _events(task_id: str, context_id: str) -> tuple[dict[str, object], dict[str,
 async def _transition(ledger: TaskLedger, result: dict[str, object], stream: StreamState) -> StreamState:
     task_id = engine.payload_task_id(result)
     assert task_id is not None
-    record = await ledger.get("worker", task_id)
+    stored = await ledger.get("worker", task_id)
+    record = stored.record if stored is not None else None
     outcome = engine.check_payload(EX, stream, record, result, Clock(time.time()))
     if outcome.record is not None:
-        await ledger.put(outcome.record, record.version if record else 0)
+        await ledger.put(outcome.record, stored.version if stored is not None else 0)
     return outcome.stream or stream
 
 

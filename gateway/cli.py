@@ -12,11 +12,15 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 
 from gateway import __version__
 from gateway.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gateway.ledger.base import Stored
 
 EXAMPLES = """\
 environment: A2A_GATEWAY_CONFIG, _UPSTREAM, _HOST, _PORT, _MODE, _LEDGER, _SHUTDOWN_GRACE,
@@ -343,7 +347,7 @@ def _ledger(args: argparse.Namespace) -> int:
                                "by_state": counts}
             else:
                 names = [args.upstream] if args.upstream else _upstreams(args)
-                found = [r for r in [await ledger.get(n, args.task_id) for n in names] if r]
+                found = [s for s in [await ledger.get(n, args.task_id) for n in names] if s]
                 if not found:
                     print(f"task {args.task_id} is not in the ledger under upstream "
                           f"{', '.join(names)}", file=sys.stderr)
@@ -367,7 +371,10 @@ def _upstreams(args: argparse.Namespace) -> list[str]:
     return ["worker"]
 
 
-def _record_json(record: object) -> dict[str, object]:
+def _record_json(stored: Stored) -> dict[str, object]:
+    """A ledger entry as ``ledger show`` prints it: the record's fields, then the ledger's
+    ``version`` and ``needs_resync`` kept beside it."""
     import dataclasses
 
-    return dataclasses.asdict(record)  # type: ignore[call-overload, no-any-return]
+    return {**dataclasses.asdict(stored.record), "version": stored.version,
+            "needs_resync": stored.needs_resync}

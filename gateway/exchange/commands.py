@@ -26,16 +26,25 @@ class Load:
 
 @dataclass(frozen=True, slots=True)
 class Loaded:
-    """The record (``None`` when the ledger has none) and the time of the read."""
+    """The record (``None`` when the ledger has none), the time of the read, and the ledger's
+    bookkeeping beside the record: ``version``, its compare-and-set counter (0 without a
+    record; the ``expected_version`` of the next :class:`Store`), and ``needs_resync``, the
+    restart flag (set at start-up for a task that was live while the gateway was down; the
+    next action on it does a forced ``GetTask``)."""
 
     record: TaskRecord | None
     clock: Clock
+    version: int = 0
+    needs_resync: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    """Compare-and-set ``record`` over ``expected_version`` (0: a new record). Reply: the
-    stored :class:`TaskRecord`. Throws :class:`~gateway.errors.VersionConflictError` or
+    """Compare-and-set ``record`` over ``expected_version`` (0: a new record) and clear the
+    task's ``needs_resync`` flag with it: a stored record is an observation of this gateway
+    run. To clear the flag alone, store the loaded record unchanged over its loaded version
+    (:func:`gateway.exchange.judge.clear_resync`). Reply: the new version
+    (``expected_version + 1``). Throws :class:`~gateway.errors.VersionConflictError` or
     :class:`~gateway.errors.LedgerError`."""
 
     record: TaskRecord

@@ -31,7 +31,7 @@ from gateway.a2a.payloads import locate
 from gateway.a2a.sse import encode_event
 from gateway.a2a.version import ProtocolVersion
 from gateway.errors import LedgerError, UpstreamError
-from gateway.exchange.commands import Answer, Count, Found, Log, MarkCardStale, Post, Respond
+from gateway.exchange.commands import Answer, Count, Found, Loaded, Log, MarkCardStale, Post, Respond
 from gateway.exchange.judge import Steps, clear_resync, judge, load
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.stream import StreamExchange
@@ -154,10 +154,11 @@ class JsonRpcExchange:
             return True
         loaded = yield from load(self.policy, ex.task_id)
         record = loaded.record
-        reason = forced_get_reason(record, self.card, now=loaded.clock.wall,
+        reason = forced_get_reason(record, self.card, needs_resync=loaded.needs_resync,
+                                   now=loaded.clock.wall,
                                    heartbeat_seconds=self.policy.heartbeat_seconds)
         if reason is not None and record is not None:
-            record = yield from self.forced_get(record, reason)
+            record = yield from self.forced_get(loaded, reason)
         admission = engine.check_request(ex, record)
         if admission.findings:
             yield Found(tuple(admission.findings), ex.task_id, self.info.name)
@@ -168,22 +169,26 @@ class JsonRpcExchange:
         yield self.error(200, code, message, task_id=ex.task_id)
         return False
 
-    def forced_get(self, record: TaskRecord, reason: str) -> Generator[Any, Any, TaskRecord | None]:
-        """``GetTask`` to the worker before acting on a task whose record may be stale,
-        counted in ``a2a_gateway_forced_get_total{reason}``; a fresh state that differs from
-        the record is a ``stale_record`` divergence. Returns the fresh record."""
+    def forced_get(self, loaded: Loaded, reason: str) -> Generator[Any, Any, TaskRecord | None]:
+        """``GetTask`` to the worker before acting on the task ``loaded`` holds (its record may
+        be stale), counted in ``a2a_gateway_forced_get_total{reason}``; a fresh state that
+        differs from the record is a ``stale_record`` divergence. The ``needs_resync`` flag is
+        cleared even when the worker gives no task. Returns the fresh record."""
+        record = loaded.record
+        assert record is not None
         yield Count("forced_gets", (reason,))
-        _, fresh = yield from self.probe_task(self.ex.task_id or record.task_id)
-        if fresh is not None and fresh.needs_resync:
+        _, fresh = yield from self._probe(self.ex.task_id or record.task_id)
+        if fresh.record is not None and fresh.needs_resync:
             yield from clear_resync(fresh)  # the worker did not answer with a task
-            fresh = (yield from load(self.policy, record.task_id)).record
-        elif fresh is None:
-            yield from clear_resync(record)
-        if fresh is not None and fresh.state is not record.state:
+            fresh = yield from load(self.policy, record.task_id)
+        elif fresh.record is None:
+            yield from clear_resync(loaded)
+        current = fresh.record
+        if current is not None and current.state is not record.state:
             detail = (f"task {record.task_id} recorded {record.state.value}, worker says "
-                      f"{fresh.state.value} ({reason})")
+                      f"{current.state.value} ({reason})")
             yield Found((Finding("divergence", "stale_record", detail),), record.task_id)
-        return fresh
+        return current
 
     def probe_task(self, task_id: str) -> Generator[Any, Any, tuple[Any, TaskRecord | None]]:
         """Ask the worker ``GetTask`` for ``task_id`` (same version, same client headers); the
@@ -191,6 +196,12 @@ class JsonRpcExchange:
 
         Returns ``(task, record)``: the Task as the client would receive it (normalized,
         corrected; ``None`` when the worker gave no task) and the stored record."""
+        task, loaded = yield from self._probe(task_id)
+        return task, loaded.record
+
+    def _probe(self, task_id: str) -> Generator[Any, Any, tuple[Any, Loaded]]:
+        """:meth:`probe_task`, returning the whole :class:`Loaded` read after it (the record
+        with its ledger bookkeeping)."""
         body = jsonrpc.dumps(jsonrpc.task_get_request(task_id, self.ex.version))
         task = None
         try:
@@ -203,7 +214,7 @@ class JsonRpcExchange:
             get_ex = dataclasses.replace(self.ex, operation=Operation.GET, task_id=task_id)
             outcome = yield from judge(self.policy, get_ex, None, doc["result"])
             task = outcome.result if outcome.action is Action.FORWARD else None
-        return task, (yield from load(self.policy, task_id)).record
+        return task, (yield from load(self.policy, task_id))
 
     # --- the answer ---------------------------------------------------------------------------
 

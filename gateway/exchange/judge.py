@@ -6,7 +6,8 @@ storage itself.
 The ledger change is stored before the payload is forwarded (write-before-forward). A lost
 compare-and-set race reloads and judges again, up to :data:`CAS_ATTEMPTS` times. A write that
 would only move the observation time by less than :data:`OBSERVATION_WRITE_SECONDS` is
-skipped (a stream of WORKING updates does not rewrite the record per event).
+skipped (a stream of WORKING updates does not rewrite the record per event), unless the record
+is flagged ``needs_resync``: every store clears that flag (:class:`~gateway.exchange.commands.Store`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ Steps = Generator[Any, Any, Any]
 """A generator of commands (see :mod:`gateway.exchange.commands`)."""
 
 _content = operator.attrgetter(*(f.name for f in dataclasses.fields(TaskRecord)
-                                 if f.name not in ("observed_at", "version")))
-"""A record's fields other than its observation time and version, as a tuple."""
+                                 if f.name != "observed_at"))
+"""A record's fields other than its observation time, as a tuple."""
 
 
 def only_fresher(old: TaskRecord | None, new: TaskRecord) -> bool:
@@ -95,10 +96,10 @@ def _judge_with_cas(
         loaded: Loaded = yield Load(task_id)
         record = loaded.record
         outcome = engine.check_payload(ex, stream, record, result, loaded.clock)
-        if outcome.record is None or only_fresher(record, outcome.record):
+        if outcome.record is None or (not loaded.needs_resync and only_fresher(record, outcome.record)):
             return outcome
         try:
-            yield Store(outcome.record, record.version if record else 0)
+            yield Store(outcome.record, loaded.version)
         except VersionConflictError:
             yield Count("ledger_conflicts")
             continue
@@ -109,22 +110,32 @@ def _judge_with_cas(
 def touch(task_id: str) -> Steps:
     """Record a sign of life of a live task without a payload (a ping on its own stream):
     ``observed_at`` moves on, nothing else. Best effort: a lost race or a ledger failure is
-    ignored (the next event records the time anyway)."""
+    ignored (the next event records the time anyway). A record flagged ``needs_resync`` is left
+    alone: a store would clear the flag, which only an observation of the task's state may do
+    (and until then its observation time decides nothing: ``restart`` comes first)."""
     try:
         loaded: Loaded = yield Load(task_id)
         record = loaded.record
-        if record is None or record.terminal or only_fresher(
-                record, dataclasses.replace(record, observed_at=loaded.clock.wall)):
+        if record is None or record.terminal or loaded.needs_resync:
             return
-        yield Store(dataclasses.replace(record, observed_at=loaded.clock.wall), record.version)
+        fresher = dataclasses.replace(record, observed_at=loaded.clock.wall)
+        if only_fresher(record, fresher):
+            return
+        yield Store(fresher, loaded.version)
     except (VersionConflictError, LedgerError):
         return
 
 
-def clear_resync(record: TaskRecord) -> Steps:
-    """Drop the ``needs_resync`` flag of ``record`` (a lost race means someone else did)."""
-    if record.needs_resync:
+def clear_resync(loaded: Loaded) -> Steps:
+    """Drop the ``needs_resync`` flag of the loaded record: it is stored unchanged over its
+    loaded version, which clears the flag (:class:`~gateway.exchange.commands.Store`). A lost
+    race means someone else stored the record, which cleared it too.
+
+    Raises:
+        LedgerError: the ledger failed.
+    """
+    if loaded.record is not None and loaded.needs_resync:
         try:
-            yield Store(dataclasses.replace(record, needs_resync=False), record.version)
+            yield Store(loaded.record, loaded.version)
         except VersionConflictError:
             pass

@@ -23,7 +23,6 @@ exchange waits there, to be resumed with more acts.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -53,30 +52,55 @@ from gateway.exchange.commands import (
 from gateway.invariants.model import Clock, Finding, TaskRecord
 
 
+Key = tuple[str, str]
+
+
 @dataclass
 class Ledger:
-    """The records of an offline run, keyed by (upstream, task id), with the same
-    compare-and-set on ``version`` as the real ledgers."""
+    """The records of an offline run, keyed by (upstream, task id), with the real ledgers'
+    bookkeeping beside them and the same compare-and-set (:class:`~gateway.ledger.base.TaskLedger`):
+    ``versions`` holds each record's version (a record put into ``records`` directly, without
+    one, counts as version 1) and ``resync`` the keys flagged ``needs_resync``
+    (:meth:`mark_resync`); every :meth:`put` clears the flag."""
 
-    records: dict[tuple[str, str], TaskRecord] = field(default_factory=dict)
+    records: dict[Key, TaskRecord] = field(default_factory=dict)
+    versions: dict[Key, int] = field(default_factory=dict)
+    resync: set[Key] = field(default_factory=set)
 
     def get(self, upstream: str, task_id: str) -> TaskRecord | None:
         """The record, or ``None``."""
         return self.records.get((upstream, task_id))
 
-    def put(self, record: TaskRecord, expected_version: int) -> TaskRecord:
-        """Store ``record`` as version ``expected_version + 1``.
+    def load(self, upstream: str, task_id: str, clock: Clock) -> Loaded:
+        """The record with its version and flag, read at ``clock``."""
+        key = (upstream, task_id)
+        record = self.records.get(key)
+        if record is None:
+            return Loaded(None, clock)
+        return Loaded(record, clock, self.versions.get(key, 1), key in self.resync)
+
+    def put(self, record: TaskRecord, expected_version: int) -> int:
+        """Store ``record`` as version ``expected_version + 1`` and clear its flag.
+
+        Returns the new version.
 
         Raises:
-            VersionConflictError: the stored version is not ``expected_version``.
+            VersionConflictError: the stored version is not ``expected_version`` (0: absent).
         """
         key = (record.upstream, record.task_id)
-        current = self.records.get(key)
-        if (current.version if current else 0) != expected_version:
+        current = self.versions.get(key, 1) if key in self.records else 0
+        if current != expected_version:
             raise VersionConflictError(f"{key}: expected version {expected_version}")
-        stored = dataclasses.replace(record, version=expected_version + 1)
-        self.records[key] = stored
-        return stored
+        self.records[key] = record
+        self.versions[key] = expected_version + 1
+        self.resync.discard(key)
+        return expected_version + 1
+
+    def mark_resync(self) -> int:
+        """Flag every non-terminal record ``needs_resync`` (a restart); returns how many."""
+        live = {key for key, record in self.records.items() if not record.terminal}
+        self.resync |= live
+        return len(live)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +172,9 @@ class Offline:
     def _perform(self, cmd: Any) -> Any:
         kind = type(cmd)
         if kind is Load:
-            record = None if cmd.task_id is None else self.ledger.get(self.upstream, cmd.task_id)
-            return Loaded(record, Clock(self.now))
+            if cmd.task_id is None:
+                return Loaded(None, Clock(self.now))
+            return self.ledger.load(self.upstream, cmd.task_id, Clock(self.now))
         if kind is Store:
             return self.ledger.put(cmd.record, cmd.expected_version)
         if kind in (Post, Open, Read):

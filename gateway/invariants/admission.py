@@ -109,21 +109,29 @@ def _metadata_skill(params: Any, key: str | None) -> str | None:
 
 
 def forced_get_reason(
-    record: TaskRecord | None, card: CardView, *, now: float, heartbeat_seconds: float
+    record: TaskRecord | None,
+    card: CardView,
+    *,
+    needs_resync: bool,
+    now: float,
+    heartbeat_seconds: float,
 ) -> str | None:
     """Why the gateway must ask ``GetTask`` before acting on this task, or ``None``.
 
-    Reasons, in order: ``restart`` (the gateway was down while the task was live),
-    ``card_unreachable``, ``etag_changed`` (the card changed since the task's last
+    Reasons, in order: ``restart`` (``needs_resync``: the gateway was down while the task was
+    live), ``card_unreachable``, ``etag_changed`` (the card changed since the task's last
     observation), ``heartbeat_gap`` (no observation for longer than the interval). A terminal or
     unknown task needs none: nothing about it can be refreshed into life. No reason, no poll.
 
     Args:
+        needs_resync: the ledger's restart flag kept beside ``record`` (set at start-up for a
+            task live while the gateway was down, cleared by the next store of the record;
+            :class:`gateway.exchange.commands.Loaded`).
         now: wall-clock seconds since the epoch (comparable with ``record.observed_at``).
     """
     if record is None or record.terminal:
         return None
-    if record.needs_resync:
+    if needs_resync:
         return "restart"
     if not card.reachable:
         return "card_unreachable"

@@ -579,11 +579,11 @@ def _transition(
     if record is None:  # a new task: the record starts unspecified, without artifacts
         upstream, task_id, context_id = ex.upstream, tid, item.context_id
         base_state, base_status, poisoned = _UNSPECIFIED, None, False
-        known, card_etag, version = NO_ARTIFACTS, ex.card_etag, 0
+        known, card_etag = NO_ARTIFACTS, ex.card_etag
     else:
         upstream, task_id, context_id = record.upstream, record.task_id, record.context_id or item.context_id
         base_state, base_status, poisoned = record.state, record.terminal_status, record.poisoned
-        known, card_etag, version = record.artifacts, ex.card_etag or record.card_etag, record.version
+        known, card_etag = record.artifacts, ex.card_etag or record.card_etag
     if state is _UNSPECIFIED:
         state = base_state  # an unspecified payload never erases a known state (F03)
     artifacts = known
@@ -611,7 +611,7 @@ def _transition(
         terminal_status = status
     new_record = build_record(
         upstream, task_id, context_id, state, clock.wall, terminal_status,
-        poisoned, artifacts, False, card_etag, version,
+        poisoned, artifacts, card_etag,
     )
     new_stream = _bind(stream, item, terminal=terminal)
     return Outcome(_FORWARD, obj, new_stream, new_record, findings, None,

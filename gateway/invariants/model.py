@@ -89,10 +89,9 @@ class TaskRecord:
     ``state`` is canonical. ``terminal_status`` is the status object (v1.0 spelling) recorded
     when the task first became terminal; it wins over anything the worker says later.
     ``observed_at`` is wall-clock seconds since the epoch. ``card_etag`` is the upstream's
-    Agent Card ETag in force at the last observation. ``needs_resync`` is set by the
-    ledger at start-up for tasks that were live while the gateway was down: the next action on
-    such a task is preceded by a forced GetTask. ``version`` is the compare-and-set counter
-    owned by the ledger.
+    Agent Card ETag in force at the last observation. Task state only: the ledger keeps its
+    compare-and-set version and the ``needs_resync`` restart flag beside the record, never in
+    it (:class:`gateway.ledger.base.Stored`).
     """
 
     upstream: str
@@ -103,9 +102,7 @@ class TaskRecord:
     terminal_status: Mapping[str, Any] | None = None
     poisoned: bool = False
     artifacts: Mapping[str, ArtifactRecord] = field(default_factory=lambda: NO_ARTIFACTS)
-    needs_resync: bool = False
     card_etag: str | None = None
-    version: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -115,7 +112,7 @@ class TaskRecord:
 
 _RECORD_FIELDS = (
     "upstream", "task_id", "context_id", "state", "observed_at",
-    "terminal_status", "poisoned", "artifacts", "needs_resync", "card_etag", "version",
+    "terminal_status", "poisoned", "artifacts", "card_etag",
 )
 if tuple(f.name for f in fields(TaskRecord)) != _RECORD_FIELDS:  # pragma: no cover
     raise RuntimeError("TaskRecord fields changed: update _RECORD_FIELDS and build_record")
@@ -124,7 +121,7 @@ if tuple(f.name for f in fields(TaskRecord)) != _RECORD_FIELDS:  # pragma: no co
 def _record_builder() -> Any:
     new = object.__new__
     (s_upstream, s_task_id, s_context_id, s_state, s_observed_at,
-     s_terminal_status, s_poisoned, s_artifacts, s_needs_resync, s_card_etag, s_version) = (
+     s_terminal_status, s_poisoned, s_artifacts, s_card_etag) = (
         TaskRecord.__dict__[name].__set__ for name in _RECORD_FIELDS)
 
     def build_record(
@@ -136,9 +133,7 @@ def _record_builder() -> Any:
         terminal_status: Mapping[str, Any] | None,
         poisoned: bool,
         artifacts: Mapping[str, ArtifactRecord],
-        needs_resync: bool,
         card_etag: str | None,
-        version: int,
     ) -> TaskRecord:
         """``TaskRecord(...)`` with every field given, positionally, at about half the cost.
 
@@ -154,9 +149,7 @@ def _record_builder() -> Any:
         s_terminal_status(record, terminal_status)
         s_poisoned(record, poisoned)
         s_artifacts(record, artifacts)
-        s_needs_resync(record, needs_resync)
         s_card_etag(record, card_etag)
-        s_version(record, version)
         return record
 
     return build_record

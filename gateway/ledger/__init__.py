@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.errors import VersionConflictError
-from gateway.ledger.base import TaskLedger
+from gateway.ledger.base import Stored, TaskLedger
 
-__all__ = ["TaskLedger", "VersionConflictError", "ledger_from_url", "redact", "sqlite_path"]
+__all__ = ["Stored", "TaskLedger", "VersionConflictError", "ledger_from_url", "redact", "sqlite_path"]
 
 
 def redact(url: str) -> str:

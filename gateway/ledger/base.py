@@ -1,18 +1,34 @@
 """The task ledger interface: per-task records behind one small async Protocol.
 
 The ledger stores :class:`~gateway.invariants.model.TaskRecord` values keyed by
-(``upstream``, ``task_id``) and updates them with compare-and-set on ``version``, so two
-concurrent events for one task — two streams, or two gateway replicas — can never both win a
-transition out of the same state. Backends: :mod:`~gateway.ledger.memory` (bounded, one
+(``upstream``, ``task_id``) and updates them with compare-and-set on a version it keeps beside
+each record (:class:`Stored`), so two concurrent events for one task — two streams, or two
+gateway replicas — can never both win a transition out of the same state. Backends: :mod:`~gateway.ledger.memory` (bounded, one
 process), :mod:`~gateway.ledger.sqlite` (the embedded default, one host),
 :mod:`~gateway.ledger.redis` (several replicas).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.invariants.model import TaskRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A record as the ledger holds it: the task state and the ledger's bookkeeping beside it.
+
+    ``version`` is the compare-and-set counter: 1 after the first ``put``, one more per ``put``.
+    ``needs_resync`` is set by :meth:`TaskLedger.mark_resync` at start-up for a task that was
+    live while the gateway was down (the next action on it is preceded by a forced
+    ``GetTask``), and cleared by the next ``put`` of the record.
+    """
+
+    record: TaskRecord
+    version: int
+    needs_resync: bool = False
 
 
 class TaskLedger(Protocol):
@@ -28,14 +44,17 @@ class TaskLedger(Protocol):
         """Connect / create the schema. Called once before use."""
         ...
 
-    async def get(self, upstream: str, task_id: str) -> TaskRecord | None:
-        """The record of (``upstream``, ``task_id``), or ``None``."""
+    async def get(self, upstream: str, task_id: str) -> Stored | None:
+        """The record of (``upstream``, ``task_id``) with its version and restart flag, or
+        ``None``."""
         ...
 
-    async def put(self, record: TaskRecord, expected_version: int) -> TaskRecord:
-        """Store ``record`` if the stored version equals ``expected_version`` (0: absent).
+    async def put(self, record: TaskRecord, expected_version: int) -> int:
+        """Store ``record`` if the stored version equals ``expected_version`` (0: absent), and
+        clear its ``needs_resync`` flag (a record stored by the running gateway is an
+        observation made since the restart).
 
-        Returns the stored record with ``version = expected_version + 1``.
+        Returns the new version, ``expected_version + 1``.
 
         Raises:
             VersionConflictError: another writer got there first; re-read and re-judge.
@@ -47,7 +66,8 @@ class TaskLedger(Protocol):
         ...
 
     async def mark_resync(self) -> int:
-        """Flag every non-terminal task ``needs_resync`` (crash recovery at start-up).
+        """Flag every non-terminal task ``needs_resync`` (crash recovery at start-up); the
+        versions do not move.
 
         Returns how many tasks were flagged.
         """

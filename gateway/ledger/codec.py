@@ -6,8 +6,9 @@ The stored document uses short keys to keep a tracked task small::
      "ts": {terminal status}|null, "p": poisoned, "a": {"artifactId": [sealed, parts]},
      "e": card ETag|null}
 
-``version`` and ``needs_resync`` live beside the document (columns / hash fields) because the
-ledger updates them without rewriting it.
+The ledger's bookkeeping, ``version`` and ``needs_resync``, is not part of the record: it lives
+beside the document (columns / hash fields), so the ledger updates it without rewriting the
+document, and comes back beside the decoded record in a :class:`~gateway.ledger.base.Stored`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def encode(record: TaskRecord) -> bytes:
     return orjson.dumps(doc)
 
 
-def decode(data: bytes | str, *, version: int, needs_resync: bool) -> TaskRecord:
+def decode(data: bytes | str) -> TaskRecord:
     """Rebuild a :class:`TaskRecord` from :func:`encode` output.
 
     Raises:
@@ -55,9 +56,7 @@ def decode(data: bytes | str, *, version: int, needs_resync: bool) -> TaskRecord
             terminal_status=doc["ts"],
             poisoned=bool(doc["p"]),
             artifacts={k: ArtifactRecord(bool(v[0]), int(v[1])) for k, v in doc["a"].items()},
-            needs_resync=needs_resync,
             card_etag=doc.get("e"),
-            version=version,
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"not a stored task record: {exc}") from exc

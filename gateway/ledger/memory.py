@@ -4,8 +4,10 @@ Bounded: at most ``max_tasks`` records. When full, the least recently updated te
 is evicted first (then the least recently updated of any kind); each eviction is logged with
 the task id and counted in :attr:`MemoryLedger.evicted`. Nothing survives a restart.
 
-Plain dicts (insertion-ordered) hold the records and the terminal index, sharing one key tuple
-per task, so a tracked task costs well under 1 KiB (``bench/ledger_bench.py`` measures it).
+Plain dicts (insertion-ordered) hold the :class:`~gateway.ledger.base.Stored` records and the
+terminal index, sharing one key tuple per task, so a tracked task costs well under 1 KiB
+(``bench/ledger_bench.py`` measures it). The record given to ``put`` is kept as is (it is
+frozen); only its small ``Stored`` wrapper is new.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from gateway.invariants.model import TaskRecord, build_record
 from gateway.errors import VersionConflictError
+from gateway.invariants.model import TaskRecord
+from gateway.ledger.base import Stored
 
 _log = logging.getLogger("a2a_gateway")
 Key = tuple[str, str]
@@ -30,7 +33,7 @@ class MemoryLedger:
     backend = "memory"
 
     def __init__(self, max_tasks: int = 100_000) -> None:
-        self._records: dict[Key, TaskRecord] = {}
+        self._records: dict[Key, Stored] = {}
         self._terminal: dict[Key, None] = {}
         self._max = max_tasks
         self.evicted = 0
@@ -38,12 +41,13 @@ class MemoryLedger:
     async def open(self) -> None:
         """Nothing to open."""
 
-    async def get(self, upstream: str, task_id: str) -> TaskRecord | None:
-        """The record of (``upstream``, ``task_id``), or ``None``."""
+    async def get(self, upstream: str, task_id: str) -> Stored | None:
+        """The record of (``upstream``, ``task_id``) with its version, or ``None``."""
         return self._records.get((upstream, task_id))
 
-    async def put(self, record: TaskRecord, expected_version: int) -> TaskRecord:
-        """Compare-and-set on ``version``; see :meth:`TaskLedger.put`."""
+    async def put(self, record: TaskRecord, expected_version: int) -> int:
+        """Compare-and-set on the version; see :meth:`TaskLedger.put`. Returns the new
+        version."""
         key = (record.upstream, record.task_id)
         current = self._records.pop(key, None)
         stored_version = current.version if current is not None else 0
@@ -51,17 +55,14 @@ class MemoryLedger:
             if current is not None:
                 self._records[key] = current
             raise VersionConflictError(f"{key}: stored {stored_version}, expected {expected_version}")
-        r = record
-        stored = build_record(r.upstream, r.task_id, r.context_id, r.state, r.observed_at,
-                              r.terminal_status, r.poisoned, r.artifacts,
-                              r.needs_resync, r.card_etag, expected_version + 1)
-        self._records[key] = stored  # re-inserted: the dict's order is least recently updated first
-        if stored.terminal:
+        version = expected_version + 1
+        self._records[key] = Stored(record, version)  # re-inserted: least recently updated first
+        if record.terminal:
             self._terminal.pop(key, None)
             self._terminal[key] = None
         if len(self._records) > self._max:
             self._evict()
-        return stored
+        return version
 
     def _evict(self) -> None:
         if self._terminal:
@@ -69,14 +70,15 @@ class MemoryLedger:
             del self._terminal[victim]
         else:
             victim = next(iter(self._records))
-        record = self._records.pop(victim)
+        stored = self._records.pop(victim)
         self.evicted += 1
         _log.warning("ledger_evicted", extra={"upstream": victim[0], "task_id": victim[1],
-                                               "state": record.state.value, "backend": self.backend})
+                                               "state": stored.record.state.value,
+                                               "backend": self.backend})
 
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state."""
-        return dict(Counter(r.state.value for r in self._records.values()))
+        return dict(Counter(s.record.state.value for s in self._records.values()))
 
     async def mark_resync(self) -> int:
         """Nothing survives a restart, so nothing needs a resync."""
@@ -84,7 +86,7 @@ class MemoryLedger:
 
     async def prune(self, older_than: float) -> int:
         """Drop terminal records last observed before ``older_than``."""
-        doomed = [k for k in self._terminal if self._records[k].observed_at < older_than]
+        doomed = [k for k in self._terminal if self._records[k].record.observed_at < older_than]
         for key in doomed:
             del self._terminal[key]
             del self._records[key]

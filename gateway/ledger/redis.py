@@ -35,9 +35,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
+from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
-from gateway.errors import VersionConflictError
+from gateway.ledger.base import Stored
 
 _CAS = """
 local cur = redis.call('HGET', KEYS[1], 'v')
@@ -45,11 +46,11 @@ if (cur == false and ARGV[1] ~= '0') or (cur ~= false and cur ~= ARGV[1]) then r
 local old = redis.call('HGET', KEYS[1], 's')
 if old then redis.call('HINCRBY', KEYS[2], old, -1) end
 redis.call('HINCRBY', KEYS[2], ARGV[3], 1)
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 's', ARGV[3], 'term', ARGV[4], 'resync', ARGV[5],
-           'oa', ARGV[6], 'rec', ARGV[7])
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 's', ARGV[3], 'term', ARGV[4], 'resync', '0',
+           'oa', ARGV[5], 'rec', ARGV[6])
 if ARGV[4] == '1' then
   redis.call('SREM', KEYS[3], KEYS[1])
-  redis.call('ZADD', KEYS[4], ARGV[6], KEYS[1])
+  redis.call('ZADD', KEYS[4], ARGV[5], KEYS[1])
 else
   redis.call('SADD', KEYS[3], KEYS[1])
 end
@@ -174,24 +175,31 @@ class RedisLedger:
             pipe.execute_command(*command)
         return await pipe.execute(raise_on_error=False)
 
-    async def get(self, upstream: str, task_id: str) -> TaskRecord | None:
-        """The record of (``upstream``, ``task_id``), or ``None``."""
+    async def get(self, upstream: str, task_id: str) -> Stored | None:
+        """The record of (``upstream``, ``task_id``) with its version and restart flag, or
+        ``None``.
+
+        Raises:
+            ValueError: the stored document is not a record (:func:`codec.decode`).
+        """
         values = await self._call("HMGET", self._key(upstream, task_id), "rec", "v", "resync")
         if values[0] is None:
             return None
-        return codec.decode(values[0], version=int(values[1]), needs_resync=values[2] == b"1")
+        return Stored(codec.decode(values[0]), int(values[1]), values[2] == b"1")
 
-    async def put(self, record: TaskRecord, expected_version: int) -> TaskRecord:
-        """Compare-and-set on ``version`` in one Lua script; see :meth:`TaskLedger.put`."""
+    async def put(self, record: TaskRecord, expected_version: int) -> int:
+        """Compare-and-set on the version in one Lua script (which also clears ``resync``);
+        see :meth:`TaskLedger.put`. Returns the new version."""
         blob = codec.encode(record)
+        version = expected_version + 1
         done = await self._call(
             "EVALSHA", self._cas_sha, 4, self._key(record.upstream, record.task_id),
             f"{self.prefix}:counts", f"{self.prefix}:live", f"{self.prefix}:terminal",
-            expected_version, expected_version + 1, record.state.value, int(record.terminal),
-            int(record.needs_resync), repr(record.observed_at), blob)
+            expected_version, version, record.state.value, int(record.terminal),
+            repr(record.observed_at), blob)
         if done != 1:
             raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
-        return codec.decode(blob, version=expected_version + 1, needs_resync=record.needs_resync)
+        return version
 
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state."""

@@ -40,9 +40,10 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Any, TypeVar
 
+from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
-from gateway.errors import VersionConflictError
+from gateway.ledger.base import Stored
 
 T = TypeVar("T")
 
@@ -62,9 +63,10 @@ CREATE INDEX IF NOT EXISTS tasks_terminal_observed ON tasks (terminal, observed_
 """
 
 _GET = "SELECT record, version, resync FROM tasks WHERE upstream = ? AND task_id = ?"
+# A put clears the restart flag (resync = 0): see TaskLedger.put.
 _INSERT = ("INSERT INTO tasks (version, state, terminal, resync, observed_at, record, upstream, "
-           "task_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
-_UPDATE = ("UPDATE tasks SET version = ?, state = ?, terminal = ?, resync = ?, observed_at = ?, "
+           "task_id) VALUES (?, ?, ?, 0, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+_UPDATE = ("UPDATE tasks SET version = ?, state = ?, terminal = ?, resync = 0, observed_at = ?, "
            "record = ? WHERE upstream = ? AND task_id = ? AND version = ?")
 
 #: At most this many operations share one transaction (the write lock is held for one batch).
@@ -289,30 +291,35 @@ class SqliteLedger:
             self._thread = None
             raise
 
-    async def get(self, upstream: str, task_id: str) -> TaskRecord | None:
-        """The record of (``upstream``, ``task_id``), or ``None``."""
+    async def get(self, upstream: str, task_id: str) -> Stored | None:
+        """The record of (``upstream``, ``task_id``) with its version and restart flag, or
+        ``None``.
+
+        Raises:
+            ValueError: the stored document is not a record (:func:`codec.decode`).
+        """
         row = await self._submit(lambda c: c.execute(_GET, (upstream, task_id)).fetchone(),
                                  write=False)
         if row is None:
             return None
-        return codec.decode(row[0], version=row[1], needs_resync=bool(row[2]))
+        return Stored(codec.decode(row[0]), row[1], bool(row[2]))
 
-    async def put(self, record: TaskRecord, expected_version: int) -> TaskRecord:
-        """Compare-and-set on ``version``; see :meth:`TaskLedger.put`."""
+    async def put(self, record: TaskRecord, expected_version: int) -> int:
+        """Compare-and-set on the version; see :meth:`TaskLedger.put`. Returns the new
+        version."""
         blob = codec.encode(record)
+        version = expected_version + 1
         if expected_version == 0:
             sql = _INSERT
-            params: tuple[Any, ...] = (1, record.state.value, int(record.terminal),
-                                       int(record.needs_resync), record.observed_at, blob,
-                                       record.upstream, record.task_id)
+            params: tuple[Any, ...] = (version, record.state.value, int(record.terminal),
+                                       record.observed_at, blob, record.upstream, record.task_id)
         else:
             sql = _UPDATE
-            params = (expected_version + 1, record.state.value, int(record.terminal),
-                      int(record.needs_resync), record.observed_at, blob, record.upstream,
-                      record.task_id, expected_version)
+            params = (version, record.state.value, int(record.terminal), record.observed_at,
+                      blob, record.upstream, record.task_id, expected_version)
         if await self._submit(lambda c: c.execute(sql, params).rowcount, write=True) != 1:
             raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
-        return codec.decode(blob, version=expected_version + 1, needs_resync=record.needs_resync)
+        return version
 
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state."""

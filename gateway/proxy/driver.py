@@ -157,10 +157,12 @@ class Driver:
         if task_id is None:
             return Loaded(None, Clock(time.time()))
         ledger, upstream = self.rt.ledger, self.route.upstream.name
-        record = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id))
-        return Loaded(record, Clock(time.time()))
+        stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id))
+        if stored is None:
+            return Loaded(None, Clock(time.time()))
+        return Loaded(stored.record, Clock(time.time()), stored.version, stored.needs_resync)
 
-    async def _store(self, cmd: Store) -> Any:
+    async def _store(self, cmd: Store) -> int:
         ledger = self.rt.ledger
         return await self.rt.ledger_call("put", lambda: ledger.put(cmd.record, cmd.expected_version))
 

@@ -12,12 +12,16 @@ from typing import Any
 import pytest
 
 from gateway.a2a import jsonrpc
+from gateway.a2a.jsonrpc import Operation
+from gateway.a2a.states import TaskState
+from gateway.a2a.version import ProtocolVersion
 from gateway.exchange.commands import Count, Emit, EndStream, Load, Open, Post, Respond, Store
+from gateway.exchange.judge import judge, touch
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
 from gateway.exchange.offline import Ledger, Offline
 from gateway.invariants.admission import CardView
-from gateway.invariants.model import Mode
+from gateway.invariants.model import Exchange, Mode, TaskRecord
 
 CARD = CardView(doc={"capabilities": {"streaming": True}}, fresh=True, reachable=True, etag=None)
 V10_SEND = {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "go"}]}}
@@ -185,6 +189,71 @@ class TestStreamingRefusals:
         assert (respond.status, respond.media) == (200, "json")
         assert book.outputs[0].doc["error"]["code"] == jsonrpc.UNSUPPORTED_OPERATION
         assert not [c for c in book.commands if type(c) in (Post, Open)]
+
+
+NOW = Offline().now
+
+
+def _flagged_ledger(tid: str) -> Ledger:
+    """A live task recorded before a restart: mark_resync flagged it (the record is unchanged)."""
+    ledger = Ledger()
+    ledger.put(TaskRecord("w", tid, "c-1", TaskState.WORKING, NOW - 1.0), 0)
+    assert ledger.mark_resync() == 1
+    return ledger
+
+
+def _sent(tid: str, state: str) -> dict[str, Any]:
+    return {"answer": {"jsonrpc": "2.0", "id": 1, "result": {"task": task(tid, state)}}}
+
+
+class TestRestartResync:
+    """The restart flag sits beside the record (Loaded.needs_resync): the next action on the task
+    does one forced GetTask, and every store clears the flag."""
+
+    def test_next_action_after_a_restart_asks_get_task_first_then_never_again(self):
+        ledger = _flagged_ledger("t-r")
+        params = {"message": {**V10_SEND["message"], "taskId": "t-r"}}
+        book = play("SendMessage", params, [
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-r", "TASK_STATE_WORKING")}},
+            _sent("t-r", "TASK_STATE_WORKING")], ledger=ledger)
+        assert counted(book, "forced_gets") == [("restart",)]
+        posts = [c for c in book.commands if type(c) is Post]
+        assert b'"GetTask"' in posts[0].body and b'"SendMessage"' in posts[1].body
+        stores = [c for c in book.commands if type(c) is Store]
+        assert [c.expected_version for c in stores] == [1]  # the GetTask answer; then no news
+        assert ledger.resync == set() and ledger.versions[("w", "t-r")] == 2
+        book = play("SendMessage", params, [_sent("t-r", "TASK_STATE_COMPLETED")], ledger=ledger)
+        assert counted(book, "forced_gets") == []  # resynced: no wasted poll
+        assert ledger.get("w", "t-r").state is TaskState.COMPLETED and ledger.versions[("w", "t-r")] == 3
+
+    def test_the_flag_is_cleared_even_when_the_worker_gives_no_task(self):
+        ledger = _flagged_ledger("t-u")
+        record = ledger.get("w", "t-u")
+        params = {"message": {**V10_SEND["message"], "taskId": "t-u"}}
+        book = play("SendMessage", params, [{"fail": "connect"}, _sent("t-u", "TASK_STATE_WORKING")],
+                    ledger=ledger)
+        assert counted(book, "forced_gets") == [("restart",)]
+        first_store = next(c for c in book.commands if type(c) is Store)
+        assert first_store == Store(record, 1)  # the record stored unchanged: only the flag goes
+        assert ledger.resync == set()
+
+    def test_a_payload_that_only_moves_the_time_still_clears_the_flag(self):
+        ledger = _flagged_ledger("t-v")
+        ex = Exchange("w", Operation.GET, ProtocolVersion.V1_0, "t-v")
+        offline = Offline("w", ledger, now=NOW - 0.5)  # less than OBSERVATION_WRITE_SECONDS later
+        assert offline.run(judge(Policy("w"), ex, None, task("t-v", "TASK_STATE_WORKING")))
+        assert [type(c) for c in offline.commands if type(c) in (Load, Store)] == [Load, Store]
+        assert ledger.resync == set()
+
+    def test_a_ping_leaves_a_flagged_record_to_its_forced_get_task(self):
+        ledger = _flagged_ledger("t-w")
+        offline = Offline("w", ledger, now=NOW + 60.0)
+        assert offline.run(touch("t-w"))
+        assert not [c for c in offline.commands if type(c) is Store]
+        assert ledger.resync == {("w", "t-w")}
+        ledger.resync.clear()
+        assert Offline("w", ledger, now=NOW + 60.0).run(touch("t-w"))
+        assert ledger.get("w", "t-w").observed_at == NOW + 60.0 and ledger.versions[("w", "t-w")] == 2
 
 
 def test_count_commands_name_real_metrics():

@@ -48,7 +48,7 @@ class Playbook:
     """The engine driven by the gateway's own judge loop (gateway/exchange/judge.py) over an
     offline ledger (gateway/exchange/offline.py): one call per observation."""
 
-    records: dict[tuple[str, str], TaskRecord] = field(default_factory=dict)
+    ledger: Ledger = field(default_factory=Ledger)
     tick: float = 0.0
     all_findings: list[Finding] = field(default_factory=list)
 
@@ -57,10 +57,10 @@ class Playbook:
         return Clock(wall=1_780_000_000.0 + self.tick)
 
     def record(self, task_id: str, upstream: str = UPSTREAM) -> TaskRecord | None:
-        return self.records.get((upstream, task_id))
+        return self.ledger.get(upstream, task_id)
 
     def seed(self, record: TaskRecord) -> None:
-        self.records[(record.upstream, record.task_id)] = record
+        self.ledger.records[(record.upstream, record.task_id)] = record
 
     def request(self, ex: Exchange) -> Outcome:
         """A client request: admission check against the ledger."""
@@ -78,7 +78,7 @@ class Playbook:
 
     def _judge(self, ex: Exchange, stream: StreamState | None, result: Any) -> Outcome:
         before = copy.deepcopy(result)
-        offline = Offline(ex.upstream, Ledger(self.records), self.clock().wall)
+        offline = Offline(ex.upstream, self.ledger, self.clock().wall)
         assert offline.run(judge(Policy(ex.upstream, ex.mode), ex, stream, result))
         assert result == before, "the engine must not mutate its input"
         self.all_findings += offline.findings

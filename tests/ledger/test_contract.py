@@ -14,7 +14,7 @@ from gateway.a2a.states import TaskState
 from gateway.invariants.model import ArtifactRecord, TaskRecord
 from gateway.ledger import ledger_from_url, sqlite_path
 from gateway.errors import VersionConflictError
-from gateway.ledger.base import TaskLedger
+from gateway.ledger.base import Stored, TaskLedger
 from gateway.ledger.memory import MemoryLedger
 from gateway.ledger.sqlite import SqliteLedger
 from tests.support.redis_server import redis_server
@@ -57,12 +57,13 @@ async def test_put_then_get_round_trips_every_field(ledger: TaskLedger) -> None:
     original = rec(state=TaskState.CANCELED, poisoned=True,
                    terminal_status={"state": "TASK_STATE_CANCELED", "timestamp": "2026-11-29T20:45:38Z"},
                    artifacts={"a-1": ArtifactRecord(sealed=True, parts=2), "a-2": ArtifactRecord(False, 1)})
-    stored = await ledger.put(original, 0)
+    version = await ledger.put(original, 0)
     got = await ledger.get("w", "t-1")
-    assert stored.version == 1 and got is not None and got.version == 1
-    for field in ("upstream", "task_id", "context_id", "state", "observed_at", "terminal_status",
-                  "poisoned", "artifacts", "needs_resync"):
-        assert getattr(got, field) == getattr(original, field), field
+    assert version == 1 and isinstance(got, Stored)
+    assert got.version == 1 and not got.needs_resync
+    assert got.record == original
+    for field in dataclasses.fields(TaskRecord):
+        assert getattr(got.record, field.name) == getattr(original, field.name), field.name
 
 
 async def test_compare_and_set_rejects_a_stale_version(ledger: TaskLedger) -> None:
@@ -73,29 +74,28 @@ async def test_compare_and_set_rejects_a_stale_version(ledger: TaskLedger) -> No
     with pytest.raises(VersionConflictError):
         await ledger.put(rec(state=TaskState.FAILED), 1)  # stale: version is now 2
     got = await ledger.get("w", "t-1")
-    assert got is not None and got.state is TaskState.COMPLETED and got.version == 2
+    assert got is not None and got.record.state is TaskState.COMPLETED and got.version == 2
 
 
 async def test_two_concurrent_writers_cannot_both_win(ledger: TaskLedger) -> None:
     """Two events for one task, judged from the same version: exactly one transition wins."""
     await ledger.put(rec(), 0)
-    results = await asyncio.gather(
-        ledger.put(rec(state=TaskState.COMPLETED), 1),
-        ledger.put(rec(state=TaskState.CANCELED), 1),
-        return_exceptions=True,
-    )
-    wins = [r for r in results if isinstance(r, TaskRecord)]
+    states = (TaskState.COMPLETED, TaskState.CANCELED)
+    results = await asyncio.gather(*(ledger.put(rec(state=s), 1) for s in states),
+                                   return_exceptions=True)
+    wins = [s for s, r in zip(states, results) if r == 2]
     losses = [r for r in results if isinstance(r, VersionConflictError)]
     assert len(wins) == 1 and len(losses) == 1
     got = await ledger.get("w", "t-1")
-    assert got is not None and got.state is wins[0].state
+    assert got is not None and got.record.state is wins[0]
 
 
 async def test_tasks_are_keyed_by_upstream_and_task_id(ledger: TaskLedger) -> None:
     await ledger.put(rec(), 0)
     await ledger.put(dataclasses.replace(rec(state=TaskState.FAILED), upstream="other"), 0)
     a, b = await ledger.get("w", "t-1"), await ledger.get("other", "t-1")
-    assert a is not None and b is not None and a.state is TaskState.WORKING and b.state is TaskState.FAILED
+    assert a is not None and b is not None
+    assert a.record.state is TaskState.WORKING and b.record.state is TaskState.FAILED
 
 
 async def test_count_by_state_follows_transitions(ledger: TaskLedger) -> None:
@@ -107,19 +107,22 @@ async def test_count_by_state_follows_transitions(ledger: TaskLedger) -> None:
 
 
 async def test_mark_resync_flags_only_live_tasks_of_durable_backends(ledger: TaskLedger) -> None:
+    """The flag sits beside the record (the record itself is unchanged), the version does not
+    move, and the next put of the record clears it."""
     await ledger.put(rec("t-live"), 0)
     await ledger.put(rec("t-done", TaskState.COMPLETED), 0)
     flagged = await ledger.mark_resync()
     live, done = await ledger.get("w", "t-live"), await ledger.get("w", "t-done")
     assert live is not None and done is not None
     assert not done.needs_resync
+    assert live.record == rec("t-live") and live.version == 1
     if isinstance(ledger, MemoryLedger):
         assert flagged == 0 and not live.needs_resync  # nothing survives a restart anyway
     else:
         assert flagged == 1 and live.needs_resync
-        await ledger.put(dataclasses.replace(live, needs_resync=False), live.version)
+        assert await ledger.put(live.record, live.version) == 2  # stored unchanged: cleared
         again = await ledger.get("w", "t-live")
-        assert again is not None and not again.needs_resync
+        assert again is not None and not again.needs_resync and again.record == live.record
 
 
 async def test_prune_deletes_only_old_terminal_tasks(ledger: TaskLedger) -> None:
@@ -157,7 +160,7 @@ async def test_sqlite_record_survives_reopen(tmp_path: Path) -> None:
     await second.open()
     got = await second.get("w", "t-1")
     await second.close()
-    assert got is not None and got.state is TaskState.CANCELED and got.version == 1
+    assert got is not None and got.record.state is TaskState.CANCELED and got.version == 1
 
 
 def test_ledger_urls() -> None:
@@ -178,16 +181,17 @@ async def test_many_concurrent_writers_from_one_version_exactly_the_first_called
     states = [TaskState.COMPLETED, TaskState.CANCELED, TaskState.FAILED, TaskState.INPUT_REQUIRED] * 4
     results = await asyncio.gather(*(ledger.put(rec(state=s, observed_at=1000.0 + i), 1)
                                      for i, s in enumerate(states)), return_exceptions=True)
-    assert isinstance(results[0], TaskRecord) and results[0].version == 2
+    assert results[0] == 2
     assert all(isinstance(r, VersionConflictError) for r in results[1:]), results
     got = await ledger.get("w", "t-1")
-    assert got is not None and got.version == 2 and got.state is TaskState.COMPLETED
+    assert got is not None and got.version == 2 and got.record.state is TaskState.COMPLETED
 
 
 async def test_concurrent_inserts_of_one_new_task_have_one_winner(ledger: TaskLedger) -> None:
     results = await asyncio.gather(*(ledger.put(rec(observed_at=float(i)), 0) for i in range(8)),
                                    return_exceptions=True)
-    assert [type(r) for r in results] == [TaskRecord] + [VersionConflictError] * 7
+    assert results[0] == 1
+    assert [type(r) for r in results[1:]] == [VersionConflictError] * 7
 
 
 async def test_operations_on_one_task_apply_in_call_order(ledger: TaskLedger) -> None:
@@ -205,20 +209,20 @@ async def test_operations_on_one_task_apply_in_call_order(ledger: TaskLedger) ->
     )
     before, first, after_first, second, after_second, stale, last = results
     assert before is None
-    assert isinstance(first, TaskRecord) and first.version == 1
-    assert isinstance(after_first, TaskRecord) and after_first.version == 1
-    assert after_first.state is TaskState.WORKING
-    assert isinstance(second, TaskRecord) and second.version == 2
-    assert isinstance(after_second, TaskRecord) and after_second.state is TaskState.COMPLETED
+    assert first == 1
+    assert isinstance(after_first, Stored) and after_first.version == 1
+    assert after_first.record.state is TaskState.WORKING
+    assert second == 2
+    assert isinstance(after_second, Stored) and after_second.record.state is TaskState.COMPLETED
     assert isinstance(stale, VersionConflictError)
-    assert isinstance(last, TaskRecord) and last.version == 2 and last.state is TaskState.COMPLETED
+    assert isinstance(last, Stored) and last.version == 2 and last.record.state is TaskState.COMPLETED
 
 
 async def test_many_concurrent_transitions_of_distinct_tasks_all_land(ledger: TaskLedger) -> None:
     await asyncio.gather(*(ledger.put(rec(f"t-{i}"), 0) for i in range(200)))
     await asyncio.gather(*(ledger.put(rec(f"t-{i}", TaskState.COMPLETED), 1) for i in range(200)))
     got = await asyncio.gather(*(ledger.get("w", f"t-{i}") for i in range(200)))
-    assert all(r is not None and r.version == 2 and r.terminal for r in got)
+    assert all(r is not None and r.version == 2 and r.record.terminal for r in got)
     assert (await ledger.count_by_state()).get("TASK_STATE_COMPLETED") == 200
 
 
@@ -239,7 +243,7 @@ async def test_sqlite_a_failing_statement_fails_only_its_own_call(tmp_path: Path
             led.put(rec("t-2"), 0),
             return_exceptions=True,
         )
-        assert isinstance(results[0], TaskRecord) and isinstance(results[2], TaskRecord)
+        assert results[0] == 1 and results[2] == 1
         assert isinstance(results[1], sqlite3.OperationalError)
     finally:
         await led.close()
@@ -268,7 +272,7 @@ async def test_sqlite_a_lost_transaction_reruns_each_call_alone(tmp_path: Path) 
             led.put(rec("t-1", TaskState.FAILED), 1),  # still loses to the first put
             return_exceptions=True,
         )
-        assert isinstance(results[0], TaskRecord) and isinstance(results[2], TaskRecord)
+        assert results[0] == 2 and results[2] == 1
         assert isinstance(results[1], sqlite3.OperationalError)
         assert isinstance(results[3], VersionConflictError)
     finally:
@@ -276,7 +280,7 @@ async def test_sqlite_a_lost_transaction_reruns_each_call_alone(tmp_path: Path) 
     again = await _sqlite(tmp_path)
     try:
         one, two = await again.get("w", "t-1"), await again.get("w", "t-2")
-        assert one is not None and one.state is TaskState.COMPLETED and one.version == 2
+        assert one is not None and one.record.state is TaskState.COMPLETED and one.version == 2
         assert two is not None
     finally:
         await again.close()
@@ -300,16 +304,16 @@ async def test_sqlite_compare_and_set_holds_across_two_ledgers_on_one_file(tmp_p
     a, b = await _sqlite(tmp_path), await _sqlite(tmp_path)
     try:
         await asyncio.gather(*(a.put(rec(f"t-{i}"), 0) for i in range(50)))
-        results = await asyncio.gather(
-            *(led.put(rec(f"t-{i}", state), 1) for i in range(50)
-              for led, state in ((a, TaskState.COMPLETED), (b, TaskState.CANCELED))),
-            return_exceptions=True)
-        wins = [r for r in results if isinstance(r, TaskRecord)]
+        puts = [(rec(f"t-{i}", state), led) for i in range(50)
+                for led, state in ((a, TaskState.COMPLETED), (b, TaskState.CANCELED))]
+        results = await asyncio.gather(*(led.put(record, 1) for record, led in puts),
+                                       return_exceptions=True)
+        wins = [record for (record, _), r in zip(puts, results) if r == 2]
         assert len(wins) == 50 and len({w.task_id for w in wins}) == 50
         assert sum(isinstance(r, VersionConflictError) for r in results) == 50
         for w in wins:
             got = await b.get("w", w.task_id)
-            assert got is not None and got.version == 2 and got.state is w.state
+            assert got is not None and got.version == 2 and got.record.state is w.state
     finally:
         await a.close()
         await b.close()
@@ -331,7 +335,7 @@ async def test_redis_lost_script_resends_puts_and_the_reads_after_them(redis_url
         first, seen, done = await asyncio.gather(
             led.put(rec("t-1"), 0), led.get("w", "t-1"),
             led.put(rec("t-0", state=TaskState.COMPLETED), 1))
-        assert first.version == 1 and seen is not None and seen.version == 1
-        assert done.version == 2 and (await led.get("w", "t-0")).state is TaskState.COMPLETED
+        assert first == 1 and seen is not None and seen.version == 1
+        assert done == 2 and (await led.get("w", "t-0")).record.state is TaskState.COMPLETED
     finally:
         await led.close()
