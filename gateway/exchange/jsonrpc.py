@@ -114,9 +114,16 @@ class JsonRpcExchange:
         meta = {"taskId": task_id} if task_id else None
         doc = jsonrpc.error_response(self.req.id, code, message, version=self.ex.version,
                                      metadata=meta)
-        if self.info.streaming and self.ex.version is ProtocolVersion.V0_3 and status == 200:
-            return Respond(200, encode_event(jsonrpc.dumps(doc)), "sse")
-        return Respond(status, jsonrpc.dumps(doc))
+        return self.respond(status, jsonrpc.dumps(doc))
+
+    def respond(self, status: int, body: bytes, *, relay_headers: bool = False) -> Respond:
+        """A whole JSON-RPC response ``body`` in the form the client reads: for a v0.3
+        streaming call answered with HTTP 200 — a refusal of the gateway's or the worker's
+        own JSON answer — an SSE stream carrying it as its one event (docs/field-cases.md F17
+        (b), F09); plain JSON otherwise."""
+        if status == 200 and self.info.streaming and self.ex.version is ProtocolVersion.V0_3:
+            return Respond(200, encode_event(body), "sse", relay_headers)
+        return Respond(status, body, "json", relay_headers)
 
     def fail_upstream(self, exc: UpstreamError) -> Steps:
         """Answer a worker transport failure: -32603 with the client's id, HTTP 502/504."""
@@ -228,7 +235,7 @@ class JsonRpcExchange:
 
     def answer(self, answer: Answer) -> Steps:
         """Judge a buffered worker answer and send it to the client (also a streaming request
-        answered with plain JSON, F09)."""
+        answered with plain JSON, F09: as JSON, or as one SSE event for a v0.3 client)."""
         if answer.status in (401, 403, 404):  # may mean a changed card: re-check admission
             yield MarkCardStale()
         if 400 <= answer.status < 500 and not answer.json:
@@ -242,7 +249,7 @@ class JsonRpcExchange:
             return
         out_doc, changed = yield from self._judge_answer(doc)
         body = jsonrpc.dumps(out_doc) if changed else answer.content
-        yield Respond(answer.status, body, relay_headers=True)
+        yield self.respond(answer.status, body, relay_headers=True)
 
     def client_id(self, doc: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]:
         """``doc`` with the client's id (F16); a worker that changed it is a

@@ -9,7 +9,8 @@ F08, F09 and F17 (a):
   text when nothing changed); the events of one read go out in one write (:class:`Flush`);
   comments (pings) are relayed, and on the task's own stream they count as a sign of life;
 * after a terminal event the client's stream ends at once; in enforce mode the worker's stream
-  is then read on for ``drain_seconds`` so late events are counted, never delivered;
+  is then read on for ``drain_seconds`` so late events are counted, never delivered; a v0.3
+  stream also ends after an interrupted status (it carries ``final: true``);
 * a non-JSON event, an event over ``max_event_bytes`` or a refused payload ends the stream
   with a JSON-RPC error event (``event: error``); a ledger failure the same (-32603);
 * a streaming request answered with plain JSON is answered as that JSON (F09);
@@ -35,6 +36,7 @@ from gateway.a2a import jsonrpc
 from gateway.a2a.payloads import Item, Kind, locate, snapshot_result
 from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment, encode_event
 from gateway.a2a.states import TaskState, UnknownStateError, normalize_state
+from gateway.a2a.version import ProtocolVersion
 from gateway.errors import EventTooLargeError, LedgerError, UpstreamError
 from gateway.exchange.commands import (
     ENDED,
@@ -295,6 +297,11 @@ class StreamExchange:
         if outcome.close:
             self.summary.close_reason = "terminal"
             return Next.CLOSE_AND_DRAIN
+        if state is not None and state.is_interrupted and item.kind is Kind.STATUS \
+                and self.ex.version is ProtocolVersion.V0_3:
+            # the event went out with final: true; v0.3 clients wait for the close (F17 (a))
+            self.summary.close_reason = "interrupted"
+            return Next.CLOSE
         return Next.CONTINUE
 
     def _drain(self) -> Steps:

@@ -314,14 +314,14 @@ def _end_of_stream_flag(
     F17 (a); docs/protocol.md §7, §11 pitfall 5).
 
     v0.3 says "this stream is over" with ``final``: true exactly when the state is terminal
-    or interrupted, whatever the worker wrote (an absent ``final`` on any other state already
-    reads as false and is left alone). v1.0 has no ``final`` (closure is the signal): a
-    worker's ``final`` is removed. Each rewrite is a ``final_flag`` normalization.
+    or interrupted, false otherwise, whatever the worker wrote; it is always present (a2a-sdk
+    0.3 clients refuse a status-update without it). v1.0 has no ``final`` (closure is the
+    signal): a worker's ``final`` is removed. Each rewrite is a ``final_flag`` normalization.
     """
     final = obj.get("final", _ABSENT)
     if version is _V03:
         want = state.is_terminal or state.is_interrupted
-        if final is want or (final is _ABSENT and not want):
+        if final is want:
             return obj
         fixed = {**obj, "final": want}
     elif final is _ABSENT:

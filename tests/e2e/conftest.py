@@ -171,7 +171,8 @@ class Stack:
         ledger = self.gateway.app.state.runtime.ledger
         assert self.gateway.loop is not None
         future = asyncio.run_coroutine_threadsafe(ledger.get(UPSTREAM_NAME, task_id), self.gateway.loop)
-        return await asyncio.wrap_future(future)
+        stored = await asyncio.wrap_future(future)
+        return None if stored is None else stored.record
 
     async def scrape(self) -> MetricsScrape:
         async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
