@@ -726,3 +726,52 @@ async def test_f17_sdk_surfaces_a_relayed_refusal_in_the_form_it_reads(
         "application/json" if form == "json" else "text/event-stream"], where
     assert len(scripted.worker.calls(method)) == 1, where
 
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SDK_TIMEOUT)
+@pytest.mark.parametrize("peer", V03_PEERS)
+async def test_f17_v03_sdk_stream_ends_on_input_required_while_the_worker_holds_its_socket(
+    scripted: ScriptedStack, peer: str
+) -> None:
+    """F17 (a): an interrupted status reaches a v0.3 SDK with ``final: true`` (the worker sent
+    ``final: false``, as a2a-sdk 1.3's compat layer does) and the gateway ends the stream —
+    v0.3 SDKs wait for the close, not for ``final`` — while the worker still holds its socket."""
+    tid, cid = new_ids()
+    gate = scripted.gate()
+    scripted.worker.on("message/stream", sse=[
+        Event(result=task_result(V03, tid, cid, "submitted")),
+        Event(result=status_result(V03, tid, cid, "input-required", False)),
+        gate,
+    ])
+
+    run = await run_peer(peer, scripted.card_url, [{"op": "stream", "text": "go"}], timeout=PEER_BOUND)
+
+    where = run.transcript()
+    followed_the_card(run, scripted.gateway)
+    assert run.outcome(0) == "ended", f"{peer}'s stream did not end; it raised {raised(run, 0)}\n{where}"
+    assert not gate.is_set(), where
+    last = run.events(0)[-1]
+    assert (last["state"], last.get("final", ABSENT)) == ("input-required", True), where
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SDK_TIMEOUT)
+@pytest.mark.parametrize("peer", V03_PEERS)
+async def test_f17_v03_sdk_reads_a_workers_own_json_refusal_of_a_stream(
+    scripted: ScriptedStack, peer: str
+) -> None:
+    """F17 (b): a worker that refuses ``message/stream`` with plain JSON (-32004, HTTP 200)
+    reaches a v0.3 SDK as one SSE error event, so the SDK surfaces the code and message."""
+    scripted.worker.on("message/stream", json_error={"code": -32004, "message": "streaming is off today"})
+
+    run = await run_peer(peer, scripted.card_url, [{"op": "stream", "text": "go"}], timeout=PEER_BOUND)
+
+    where = run.transcript()
+    followed_the_card(run, scripted.gateway)
+    assert run.outcome(0) == "error", where
+    code, message = run.surfaced(0)
+    assert code == -32004 and "streaming is off today" in str(message), (
+        f"{peer} must surface the worker's -32004; it raised {raised(run, 0)}\n{where}")
+    assert [w["contentType"].split(";")[0] for w in run.wire(0)] == ["text/event-stream"], where
+    assert len(scripted.worker.calls("message/stream")) == 1, where
