@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
 import orjson
 
 from gateway.a2a.card import (
@@ -38,6 +37,7 @@ from gateway.a2a.card import (
     rewrite_card,
 )
 from gateway.config import UpstreamConfig
+from gateway.errors import UpstreamError
 from gateway.invariants.admission import CardView
 from gateway.proxy.forward import Route
 from gateway.proxy.transport import UpstreamAnswer
@@ -170,7 +170,7 @@ class CardCache:
             response = await self._get(self.upstream.card.path, headers)
             if response.status_code == 404 and self.upstream.card.path != WELL_KNOWN_PATHS[1]:
                 response = await self._get(WELL_KNOWN_PATHS[1], headers)
-        except httpx.HTTPError:
+        except UpstreamError:
             return "unreachable"
         now = time.monotonic()
         if response.status_code == 304 and old is not None:

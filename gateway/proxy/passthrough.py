@@ -23,7 +23,6 @@ from gateway.proxy.forward import (
     client_response_headers,
     declared_length,
     is_event_stream,
-    map_transport_error,
     stream_body,
     until_disconnect,
     upstream_request_headers,
@@ -77,8 +76,7 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
         return "too_large"
     except ClientGoneError:
         return "client_disconnected"  # the upstream request was aborted, not sent truncated
-    except httpx.HTTPError as exc:
-        err: UpstreamError = map_transport_error(exc)
+    except UpstreamError as err:
         rt.metrics.upstream_errors.labels(route.upstream.name, err.reason).inc()
         await _error(send, err.http_status, f"upstream error: {err}")
         return "upstream_error"
@@ -106,8 +104,7 @@ async def _pipe(rt: Runtime, route: Route, response: httpx.Response, send: Send)
     try:
         async for chunk in response.aiter_raw():
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    except httpx.HTTPError as exc:
-        err = map_transport_error(exc)
+    except UpstreamError as err:
         rt.metrics.upstream_errors.labels(route.upstream.name, err.reason).inc()
         return "upstream_error"  # headers are out: ending the body short is all we can do
     await send({"type": "http.response.body", "body": b"", "more_body": False})
