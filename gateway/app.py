@@ -30,7 +30,7 @@ from gateway.observability.metrics import Metrics
 from gateway.a2a.card import WELL_KNOWN_PATHS
 from gateway.proxy import passthrough
 from gateway.proxy.card import CardCache, serve_card
-from gateway.proxy.forward import BadPathError
+from gateway.errors import BadPathError
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.transport import UpstreamClient

@@ -193,9 +193,9 @@ class Offline:
     def _act(self, kind: type, act: dict[str, Any]) -> Any:
         if "fail" in act:
             timeout = act["fail"] == "timeout"
-            raise UpstreamError("timeout" if timeout else "connect",
-                                "worker timed out" if timeout else "worker unreachable",
-                                http_status=504 if timeout else 502)
+            if timeout:  # the messages the live upstream client gives
+                raise UpstreamError("timeout", "worker timed out (ReadTimeout)", http_status=504)
+            raise UpstreamError("connect", "worker unreachable: connection failed")
         if "answer" in act:
             return Answer(int(act.get("status", 200)), jsonrpc.dumps(act["answer"]))
         if act.get("open") and kind is Open:

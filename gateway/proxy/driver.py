@@ -54,7 +54,6 @@ from gateway.proxy.forward import (
     Route,
     client_response_headers,
     is_event_stream,
-    map_transport_error,
     upstream_request_headers,
 )
 from gateway.proxy.runtime import Runtime
@@ -176,26 +175,22 @@ class Driver:
 
     async def _post(self, cmd: Post) -> Answer:
         url, headers = self._request()
-        try:
-            answer = await self.rt.client.fetch("POST", url, headers=headers, content=cmd.body,
-                                                timeout=self.route.upstream.timeouts)
-        except httpx.HTTPError as exc:
-            raise map_transport_error(exc) from None
+        answer = await self.rt.client.fetch("POST", url, headers=headers, content=cmd.body,
+                                            timeout=self.route.upstream.timeouts)
         self._answer_headers = answer.headers
         return Answer(answer.status_code, answer.content, _is_json(answer.headers))
 
     async def _open(self, cmd: Open) -> Any:
         url, headers = self._request()
-        try:
-            response = await self.rt.client.send("POST", url, headers=headers, content=cmd.body,
-                                                 timeout=self.route.upstream.timeouts)
-            self._responses.append(response)
-            if response.status_code >= 300 or not is_event_stream(response.headers):
-                content = await response.aread()
-                self._answer_headers = response.headers
-                return Answer(response.status_code, content, _is_json(response.headers))
-        except httpx.HTTPError as exc:
-            raise map_transport_error(exc) from None
+        for earlier in self._responses:  # a resubscribe: the cut stream is over
+            await earlier.aclose()
+        response = await self.rt.client.send("POST", url, headers=headers, content=cmd.body,
+                                             timeout=self.route.upstream.timeouts)
+        self._responses.append(response)
+        if response.status_code >= 300 or not is_event_stream(response.headers):
+            content = await response.aread()
+            self._answer_headers = response.headers
+            return Answer(response.status_code, content, _is_json(response.headers))
         if self._head_headers is None:
             self._head_headers = response.headers
         self._chunks = response.aiter_bytes()
@@ -210,8 +205,6 @@ class Driver:
                 return Chunk(await anext(self._chunks))
         except StopAsyncIteration:
             return ENDED
-        except httpx.HTTPError as exc:
-            raise map_transport_error(exc) from None
 
     async def _set_deadline(self, cmd: Deadline) -> None:
         self._deadline = asyncio.get_running_loop().time() + cmd.seconds

@@ -1,6 +1,6 @@
-"""Upstream request plumbing: routing by prefix, header filtering, body limits, error mapping.
+"""Upstream request plumbing: routing by prefix, header filtering, body limits, disconnects.
 
-Header rules (RFC 9110 §7.6.1; PROTOCOL.md §5, §11 pitfalls 2 and 13): hop-by-hop headers
+Header rules (RFC 9110 §7.6.1; docs/protocol.md §5, §11 pitfalls 2 and 13): hop-by-hop headers
 (and any named in ``Connection``) are removed in both directions; ``Host`` is set for the
 upstream; ``A2A-Version``, ``A2A-Extensions``, ``X-A2A-Extensions``, ``Authorization`` and every
 other end-to-end header pass untouched; the gateway never adds ``A2A-Version``.
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import httpx
 
 from gateway.config import UpstreamConfig
-from gateway.errors import BadPathError, BodyTooLargeError, ClientGoneError, UpstreamError
+from gateway.errors import BadPathError, BodyTooLargeError, ClientGoneError
 from gateway.proxy.types import Receive, Scope
 
 T = TypeVar("T")
@@ -281,12 +281,3 @@ async def until_disconnect(
     if state["fired"]:  # the signal came while ``work`` was finishing; it finished
         current.uncancel()
     return True, result
-
-
-def map_transport_error(exc: httpx.HTTPError) -> UpstreamError:
-    """Alias of :func:`gateway.proxy.transport.upstream_error`, where transport failures are
-    mapped: the upstream client raises :class:`UpstreamError` itself (an error it raised is
-    returned unchanged). Delete once nothing calls it."""
-    from gateway.proxy.transport import upstream_error  # transport.py imports this module
-
-    return upstream_error(exc)

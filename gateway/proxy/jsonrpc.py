@@ -12,8 +12,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
-
 from gateway.a2a import jsonrpc
 from gateway.errors import BodyTooLargeError, ClientGoneError, UpstreamError
 from gateway.exchange.commands import Count
@@ -24,7 +22,6 @@ from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import (
     Route,
     client_response_headers,
-    map_transport_error,
     read_body,
     until_disconnect,
     upstream_request_headers,
@@ -146,11 +143,8 @@ class JsonRpcHandler:
         headers = upstream_request_headers(self.scope, identity=True,
                                            trusted_proxies=self.rt.config.public.trusted_proxies)
         try:
-            try:
-                response = await self.rt.client.fetch("POST", url, headers=headers, content=body,
-                                                      timeout=self.route.upstream.timeouts)
-            except httpx.HTTPError as exc:
-                raise map_transport_error(exc) from None
+            response = await self.rt.client.fetch("POST", url, headers=headers, content=body,
+                                                  timeout=self.route.upstream.timeouts)
         except UpstreamError as exc:
             self.summary.outcome = "upstream_error"
             self.reporter.report(Count("upstream_errors", (exc.reason,)))

@@ -35,8 +35,7 @@ The transport behaves as a proxy must:
   stays as sent (``aiter_raw``);
 * bodies stream both ways (``iter_any``: an SSE event is handed on as soon as it arrives);
 * every transport failure — at connect or send time, while the body streams, or an
-  undecodable ``Content-Encoding`` body — is raised as an :class:`UpstreamError` (in fact an
-  :class:`UpstreamTransportError`) by :func:`upstream_error`: ``reason`` ``connect``,
+  undecodable ``Content-Encoding`` body — is raised as an :class:`UpstreamError` made by :func:`upstream_error`: ``reason`` ``connect``,
   ``timeout`` or ``protocol``, ``http_status`` 502 (504 on a timeout), a message that names the
   failure class only. The gateway's own request-body errors (``BodyTooLargeError``,
   ``ClientGoneError``, raised by the body iterator) pass through unchanged.
@@ -56,20 +55,7 @@ import yarl
 
 from gateway.config import TimeoutConfig
 from gateway.errors import UpstreamError
-from gateway.proxy.forward import BodyTooLargeError, ClientGoneError
-
-
-class UpstreamTransportError(UpstreamError, httpx.TransportError):
-    """An :class:`UpstreamError` raised by the transport (see :func:`upstream_error`).
-
-    Also an ``httpx.TransportError``, for one reason only: proxy code that still catches
-    ``httpx.HTTPError`` around the client (and hands the error to
-    ``forward.map_transport_error``, which returns it unchanged) keeps working while it moves
-    to ``except UpstreamError``. Drop this base once nothing catches ``httpx.HTTPError``.
-    """
-
-    def __init__(self, reason: str, message: str, *, http_status: int = 502) -> None:
-        UpstreamError.__init__(self, reason, message, http_status=http_status)
+from gateway.errors import BodyTooLargeError, ClientGoneError
 
 
 # The failure classes, most specific first (the first match wins): the exception, the
@@ -87,8 +73,7 @@ _CLASSES: tuple[tuple[type[BaseException], str, str], ...] = (
     (aiohttp.ClientConnectionError, "protocol", "NetworkError"),
     (aiohttp.ClientError, "protocol", "TransportError"),
     (OSError, "protocol", "NetworkError"),
-    # httpx's own failures: an undecodable Content-Encoding body (DecodingError), or one
-    # handed in by older callers through forward.map_transport_error.
+    # httpx's own failures, such as an undecodable Content-Encoding body (DecodingError).
     (httpx.TimeoutException, "timeout", ""),
     (httpx.ConnectError, "connect", ""),
     (httpx.HTTPError, "protocol", ""),
@@ -111,10 +96,10 @@ def upstream_error(exc: BaseException) -> UpstreamError:
         if isinstance(exc, source):
             name = name or type(exc).__name__
             if reason == "timeout":
-                return UpstreamTransportError(reason, f"worker timed out ({name})", http_status=504)
+                return UpstreamError(reason, f"worker timed out ({name})", http_status=504)
             if reason == "connect":
-                return UpstreamTransportError(reason, "worker unreachable: connection failed")
-            return UpstreamTransportError(reason, f"worker connection failed ({name})")
+                return UpstreamError(reason, "worker unreachable: connection failed")
+            return UpstreamError(reason, f"worker connection failed ({name})")
     raise TypeError(f"not a transport failure: {type(exc).__name__}")
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from gateway.config import TimeoutConfig
 from gateway.errors import UpstreamError
-from gateway.proxy.forward import BodyTooLargeError, map_transport_error
+from gateway.errors import BodyTooLargeError
 from gateway.proxy.transport import AiohttpTransport, UpstreamClient, upstream_error
 
 HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -255,9 +255,9 @@ async def test_the_gateways_own_body_errors_pass_through(client: UpstreamClient,
     assert client.in_flight == 0
 
 
-def test_one_mapping_for_httpx_errors_and_the_alias() -> None:
-    """forward.map_transport_error (kept for its old callers) is the same mapping, with the
-    reasons and messages it gave before; an UpstreamError comes back unchanged."""
+def test_one_mapping_for_httpx_errors() -> None:
+    """upstream_error is the one mapping: the reasons, statuses and messages the gateway
+    answers with; an UpstreamError comes back unchanged; anything else is a bug."""
     cases = {
         httpx.ConnectError("x"): ("connect", 502, "worker unreachable: connection failed"),
         httpx.ConnectTimeout("x"): ("timeout", 504, "worker timed out (ConnectTimeout)"),
@@ -268,14 +268,11 @@ def test_one_mapping_for_httpx_errors_and_the_alias() -> None:
         httpx.DecodingError("x"): ("protocol", 502, "worker connection failed (DecodingError)"),
     }
     for exc, want in cases.items():
-        for mapper in (upstream_error, map_transport_error):
-            err = mapper(exc)
-            assert (err.reason, err.http_status, str(err)) == want
-            assert isinstance(err, UpstreamError)
+        err = upstream_error(exc)
+        assert (err.reason, err.http_status, str(err)) == want
+        assert type(err) is UpstreamError
     raised = upstream_error(httpx.ReadError("x"))
-    assert map_transport_error(raised) is raised  # type: ignore[arg-type]
-    # transition: proxy code that still catches httpx.HTTPError catches these too
-    assert isinstance(raised, httpx.HTTPError)
+    assert upstream_error(raised) is raised
     with pytest.raises(TypeError):
         upstream_error(ValueError("a bug, not a transport failure"))
 
