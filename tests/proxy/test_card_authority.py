@@ -213,9 +213,9 @@ def test_changed_card_etag_forces_get_task_before_a_task_action(make_harness: An
 def test_heartbeat_gap_forces_get_task_then_forwards(h: Harness) -> None:
     working(h, "t-1")
     ledger = h.runtime.ledger
-    record = h.on_gateway_loop(ledger.get("worker", "t-1"))
-    aged = dataclasses.replace(record, observed_at=time.time() - 3600)
-    h.on_gateway_loop(ledger.put(aged, record.version))
+    stored = h.on_gateway_loop(ledger.get("worker", "t-1"))
+    aged = dataclasses.replace(stored.record, observed_at=time.time() - 3600)
+    h.on_gateway_loop(ledger.put(aged, stored.version))
     h.worker.on("CancelTask", json_result={"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_CANCELED"}})
     r = h.rpc({"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": "t-1"}}, headers=V1)
     assert r.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
@@ -227,8 +227,9 @@ def test_card_declared_heartbeat_interval_is_used(make_harness: Any) -> None:
     ext = {"uri": HEARTBEAT_EXTENSION, "params": {"intervalSeconds": 7200}}
     h = make_harness(card=default_card(extensions=[ext]))
     working(h, "t-1")
-    record = h.on_gateway_loop(h.runtime.ledger.get("worker", "t-1"))
-    h.on_gateway_loop(h.runtime.ledger.put(dataclasses.replace(record, observed_at=time.time() - 3600), record.version))
+    stored = h.on_gateway_loop(h.runtime.ledger.get("worker", "t-1"))
+    aged = dataclasses.replace(stored.record, observed_at=time.time() - 3600)
+    h.on_gateway_loop(h.runtime.ledger.put(aged, stored.version))
     h.worker.on("SendMessage", json_result={"task": {"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}})
     send(h, 1, task_id="t-1")
     assert h.metric("a2a_gateway_forced_get_total") == 0  # 1 h gap < the card's 2 h interval
@@ -242,8 +243,8 @@ def test_401_from_task_endpoint_revalidates_card_but_leaves_task_state(h: Harnes
     assert r.status_code == 401
     send(h, 2)  # the next admission revalidates
     assert card_gets(h) == before + 1
-    record = h.on_gateway_loop(h.runtime.ledger.get("worker", "t-1"))
-    assert record.state.value == "TASK_STATE_WORKING"
+    stored = h.on_gateway_loop(h.runtime.ledger.get("worker", "t-1"))
+    assert stored.record.state.value == "TASK_STATE_WORKING"
 
 
 # ------------------------------------------------------------------------------ F08 (ii)
