@@ -29,7 +29,7 @@ from gateway.observability.logging import get_logger
 from gateway.observability.metrics import Metrics
 from gateway.a2a.card import WELL_KNOWN_PATHS
 from gateway.proxy import passthrough
-from gateway.proxy.card import CardCache, serve_card
+from gateway.proxy.card import serve_card
 from gateway.errors import BadPathError
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.runtime import Runtime
@@ -61,7 +61,8 @@ class ProxyApp:
             await JSONResponse({"error": "no upstream is mounted at this path"}, 404)(scope, receive, send)
             return
         if scope["method"] in ("GET", "HEAD") and route.path in WELL_KNOWN_PATHS:
-            await serve_card(self.rt, route, scope, receive, send)
+            await serve_card(self.rt.card_cache(route.upstream), self.rt.config.public, route,
+                             scope, receive, send)
             return
         if scope["method"] == "POST" and route.path.rstrip("/") == route.upstream.jsonrpc_path.rstrip("/"):
             await JsonRpcHandler(self.rt, route, scope, receive, send).run()
@@ -124,7 +125,7 @@ async def _reload(rt: Runtime, path: str) -> bool:
         rt.metrics.config_reloads.labels("refused").inc()
         rt.log.error("config_reload_refused", extra={"path": path, "problems": err.problems})
         return False
-    kept = rt.apply_config(new, cards=CardCache)
+    kept = rt.apply_config(new)
     await asyncio.gather(*(rt.cards[name].refresh() for name in rt.cards if name not in kept))
     rt.metrics.config_reloads.labels("applied").inc()
     rt.log.info("config_reloaded", extra={"path": path, "upstreams": [u.name for u in new.upstreams]})
@@ -171,7 +172,7 @@ def build_app(
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks)
     http = UpstreamClient()
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
-    runtime.apply_config(config, cards=CardCache)
+    runtime.apply_config(config)
     ready = {"value": False}
 
     @contextlib.asynccontextmanager

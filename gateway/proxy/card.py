@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -36,15 +37,13 @@ from gateway.a2a.card import (
     heartbeat_interval,
     rewrite_card,
 )
-from gateway.config import UpstreamConfig
+from gateway.config import PublicConfig, UpstreamConfig
 from gateway.errors import UpstreamError
 from gateway.invariants.admission import CardView
 from gateway.proxy.forward import Route
-from gateway.proxy.transport import UpstreamAnswer
+from gateway.observability.metrics import Metrics
+from gateway.proxy.transport import UpstreamAnswer, UpstreamClient
 from gateway.proxy.types import Receive, Scope, Send
-
-if TYPE_CHECKING:  # typing only: runtime.py imports this module
-    from gateway.proxy.runtime import Runtime
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +92,11 @@ def _local_host(url: object) -> bool:
 class CardCache:
     """The Agent Card of one upstream, kept fresh. One instance per upstream."""
 
-    def __init__(self, rt: Runtime, upstream: UpstreamConfig) -> None:
-        self.rt = rt
+    def __init__(self, client: UpstreamClient, metrics: Metrics, log: logging.Logger,
+                 upstream: UpstreamConfig) -> None:
+        self.client = client
+        self.metrics = metrics
+        self.log = log
         self.upstream = upstream
         self._cards: dict[str, CachedCard] = {}
         self._varies = False
@@ -146,16 +148,16 @@ class CardCache:
         """Fetch or revalidate now. Returns the outcome label (also counted):
         ``fresh``, ``not_modified``, ``changed``, ``unreachable`` or ``invalid``."""
         outcome = await self._fetch(a2a_version)
-        self.rt.metrics.card_fetches.labels(self.upstream.name, outcome).inc()
+        self.metrics.card_fetches.labels(self.upstream.name, outcome).inc()
         degraded = outcome == "unreachable"
         self.reachable = not degraded
         # an unreachable card is retried after a short pause, not on every request
         self._retry_at = time.monotonic() + min(5.0, self.upstream.card.ttl_seconds) if degraded else 0.0
-        self.rt.metrics.degraded.labels(self.upstream.name, "card_unreachable").set(int(degraded))
+        self.metrics.degraded.labels(self.upstream.name, "card_unreachable").set(int(degraded))
         if outcome != "unreachable":
             self._stale = False
         if outcome in ("changed", "invalid", "unreachable"):
-            self.rt.log.warning("card_" + outcome, extra={"upstream": self.upstream.name})
+            self.log.warning("card_" + outcome, extra={"upstream": self.upstream.name})
         return outcome
 
     async def _fetch(self, a2a_version: str) -> str:
@@ -194,7 +196,7 @@ class CardCache:
         return "not_modified" if card.etag == old.etag else "changed"
 
     async def _get(self, path: str, headers: dict[str, str]) -> UpstreamAnswer:
-        return await self.rt.client.fetch("GET", self._url(path), headers=headers,
+        return await self.client.fetch("GET", self._url(path), headers=headers,
                                           timeout=self.upstream.timeouts)
 
     def _build(self, doc: dict[str, Any], response: UpstreamAnswer, now: float) -> CachedCard:
@@ -212,7 +214,7 @@ class CardCache:
         urls = [doc.get("url")] + [i.get("url") for i in doc.get("supportedInterfaces", []) or []
                                    if isinstance(i, dict)]
         if any(_local_host(u) for u in urls):
-            self.rt.metrics.card_local_urls.labels(self.upstream.name).inc()
+            self.metrics.card_local_urls.labels(self.upstream.name).inc()
 
 
 def _replace_time(card: CachedCard, now: float, max_age: float) -> CachedCard:
@@ -227,20 +229,20 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def public_base(rt: Runtime, route: Route, scope: Scope) -> str:
+def public_base(public: PublicConfig, route: Route, scope: Scope) -> str:
     """The public URL of a mount, as clients must reach it (never an upstream address).
 
     ``public.url`` when configured; else ``Forwarded`` / ``X-Forwarded-Proto`` /
     ``X-Forwarded-Host`` when the peer is a trusted proxy; else the request's scheme and Host.
     """
     prefix = route.upstream.prefix.rstrip("/") + "/"
-    configured = rt.config.public.url
+    configured = public.url
     if configured:
         return configured.rstrip("/") + prefix
     scheme = scope.get("scheme", "http")
     host = _header(scope, b"host") or "localhost"
     peer = (scope.get("client") or ("", 0))[0]
-    if peer in rt.config.public.trusted_proxies:
+    if peer in public.trusted_proxies:
         forwarded = _header(scope, b"forwarded")
         if forwarded:
             first = forwarded.split(",")[0]
@@ -255,16 +257,18 @@ def public_base(rt: Runtime, route: Route, scope: Scope) -> str:
     return f"{scheme}://{host}{prefix}"
 
 
-async def serve_card(rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
-    """Answer a well-known Agent Card GET/HEAD for a mount from the cache (counted as
-    ``a2a_gateway_requests_total{method="card"}``)."""
-    status = await _serve_card(rt, route, scope, send)
+async def serve_card(cache: CardCache, public: PublicConfig, route: Route, scope: Scope,
+                     receive: Receive, send: Send) -> None:
+    """Answer a well-known Agent Card GET/HEAD for a mount from ``cache`` (counted as
+    ``a2a_gateway_requests_total{method="card"}``); interface URLs point at
+    :func:`public_base`."""
+    status = await _serve_card(cache, public, route, scope, send)
     outcome = "ok" if status < 400 else "unavailable"
-    rt.metrics.requests.labels(route.upstream.name, "card", outcome).inc()
+    cache.metrics.requests.labels(route.upstream.name, "card", outcome).inc()
 
 
-async def _serve_card(rt: Runtime, route: Route, scope: Scope, send: Send) -> int:
-    cache = rt.card_cache(route.upstream)
+async def _serve_card(cache: CardCache, public: PublicConfig, route: Route, scope: Scope,
+                      send: Send) -> int:
     variant = _header(scope, b"a2a-version") or ""
     await cache.current(variant)
     card = cache.cached(variant)
@@ -278,9 +282,9 @@ async def _serve_card(rt: Runtime, route: Route, scope: Scope, send: Send) -> in
         served = card.body
     else:
         if signed:
-            rt.metrics.card_signatures_stripped.labels(route.upstream.name).inc()
+            cache.metrics.card_signatures_stripped.labels(route.upstream.name).inc()
         doc = rewrite_card(card.doc, upstream_url=route.upstream.url,
-                           public_base=public_base(rt, route, scope))
+                           public_base=public_base(public, route, scope))
         served = orjson.dumps(doc)
     etag = content_etag(served)
     headers = [(b"etag", etag.encode()),

@@ -45,7 +45,7 @@ class Runtime:
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
 
-    def apply_config(self, config: GatewayConfig, *, cards: Callable[..., CardCache]) -> set[str]:
+    def apply_config(self, config: GatewayConfig) -> set[str]:
         """Put ``config`` in force: routing, policies, one card cache per upstream.
 
         Requests already running keep the route and upstream they started with; a card cache
@@ -68,7 +68,7 @@ class Runtime:
                 fresh[upstream.name] = current
                 kept.add(upstream.name)
             else:
-                fresh[upstream.name] = cards(self, upstream)
+                fresh[upstream.name] = self._new_card_cache(upstream)
         self.config = config
         self.cards = fresh
         self.router = Router(config.upstreams)
@@ -79,8 +79,11 @@ class Runtime:
         replaced its upstream keeps working with a cache of its own (not kept)."""
         cache = self.cards.get(upstream.name)
         if cache is None or cache.upstream.url != upstream.url:
-            cache = CardCache(self, upstream)
+            cache = self._new_card_cache(upstream)
         return cache
+
+    def _new_card_cache(self, upstream: UpstreamConfig) -> CardCache:
+        return CardCache(self.client, self.metrics, self.log, upstream)
 
     def begin_drain(self) -> None:
         """Shutdown has begun: readiness turns 503 at once; after
