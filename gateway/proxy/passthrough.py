@@ -15,10 +15,8 @@ import time
 import httpx
 import orjson
 
-from gateway.errors import UpstreamError
+from gateway.errors import BodyTooLargeError, ClientGoneError, UpstreamError
 from gateway.proxy.forward import (
-    BodyTooLargeError,
-    ClientGoneError,
     Route,
     client_response_headers,
     declared_length,
