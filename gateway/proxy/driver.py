@@ -215,8 +215,10 @@ class Driver:
         if cmd.media == "raw":
             headers = client_response_headers(self._answer_headers, drop=("content-length", "content-encoding"))
         else:
-            headers = client_response_headers(self._answer_headers, drop=_BODY_HEADERS) if cmd.relay_headers else []
-            headers += SSE_HEADERS if cmd.media == "sse" else JSON_HEADERS
+            sse = cmd.media == "sse"
+            drop = _STREAM_HEADERS if sse else _BODY_HEADERS
+            headers = client_response_headers(self._answer_headers, drop=drop) if cmd.relay_headers else []
+            headers += SSE_HEADERS if sse else JSON_HEADERS
         headers.append((b"content-length", str(len(cmd.body)).encode()))
         self.started = True
         await self.client_send({"type": "http.response.start", "status": cmd.status, "headers": headers})
