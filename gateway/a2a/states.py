@@ -89,11 +89,15 @@ class Normalized:
     """Result of :func:`normalize_state`.
 
     ``family`` is ``None`` when the input was already the canonical spelling of the exchange's
-    protocol version (or absent), otherwise one of :data:`FAMILIES`.
+    protocol version (or absent), otherwise one of :data:`FAMILIES`. ``respelled`` is the
+    spelling a client of that version must get instead of the input (:func:`spell_state`), or
+    ``None`` when the input can be forwarded as sent (it is that spelling; or, in v1.0, absent
+    or empty: ProtoJSON omits the zero enum).
     """
 
     state: TaskState
     family: str | None
+    respelled: str | None = None
 
 
 def normalize_state(raw: object, version: ProtocolVersion) -> Normalized:
@@ -105,33 +109,39 @@ def normalize_state(raw: object, version: ProtocolVersion) -> Normalized:
         version: the protocol version of the exchange, which decides what is canonical.
 
     Returns:
-        :class:`Normalized` with the state and the spelling family (``None`` if canonical).
+        :class:`Normalized` with the state, the spelling family (``None`` if canonical) and the
+        re-spelling a client of ``version`` gets instead (``None``: forward ``raw`` as sent).
+        Every verbatim spelling is one precomputed dict lookup (the engine relies on it).
 
     Raises:
         UnknownStateError: a non-string, or a string outside the alias table (``"paused"``).
     """
-    if raw is None or raw == "":
-        return _UNSPECIFIED
-    if not isinstance(raw, str):
-        raise UnknownStateError(raw)
     exact = _EXACT_V10 if version is _V10 else _EXACT_V03 if version is _V03 else _EXACT_OTHER
-    norm = exact.get(raw)
-    if norm is not None:
-        return norm
-    return _folded(raw)
+    if isinstance(raw, str):
+        norm = exact.get(raw)
+        if norm is not None:
+            return norm
+        folded = _folded(raw)
+        return Normalized(folded.state, folded.family, spell_state(folded.state, version))
+    if raw is None:
+        return exact[None]
+    raise UnknownStateError(raw)
 
 
-def _exact(raw: str, version: ProtocolVersion | None) -> Normalized | None:
-    """The verbatim-table part of :func:`normalize_state` (``None``: not a table spelling)."""
-    if raw in _FROM_V10:
-        family = None if version is _V10 else "v10_enum"
-        return Normalized(_FROM_V10[raw], family)
-    if raw in _FROM_V03:
-        family = None if version is _V03 else "v03_kebab"
-        return Normalized(_FROM_V03[raw], family)
-    if raw in _DOUBLE_L:
-        return Normalized(TaskState.CANCELED, "v03_grpc")
-    return None
+def _exact(raw: str | None, version: ProtocolVersion) -> Normalized:
+    """The verbatim-table part of :func:`normalize_state` (``raw`` is a table spelling, or
+    ``None`` / ``""``)."""
+    if raw is None or raw == "":
+        state, family = TaskState.UNSPECIFIED, None
+    elif raw in _FROM_V10:
+        state, family = _FROM_V10[raw], None if version is _V10 else "v10_enum"
+    elif raw in _FROM_V03:
+        state, family = _FROM_V03[raw], None if version is _V03 else "v03_kebab"
+    else:
+        state, family = TaskState.CANCELED, "v03_grpc"  # _DOUBLE_L
+    spelled = spell_state(state, version)
+    keep = raw == spelled or (raw in (None, "") and version is not _V03)
+    return Normalized(state, family, None if keep else spelled)
 
 
 def _folded(raw: str) -> Normalized:
@@ -160,10 +170,10 @@ def spell_state(state: TaskState, version: ProtocolVersion) -> str:
     return state.value
 
 
-_UNSPECIFIED = Normalized(TaskState.UNSPECIFIED, None)
-# normalize_state's verbatim spellings, precomputed per exchange version (one dict lookup).
-_EXACT_V10 = {raw: _exact(raw, _V10) for raw in (*_FROM_V10, *_FROM_V03, *_DOUBLE_L)}
-_EXACT_V03 = {raw: _exact(raw, _V03) for raw in _EXACT_V10}
-_EXACT_OTHER = {raw: _exact(raw, None) for raw in _EXACT_V10}
 # Every spelling normalize_state takes verbatim (no case or separator folding).
-TABLE_SPELLINGS: tuple[str, ...] = tuple(_EXACT_V10)
+TABLE_SPELLINGS: tuple[str, ...] = (*_FROM_V10, *_FROM_V03, *_DOUBLE_L)
+# normalize_state's verbatim spellings (and absent / empty), precomputed per exchange version
+# with their re-spelling: one dict lookup.
+_EXACT_V10 = {raw: _exact(raw, _V10) for raw in (None, "", *TABLE_SPELLINGS)}
+_EXACT_V03 = {raw: _exact(raw, _V03) for raw in _EXACT_V10}
+_EXACT_OTHER = {raw: _exact(raw, None) for raw in _EXACT_V10}  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ from typing import Any
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.payloads import (
+    Item,
     Kind,
     artifact_of,
     classify,
@@ -35,7 +36,6 @@ from gateway.a2a.payloads import (
     with_state,
 )
 from gateway.a2a.states import (
-    TABLE_SPELLINGS,
     ProtocolVersion,
     TaskState,
     UnknownStateError,
@@ -79,50 +79,7 @@ _ENFORCE = Mode.ENFORCE
 _UNSPECIFIED = TaskState.UNSPECIFIED
 
 
-class _Payload:
-    """A located payload (:func:`~gateway.a2a.payloads.locate`) with its ids read once.
-
-    Has the ``kind``, ``obj``, ``wrapper``, ``task_id`` and ``context_id`` of an
-    :class:`~gateway.a2a.payloads.Item` (a :class:`~gateway.a2a.payloads.Located`), without
-    its frozen-dataclass construction cost.
-    """
-
-    __slots__ = ("context_id", "kind", "obj", "task_id", "wrapper")
-
-    def __init__(self, kind: Kind, obj: dict[str, Any], wrapper: str | None) -> None:
-        self.kind = kind
-        self.obj = obj
-        self.wrapper = wrapper
-        self.task_id = task_id_of(kind, obj)
-        self.context_id = context_id_of(obj)
-
-    @property
-    def raw_state(self) -> object:
-        """:attr:`~gateway.a2a.payloads.Item.raw_state`."""
-        if self.kind is not _TASK and self.kind is not _STATUS:
-            return None
-        status = self.obj.get("status")
-        return status.get("state") if isinstance(status, dict) else None
-
-
-def _spelling_table(
-    version: ProtocolVersion,
-) -> dict[str | None, tuple[TaskState, Finding | None, str | None]]:
-    """What :func:`_normalize` makes of each verbatim spelling (and of an absent state) in a
-    ``version`` exchange: the state, the normalization finding, the re-spelling (``None``: the
-    object is forwarded as sent)."""
-    table: dict[str | None, tuple[TaskState, Finding | None, str | None]] = {}
-    for raw in (None, "", *TABLE_SPELLINGS):
-        norm = normalize_state(raw, version)
-        finding = None if norm.family is None else Finding("normalization", norm.family, f"{raw!r}")
-        spelled = spell_state(norm.state, version)
-        keep = raw == spelled or (raw in (None, "") and version is ProtocolVersion.V1_0)
-        table[raw] = (norm.state, finding, None if keep else spelled)
-    return table
-
-
 _V10, _V03 = ProtocolVersion.V1_0, ProtocolVersion.V0_3
-_SPELLINGS_V10, _SPELLINGS_V03 = _spelling_table(_V10), _spelling_table(_V03)
 
 
 def terminal_error(ex: Exchange, record: TaskRecord) -> tuple[int, str]:
@@ -195,7 +152,7 @@ def check_list(ex: Exchange, result: Any) -> Outcome:
         if kind is not _TASK:
             out.append(task)
             continue
-        item = _Payload(kind, obj, wrapper)
+        item = Item(kind, obj, wrapper)
         normalized = _normalize(ex, item, findings)
         if normalized is None:
             return _refuse_unknown(ex, result, None, findings, item)
@@ -228,7 +185,7 @@ def check_payload(
     kind, obj, wrapper = classify(result)
     if kind is _MESSAGE or kind is _OTHER:
         return Outcome(_FORWARD, result, stream)
-    item = _Payload(kind, obj, wrapper)
+    item = Item(kind, obj, wrapper)
     findings: list[Finding] = []
     normalized = _normalize(ex, item, findings)
     if normalized is None:
@@ -262,7 +219,7 @@ def _apply_mode(ex: Exchange, verdict: Outcome, original: Any) -> Outcome:
 
 
 def _normalize(
-    ex: Exchange, item: _Payload, findings: list[Finding]
+    ex: Exchange, item: Item, findings: list[Finding]
 ) -> tuple[TaskState, dict[str, Any]] | None:
     """Canonical state and the object re-spelled for the client, or ``None`` if unknown.
 
@@ -278,30 +235,16 @@ def _normalize(
         raw = None
     else:
         return None  # a status that is not an object is no state at all: never guessed
-    known = None
     version = ex.version
-    if raw is None or type(raw) is str:  # the precomputed verbatim spellings
-        if version is _V10:
-            known = _SPELLINGS_V10.get(raw)
-        elif version is _V03:
-            known = _SPELLINGS_V03.get(raw)
-    if known is not None:
-        state, finding, respelled = known
-        if finding is not None:
-            findings.append(finding)
-        if respelled is not None:
-            obj = with_state(obj, respelled)
-    else:
-        try:
-            norm = normalize_state(raw, version)
-        except UnknownStateError:
-            return None
-        state = norm.state
-        if norm.family is not None:
-            findings.append(Finding("normalization", norm.family, f"{raw!r}"))
-        spelled = spell_state(state, version)
-        if raw != spelled and not (raw in (None, "") and version is _V10):
-            obj = with_state(obj, spelled)
+    try:
+        norm = normalize_state(raw, version)  # a verbatim spelling: one precomputed lookup
+    except UnknownStateError:
+        return None
+    state = norm.state
+    if norm.family is not None:
+        findings.append(Finding("normalization", norm.family, f"{raw!r}"))
+    if norm.respelled is not None:
+        obj = with_state(obj, norm.respelled)
     if kind is _STATUS:
         obj = _end_of_stream_flag(version, state, obj, findings)
     return state, obj
@@ -333,7 +276,7 @@ def _end_of_stream_flag(
 
 
 def _refuse_unknown(
-    ex: Exchange, result: Any, stream: StreamState | None, findings: list[Finding], item: _Payload
+    ex: Exchange, result: Any, stream: StreamState | None, findings: list[Finding], item: Item
 ) -> Outcome:
     raw = item.raw_state
     tid = item.task_id
@@ -376,7 +319,7 @@ def _check_identity(
     ex: Exchange,
     stream: StreamState | None,
     record: TaskRecord | None,
-    item: _Payload,
+    item: Item,
     findings: list[Finding],
 ) -> Outcome | None:
     tid, ctx = item.task_id, item.context_id
@@ -403,7 +346,7 @@ def _after_stream_terminal(
     ex: Exchange,
     stream: StreamState,
     record: TaskRecord | None,
-    item: _Payload,
+    item: Item,
     state: TaskState,
     findings: list[Finding],
     clock: Clock,
@@ -432,7 +375,7 @@ def _on_terminal_record(
     ex: Exchange,
     stream: StreamState | None,
     record: TaskRecord,
-    item: _Payload,
+    item: Item,
     state: TaskState,
     obj: dict[str, Any],
     findings: list[Finding],
@@ -550,7 +493,7 @@ def _corrected(
     return out
 
 
-def _bind(stream: StreamState | None, item: _Payload, *, terminal: bool) -> StreamState | None:
+def _bind(stream: StreamState | None, item: Item, *, terminal: bool) -> StreamState | None:
     """The stream bound to the payload's task (``stream`` itself when nothing changes)."""
     if stream is None:
         return None
@@ -566,7 +509,7 @@ def _transition(
     ex: Exchange,
     stream: StreamState | None,
     record: TaskRecord | None,
-    item: _Payload,
+    item: Item,
     state: TaskState,
     obj: dict[str, Any],
     findings: list[Finding],

@@ -100,6 +100,13 @@ class TestAccessors:
         assert item.task_id is None
         assert item.context_id is None
 
+    def test_ids_are_read_once_when_the_item_is_made(self):
+        inner = {**STATUS}
+        item = locate({"statusUpdate": inner})
+        inner["taskId"] = "t-other"
+        assert (item.task_id, item.context_id) == ("t-1", "c-1")
+        assert not hasattr(item, "__dict__")  # a __slots__ class: cheap to make per observation
+
     def test_raw_state_is_exactly_what_was_sent(self):
         item = locate({"statusUpdate": {**STATUS, "status": {"state": "Input-Required"}}})
         assert item.raw_state == "Input-Required"

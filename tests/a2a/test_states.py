@@ -197,6 +197,38 @@ class TestSpellState:
         assert len(TaskState) == 9
 
 
+class TestRespelled:
+    """normalize_state also says how the client's version spells the state, when the input is
+    not that spelling (the engine rewrites the object with it)."""
+
+    @pytest.mark.parametrize(("v10", "v03"), SPELLINGS)
+    def test_the_versions_own_spelling_is_forwarded_as_sent(self, v10, v03):
+        assert normalize_state(v10, V10).respelled is None
+        assert normalize_state(v03, V03).respelled is None
+
+    @pytest.mark.parametrize(("v10", "v03"), SPELLINGS)
+    def test_the_other_versions_spelling_is_respelled(self, v10, v03):
+        assert normalize_state(v03, V10).respelled == v10
+        assert normalize_state(v10, V03).respelled == v03
+
+    @pytest.mark.parametrize(("raw", "version", "respelled"), [
+        ("Working", V03, "working"),
+        ("INPUT_REQUIRED", V10, "TASK_STATE_INPUT_REQUIRED"),
+        ("input_required", V03, "input-required"),
+        ("TASK_STATE_CANCELLED", V10, "TASK_STATE_CANCELED"),
+        ("cancelled", V03, "canceled"),
+        ("Cancelled", V10, "TASK_STATE_CANCELED"),
+    ])
+    def test_variants_are_respelled(self, raw, version, respelled):
+        assert normalize_state(raw, version).respelled == respelled
+
+    @pytest.mark.parametrize("raw", [None, ""])
+    def test_an_absent_state_stays_absent_in_v10_and_is_unknown_in_v03(self, raw):
+        """ProtoJSON omits the zero enum; v0.3 spells unspecified 'unknown'."""
+        assert normalize_state(raw, V10).respelled is None
+        assert normalize_state(raw, V03).respelled == "unknown"
+
+
 class TestClasses:
     def test_terminal_set(self):
         """docs/protocol.md §2: completed, failed, canceled and rejected are terminal."""
