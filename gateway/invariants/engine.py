@@ -30,7 +30,6 @@ from gateway.a2a.payloads import (
     Kind,
     artifact_of,
     classify,
-    context_id_of,
     rebuild,
     task_id_of,
     with_state,
