@@ -24,11 +24,15 @@ Transcript format (``.jsonl``: one JSON object per line; blank lines and lines s
   ``enforce``) are optional on every line; ``id`` is the client's JSON-RPC id (default 1).
 
 The ledger starts empty and the card is taken as fresh, declaring streaming and push
-notifications. Each line yields one :class:`Verdict`.
+notifications. A transcript carries no times: lines are a second apart and no heartbeat gap
+forces a ``GetTask``. Each line yields one :class:`Verdict`. An ``event`` for a stream that has
+ended (closed after an interrupted v0.3 status, or after an error event) is a
+:class:`~gateway.errors.TranscriptError`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +86,7 @@ class Verdict:
 class _Stream:
     offline: Offline
     gen: Generator[Any, Any, Any]
+    ended_at: int | None = None  # the line after which the stream's exchange was over
 
 
 @dataclass
@@ -123,7 +128,8 @@ def _exchange(obj: dict[str, Any], lineno: int) -> JsonRpcExchange:
     req = jsonrpc.parse_request(body)
     if isinstance(req, jsonrpc.ParseFailure):
         raise TranscriptError(f"line {lineno}: {req.error['error']['message']}")
-    policy = Policy(upstream=str(obj.get("upstream", "default")), mode=mode)
+    policy = Policy(upstream=str(obj.get("upstream", "default")), mode=mode,
+                    heartbeat_seconds=math.inf)
     return JsonRpcExchange(req, body, info, REPLAY_CARD, policy)
 
 
@@ -137,10 +143,13 @@ def _judge_line(state: _Replay, obj: dict[str, Any], lineno: int) -> Verdict:
     name = str(obj.get("stream", ""))
     stream = state.streams.get(name) if kind == "event" else None
     if stream is not None:
+        if stream.ended_at is not None:
+            raise TranscriptError(f"line {lineno}: stream {name!r} ended at line {stream.ended_at}")
         offline = stream.offline
         offline.now, offline.outputs, offline.findings = now, [], []
         offline.worker.append({"events": [obj["result"]]})
-        offline.resume(stream.gen)
+        if offline.resume(stream.gen):
+            stream.ended_at = lineno
         return _verdict(lineno, obj, offline)
     ex = _exchange(obj, lineno)
     offline = Offline(ex.policy.upstream, state.ledger, now, ex.req.id)
@@ -152,8 +161,7 @@ def _judge_line(state: _Replay, obj: dict[str, Any], lineno: int) -> Verdict:
     elif kind == "event":
         gen = StreamExchange(ex).run()
         offline.worker.extend([{"open": True}, {"events": [obj["result"]]}])
-        offline.run(gen)
-        state.streams[name] = _Stream(offline, gen)
+        state.streams[name] = _Stream(offline, gen, lineno if offline.run(gen) else None)
     else:
         worker = obj.get("worker")
         if not isinstance(worker, list) or not all(isinstance(a, dict) for a in worker):

@@ -207,3 +207,34 @@ class TestReplayCli:
         proc = cli("replay", str(tmp_path / "absent.jsonl"))
         assert proc.returncode == 2
         assert "absent.jsonl" in proc.stderr
+
+
+class TestReplayExchanges:
+    def test_f08_cut_probe_resubscribe_fixture_lists_what_the_client_receives(self):
+        [verdict] = verdicts_of(FIXTURES / "f08_cut_probe_resubscribe.jsonl")
+        assert verdict.kind == "exchange" and verdict.action == "forward"
+        states = [next(iter(o["result"].values())).get("status", {}).get("state") for o in verdict.outputs]
+        assert states == ["TASK_STATE_WORKING", None, "TASK_STATE_COMPLETED"]
+
+    def test_an_event_for_a_stream_that_has_ended_is_a_transcript_error(self):
+        params = {"message": {"kind": "message", "messageId": "m", "role": "user", "parts": []}}
+
+        def event(result: dict) -> str:
+            return line({"kind": "event", "stream": "s", "method": "message/stream", "params": params,
+                         "result": result})
+
+        ids = {"taskId": "t-e", "contextId": "c"}
+        lines = [event({"kind": "task", "id": "t-e", "contextId": "c", "status": {"state": "working"}}),
+                 event({"kind": "status-update", **ids, "status": {"state": "input-required"}, "final": True}),
+                 event({"kind": "status-update", **ids, "status": {"state": "completed"}, "final": True})]
+        with pytest.raises(TranscriptError, match="line 3: stream 's' ended at line 2"):
+            run(lines)
+
+    def test_a_transcript_carries_no_time_so_no_heartbeat_probe(self):
+        """Many lines later a follow-up to a live task goes to the worker as it is: no GetTask
+        comes first (it would have taken the scripted answer)."""
+        working = {**GET_T5, "result": {**GET_T5["result"], "status": {"state": "TASK_STATE_WORKING"}}}
+        answer = {"jsonrpc": "2.0", "id": 1, "result": {"task": working["result"]}}
+        follow_up = {**FOLLOW_UP_T5, "kind": "exchange", "worker": [{"answer": answer}]}
+        verdicts = run([line(working), *["# filler"] * 100, line(follow_up)])
+        assert verdicts[1].action == "forward" and verdicts[1].outputs == [answer]

@@ -89,12 +89,14 @@ class Deadline:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A worker's whole answer: HTTP status, body (decoded per ``Content-Encoding``), and
-    whether its media type is JSON. The driver keeps its headers for :class:`Respond`."""
+    """A worker's whole answer: HTTP status, body (decoded per ``Content-Encoding``), whether
+    its media type is JSON (only a 4xx answer's is read: a non-JSON 4xx is relayed as it is),
+    and its headers, opaque to the exchange (the driver's; :attr:`Respond.relay`)."""
 
     status: int
     content: bytes
     json: bool = True
+    headers: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +127,13 @@ ENDED = _Marker("ENDED")
 @dataclass(frozen=True, slots=True)
 class Respond:
     """Send one whole response. ``media`` is ``json``, ``sse`` or ``raw`` (the worker's own
-    content type); with ``relay_headers`` the worker's answer headers go along (hop-by-hop
-    and body headers removed). Reply: ``None``."""
+    content type); ``relay`` is the worker's :class:`Answer` whose headers go along (hop-by-hop
+    and body headers removed), ``None`` for an answer of the gateway's own. Reply: ``None``."""
 
     status: int
     body: bytes
     media: str = "json"
-    relay_headers: bool = False
+    relay: Answer | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +214,5 @@ class Log:
     fields: tuple[tuple[str, Any], ...] = ()
 
 
-Command = (Load | Store | Post | Open | Read | Deadline | Respond | StartStream | Emit | Flush
-           | EndStream | Sleep | MarkCardStale | Count | Found | Degraded | Log)
-"""Every command an exchange yields."""
 REPORTS = (Count, Found, Degraded, Log)
 """Commands that only report: the driver feeds them to the observability sink."""

@@ -1,9 +1,10 @@
 """One JSON-RPC exchange, sans I/O: admit → forward → judge the answer → respond.
 
 Implements the JSON-RPC binding (docs/protocol.md §1.2, §3.4 and §6) and
-docs/field-cases.md F05, F09, F15, F16 and F17 (b). The driver (gateway/proxy/jsonrpc.py)
-parses the body, reads the upstream's card and runs :meth:`JsonRpcExchange.run`, doing what
-each yielded command says (docs/architecture.md, "The exchange layer"):
+docs/field-cases.md F05, F09, F15, F16 and F17 (b). The endpoint (gateway/proxy/jsonrpc.py)
+parses the body, reads the upstream's card and builds the exchange; the driver
+(gateway/proxy/driver.py) runs :meth:`JsonRpcExchange.run`, doing what each yielded command
+says (docs/architecture.md, "The exchange layer"):
 
 * card-governed admission of new tasks and capabilities (refused: -32004 / -32003, HTTP 503
   with -32603 while the card is unavailable);
@@ -106,8 +107,7 @@ class JsonRpcExchange:
 
     # --- answering ----------------------------------------------------------------------------
 
-    def error(self, status: int, code: int, message: str, *, task_id: str | None = None,
-              version_data: bool = False) -> Respond:
+    def error(self, status: int, code: int, message: str, *, task_id: str | None = None) -> Respond:
         """A JSON-RPC error response with the client's id. A refusal of a v0.3 streaming call
         is an SSE stream with one error event: v0.3 SDK clients read nothing else on a stream
         (docs/field-cases.md F17 (b)); v1.0 clients get plain JSON, as v1.0 workers answer."""
@@ -116,14 +116,14 @@ class JsonRpcExchange:
                                      metadata=meta)
         return self.respond(status, jsonrpc.dumps(doc))
 
-    def respond(self, status: int, body: bytes, *, relay_headers: bool = False) -> Respond:
+    def respond(self, status: int, body: bytes, *, relay: Answer | None = None) -> Respond:
         """A whole JSON-RPC response ``body`` in the form the client reads: for a v0.3
         streaming call answered with HTTP 200 — a refusal of the gateway's or the worker's
         own JSON answer — an SSE stream carrying it as its one event (docs/field-cases.md F17
         (b), F09); plain JSON otherwise."""
         if status == 200 and self.info.streaming and self.ex.version is ProtocolVersion.V0_3:
-            return Respond(200, encode_event(body), "sse", relay_headers)
-        return Respond(status, body, "json", relay_headers)
+            return Respond(200, encode_event(body), "sse", relay)
+        return Respond(status, body, "json", relay)
 
     def fail_upstream(self, exc: UpstreamError) -> Steps:
         """Answer a worker transport failure: -32603 with the client's id, HTTP 502/504."""
@@ -186,10 +186,10 @@ class JsonRpcExchange:
         yield Count("forced_gets", (reason,))
         _, fresh = yield from self._probe(self.ex.task_id or record.task_id)
         if fresh.record is not None and fresh.needs_resync:
-            yield from clear_resync(fresh)  # the worker did not answer with a task
+            yield from clear_resync(self.policy, fresh)  # the worker did not answer with a task
             fresh = yield from load(self.policy, record.task_id)
         elif fresh.record is None:
-            yield from clear_resync(loaded)
+            yield from clear_resync(self.policy, loaded)
         current = fresh.record
         if current is not None and current.state is not record.state:
             detail = (f"task {record.task_id} recorded {record.state.value}, worker says "
@@ -240,7 +240,7 @@ class JsonRpcExchange:
             yield MarkCardStale()
         if 400 <= answer.status < 500 and not answer.json:
             self.summary.outcome = "upstream_status"
-            yield Respond(answer.status, answer.content, "raw", relay_headers=True)
+            yield Respond(answer.status, answer.content, "raw", answer)
             return
         try:
             doc = decode_answer(answer)
@@ -249,7 +249,7 @@ class JsonRpcExchange:
             return
         out_doc, changed = yield from self._judge_answer(doc)
         body = jsonrpc.dumps(out_doc) if changed else answer.content
-        yield self.respond(answer.status, body, relay_headers=True)
+        yield self.respond(answer.status, body, relay=answer)
 
     def client_id(self, doc: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]:
         """``doc`` with the client's id (F16); a worker that changed it is a

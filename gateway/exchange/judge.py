@@ -126,16 +126,20 @@ def touch(task_id: str) -> Steps:
         return
 
 
-def clear_resync(loaded: Loaded) -> Steps:
+def clear_resync(policy: Policy, loaded: Loaded) -> Steps:
     """Drop the ``needs_resync`` flag of the loaded record: it is stored unchanged over its
     loaded version, which clears the flag (:class:`~gateway.exchange.commands.Store`). A lost
     race means someone else stored the record, which cleared it too.
 
     Raises:
-        LedgerError: the ledger failed.
+        LedgerError: the ledger failed and ``policy.fail_open`` is off (with it, the flag
+            stays for the next action).
     """
     if loaded.record is not None and loaded.needs_resync:
         try:
             yield Store(loaded.record, loaded.version)
         except VersionConflictError:
             pass
+        except LedgerError:
+            if not policy.fail_open:
+                raise

@@ -163,8 +163,11 @@ class Offline:
 
     def resume(self, gen: Generator[Any, Any, Any]) -> bool:
         """Go on after :meth:`run` returned False: perform the waiting command, then run."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            raise RuntimeError("nothing to resume: the exchange has ended")
         try:
-            self._reply = self._perform(self._pending)
+            self._reply = self._perform(pending)
         except (UpstreamError, VersionConflictError) as exc:
             self._exc = exc
         return self.run(gen)

@@ -13,7 +13,8 @@ F08, F09 and F17 (a):
   stream also ends after an interrupted status (it carries ``final: true``);
 * a non-JSON event, an event over ``max_event_bytes`` or a refused payload ends the stream
   with a JSON-RPC error event (``event: error``); a ledger failure the same (-32603);
-* a streaming request answered with plain JSON is answered as that JSON (F09);
+* a streaming request answered with plain JSON is answered as that JSON (F09), or for a
+  v0.3 client as one SSE event carrying it (F17 (b));
 * a worker stream that ends before its task did (F08 (ii)) is never passed off as finished:
   ``GetTask`` first; a terminal task is sent as a last snapshot, otherwise the gateway
   resubscribes and drops the repeated snapshot the new stream starts with — at most
@@ -76,6 +77,9 @@ class RequestSide(Protocol):
     def probe_task(self, task_id: str) -> Generator[Any, Any, tuple[Any, TaskRecord | None]]: ...
 
     def client_id(self, doc: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]: ...
+
+
+_V03 = ProtocolVersion.V0_3
 
 
 class Next(enum.Enum):
@@ -217,7 +221,7 @@ class StreamExchange:
             attempt += 1
             yield Count("forced_gets", ("upstream_eof",))
             task, record = yield from self.owner.probe_task(task_id)
-            if record is not None and record.terminal and task is not None:
+            if record is not None and record.terminal and isinstance(task, dict):
                 yield self._result_frame(snapshot_result(task, self.ex.version))
                 self.stream = dataclasses.replace(self.stream, terminal=True)
                 yield from self._done_after_cut("terminal_snapshot")
@@ -297,8 +301,8 @@ class StreamExchange:
         if outcome.close:
             self.summary.close_reason = "terminal"
             return Next.CLOSE_AND_DRAIN
-        if state is not None and state.is_interrupted and item.kind is Kind.STATUS \
-                and self.ex.version is ProtocolVersion.V0_3:
+        if self.ex.version is _V03 and item.kind is Kind.STATUS and self.ex.mode is Mode.ENFORCE \
+                and state is not None and state.is_interrupted:
             # the event went out with final: true; v0.3 clients wait for the close (F17 (a))
             self.summary.close_reason = "interrupted"
             return Next.CLOSE

@@ -104,6 +104,8 @@ class CardCache:
         self.reachable = True
         self._stale = False
         self._retry_at = 0.0  # monotonic: while unreachable, no refetch before this
+        self._heartbeat_of: CachedCard | None = None  # the card _heartbeat was read from
+        self._heartbeat: float | None = None
 
     def _variant(self, a2a_version: str) -> str:
         return a2a_version if self._varies else ""
@@ -124,10 +126,13 @@ class CardCache:
         return CardView(card.doc, fresh, self.reachable, card.etag)
 
     def heartbeat_seconds(self) -> float:
-        """The card's declared heartbeat interval, else the upstream's configured one."""
+        """The card's declared heartbeat interval, else the upstream's configured one (read
+        from the card once per fetched card)."""
         card = self._cards.get("")
-        declared = heartbeat_interval(card.doc) if card is not None else None
-        return declared or self.upstream.heartbeat_seconds
+        if card is not self._heartbeat_of:
+            declared = heartbeat_interval(card.doc) if card is not None else None
+            self._heartbeat_of, self._heartbeat = card, declared
+        return self._heartbeat or self.upstream.heartbeat_seconds
 
     async def current(self, a2a_version: str = "") -> CardView:
         """The card view after revalidating it if stale (single flight per upstream)."""

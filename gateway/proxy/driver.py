@@ -20,6 +20,7 @@ exceptions) back in. What is left here is what is about time and sockets, never 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Generator
 from typing import Any
@@ -31,6 +32,7 @@ from gateway.errors import LedgerError, UpstreamError, VersionConflictError
 from gateway.exchange.commands import (
     ENDED,
     OPENED,
+    REPORTS,
     Answer,
     Chunk,
     Deadline,
@@ -73,6 +75,7 @@ slow after fast ones; with a fast ledger a read still costs one write."""
 _BODY_HEADERS = ("content-length", "content-encoding", "content-type")
 _STREAM_HEADERS = (*_BODY_HEADERS, "cache-control", "x-accel-buffering")
 _THROWN = (LedgerError, UpstreamError, VersionConflictError, TimeoutError)
+_NO_HEADERS = httpx.Headers()
 
 
 class Driver:
@@ -90,28 +93,21 @@ class Driver:
         self.ended = False  # the client's response is complete
         self._reply: Any = None
         self._exc: BaseException | None = None
-        self._answer_headers = httpx.Headers()
         self._head_headers: httpx.Headers | None = None
         self._responses: list[httpx.Response] = []
         self._chunks: AsyncIterator[bytes] | None = None
         self._deadline: float | None = None
         self._out: list[bytes] = []  # frames judged and stored, not yet sent
         self._out_since = 0.0  # monotonic time the oldest of them was queued
-        self._last_load = 0.0  # monotonic time the last event's judging began
+        self._last_load = 0.0  # monotonic time the last event's judging (or its read) began
         self._last_write = time.monotonic()
         self._keepalive: asyncio.Future[None] | None = None
-        self._handlers = {
-            Load: self._load, Store: self._store, Post: self._post, Open: self._open,
-            Read: self._read, Deadline: self._set_deadline, Respond: self._respond,
-            StartStream: self._start_stream, Emit: self._emit, Flush: self._flush,
-            EndStream: self._end_stream, Sleep: self._sleep, MarkCardStale: self._mark_stale,
-        }
 
     async def run(self, gen: Generator[Any, Any, Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
         until the client's response is complete (False; call again to go on)."""
         report = self.reporter.report
-        handlers = self._handlers
+        handlers = _HANDLERS
         while True:
             try:
                 if self._exc is not None:
@@ -123,11 +119,13 @@ class Driver:
                 return True
             self._reply = None
             handler = handlers.get(type(cmd))
-            if handler is None:  # a report: Count, Found, Degraded, Log
-                report(cmd, self.operation)
+            if handler is None:
+                if type(cmd) not in REPORTS:
+                    raise TypeError(f"not a command: {cmd!r}")
+                report(cmd, self.operation)  # Count, Found, Degraded, Log
             else:
                 try:
-                    self._reply = await handler(cmd)
+                    self._reply = await handler(self, cmd)
                 except _THROWN as exc:
                     self._exc = exc
             if until_ended and self.ended:
@@ -135,7 +133,11 @@ class Driver:
 
     async def aclose(self) -> None:
         """Stop the keep-alive and close every upstream response."""
+        keepalive = self._keepalive
         self._stop_keepalive()
+        if keepalive is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await keepalive
         for response in self._responses:
             await response.aclose()
 
@@ -177,8 +179,7 @@ class Driver:
         url, headers = self._request()
         answer = await self.rt.client.fetch("POST", url, headers=headers, content=cmd.body,
                                             timeout=self.route.upstream.timeouts)
-        self._answer_headers = answer.headers
-        return Answer(answer.status_code, answer.content, _is_json(answer.headers))
+        return _answer(answer.status_code, answer.content, answer.headers)
 
     async def _open(self, cmd: Open) -> Any:
         url, headers = self._request()
@@ -189,8 +190,7 @@ class Driver:
         self._responses.append(response)
         if response.status_code >= 300 or not is_event_stream(response.headers):
             content = await response.aread()
-            self._answer_headers = response.headers
-            return Answer(response.status_code, content, _is_json(response.headers))
+            return _answer(response.status_code, content, response.headers)
         if self._head_headers is None:
             self._head_headers = response.headers
         self._chunks = response.aiter_bytes()
@@ -200,11 +200,14 @@ class Driver:
         assert self._chunks is not None
         try:
             if self._deadline is None:
-                return Chunk(await anext(self._chunks))
-            async with asyncio.timeout_at(self._deadline):
-                return Chunk(await anext(self._chunks))
+                data = await anext(self._chunks)
+            else:
+                async with asyncio.timeout_at(self._deadline):
+                    data = await anext(self._chunks)
         except StopAsyncIteration:
             return ENDED
+        self._last_load = time.monotonic()  # the events of this read start fresh (FLUSH_AFTER)
+        return Chunk(data)
 
     async def _set_deadline(self, cmd: Deadline) -> None:
         self._deadline = asyncio.get_running_loop().time() + cmd.seconds
@@ -212,12 +215,13 @@ class Driver:
     # --- the client -------------------------------------------------------------------------------
 
     async def _respond(self, cmd: Respond) -> None:
+        relayed = cmd.relay.headers if cmd.relay is not None else _NO_HEADERS
         if cmd.media == "raw":
-            headers = client_response_headers(self._answer_headers, drop=("content-length", "content-encoding"))
+            headers = client_response_headers(relayed, drop=("content-length", "content-encoding"))
         else:
             sse = cmd.media == "sse"
             drop = _STREAM_HEADERS if sse else _BODY_HEADERS
-            headers = client_response_headers(self._answer_headers, drop=drop) if cmd.relay_headers else []
+            headers = client_response_headers(relayed, drop=drop)
             headers += SSE_HEADERS if sse else JSON_HEADERS
         headers.append((b"content-length", str(len(cmd.body)).encode()))
         self.started = True
@@ -278,6 +282,20 @@ class Driver:
 
     async def _mark_stale(self, cmd: MarkCardStale) -> None:
         self.rt.card_cache(self.route.upstream).mark_stale()
+
+
+_HANDLERS: dict[type, Any] = {
+    Load: Driver._load, Store: Driver._store, Post: Driver._post, Open: Driver._open,
+    Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver._respond,
+    StartStream: Driver._start_stream, Emit: Driver._emit, Flush: Driver._flush,
+    EndStream: Driver._end_stream, Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale,
+}
+"""What performs each command (any other command is a report for the Reporter)."""
+
+
+def _answer(status: int, content: bytes, headers: httpx.Headers) -> Answer:
+    """The reply to Post/Open; the media type is looked up only where it is read (4xx)."""
+    return Answer(status, content, _is_json(headers) if 400 <= status < 500 else True, headers)
 
 
 def _is_json(headers: httpx.Headers) -> bool:

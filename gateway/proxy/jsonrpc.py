@@ -16,8 +16,7 @@ from gateway.a2a import jsonrpc
 from gateway.errors import BodyTooLargeError, ClientGoneError, UpstreamError
 from gateway.exchange.commands import Count
 from gateway.exchange.jsonrpc import JsonRpcExchange
-from gateway.exchange.model import Policy, Summary
-from gateway.observability.reporter import Reporter
+from gateway.exchange.model import Summary
 from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import (
     Route,
@@ -49,8 +48,7 @@ class JsonRpcHandler:
         self.send = send
         self.upstream = route.upstream.name
         self.summary = Summary("invalid")
-        self.reporter = Reporter(rt.metrics, rt.log, upstream=self.upstream, mode=rt.mode,
-                                 backend=rt.ledger.backend)
+        self.reporter = rt.reporter(self.upstream)
         self.started = time.perf_counter()
 
     async def run(self) -> None:
@@ -85,20 +83,10 @@ class JsonRpcHandler:
             return
         cards = self.rt.card_cache(self.route.upstream)
         card = await cards.current(self._header(b"a2a-version") or "")
-        exchange = JsonRpcExchange(parsed, body, info, card, self._policy(cards.heartbeat_seconds()))
+        policy = self.rt.policy(self.route.upstream, cards.heartbeat_seconds())
+        exchange = JsonRpcExchange(parsed, body, info, card, policy)
         self.summary = exchange.summary
         await self._drive(exchange, streaming=info.streaming)
-
-    def _policy(self, heartbeat_seconds: float) -> Policy:
-        cfg, up = self.rt.config, self.route.upstream
-        return Policy(
-            upstream=self.upstream, mode=self.rt.mode, fail_open=self.rt.fail_open,
-            allow_stale=up.card.on_unreachable == "allow_stale", required_skill=up.card.required_skill,
-            skill_key=cfg.admission.skill_metadata_key, heartbeat_seconds=heartbeat_seconds,
-            drain_seconds=cfg.limits.post_terminal_drain_seconds,
-            resubscribe_attempts=cfg.streams.resubscribe_attempts,
-            resubscribe_backoff_seconds=cfg.streams.resubscribe_backoff_seconds,
-            max_event_bytes=cfg.limits.max_event_bytes)
 
     async def _drive(self, exchange: JsonRpcExchange, *, streaming: bool) -> None:
         """Run the exchange until the client's response is complete, watching for the
@@ -109,7 +97,8 @@ class JsonRpcHandler:
         gen = exchange.run()
         stop = self.rt.drain_expired if streaming else None
         try:
-            finished, done = await until_disconnect(self.receive, driver.run(gen, until_ended=True), stop=stop)
+            work = driver.run(gen, until_ended=streaming)  # a stream may drain after its end
+            finished, done = await until_disconnect(self.receive, work, stop=stop)
             if not finished:
                 gen.close()
                 if self.rt.drain_expired.is_set():

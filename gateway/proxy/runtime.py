@@ -21,9 +21,11 @@ from typing import TypeVar
 
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import LedgerError, VersionConflictError
+from gateway.exchange.model import Policy
 from gateway.invariants.model import Mode
 from gateway.ledger.base import TaskLedger
 from gateway.observability.metrics import Metrics
+from gateway.observability.reporter import Reporter
 from gateway.proxy.card import CardCache
 from gateway.proxy.forward import Router
 from gateway.proxy.transport import UpstreamClient
@@ -44,6 +46,8 @@ class Runtime:
     drain_expired: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
+    _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
+    _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
     def apply_config(self, config: GatewayConfig) -> set[str]:
         """Put ``config`` in force: routing, policies, one card cache per upstream.
@@ -70,6 +74,7 @@ class Runtime:
             else:
                 fresh[upstream.name] = self._new_card_cache(upstream)
         self.config = config
+        self._policies, self._reporters = {}, {}
         self.cards = fresh
         self.router = Router(config.upstreams)
         return kept
@@ -81,6 +86,33 @@ class Runtime:
         if cache is None or cache.upstream.url != upstream.url:
             cache = self._new_card_cache(upstream)
         return cache
+
+    def policy(self, upstream: UpstreamConfig, heartbeat_seconds: float) -> Policy:
+        """The :class:`~gateway.exchange.model.Policy` exchanges on ``upstream`` run with
+        under the config in force (built once per upstream and heartbeat interval)."""
+        key = (id(upstream), heartbeat_seconds)
+        policy = self._policies.get(key)
+        if policy is None or policy.upstream != upstream.name:
+            cfg = self.config
+            policy = self._policies[key] = Policy(
+                upstream=upstream.name, mode=self.mode, fail_open=self.fail_open,
+                allow_stale=upstream.card.on_unreachable == "allow_stale",
+                required_skill=upstream.card.required_skill,
+                skill_key=cfg.admission.skill_metadata_key, heartbeat_seconds=heartbeat_seconds,
+                drain_seconds=cfg.limits.post_terminal_drain_seconds,
+                resubscribe_attempts=cfg.streams.resubscribe_attempts,
+                resubscribe_backoff_seconds=cfg.streams.resubscribe_backoff_seconds,
+                max_event_bytes=cfg.limits.max_event_bytes)
+        return policy
+
+    def reporter(self, upstream: str) -> Reporter:
+        """The :class:`~gateway.observability.reporter.Reporter` of ``upstream`` (one per
+        upstream under the config in force)."""
+        reporter = self._reporters.get(upstream)
+        if reporter is None:
+            reporter = self._reporters[upstream] = Reporter(
+                self.metrics, self.log, upstream=upstream, mode=self.mode, backend=self.ledger.backend)
+        return reporter
 
     def _new_card_cache(self, upstream: UpstreamConfig) -> CardCache:
         return CardCache(self.client, self.metrics, self.log, upstream)

@@ -7,15 +7,17 @@ reported. Field cases are named after docs/field-cases.md.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import orjson
 import pytest
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.states import TaskState
 from gateway.a2a.version import ProtocolVersion
-from gateway.exchange.commands import Count, Emit, EndStream, Load, Open, Post, Respond, Store
+from gateway.exchange.commands import Count, Emit, EndStream, Load, Open, Post, Read, Respond, Store
 from gateway.exchange.judge import judge, touch
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
@@ -39,7 +41,8 @@ def play(method: str, params: Any, worker: list[dict[str, Any]], *, ledger: Ledg
     ex = JsonRpcExchange(req, body, info, CARD, Policy("w", mode=mode, resubscribe_attempts=2))
     offline = Offline("w", ledger or Ledger(), req_id=req_id)
     offline.worker.extend(worker)
-    offline.run(ex.run())
+    offline.gen = ex.run()  # type: ignore[attr-defined]  kept for tests that resume it
+    offline.run(offline.gen)  # type: ignore[attr-defined]
     return offline
 
 
@@ -155,6 +158,31 @@ class TestEndOfStreamSignal:
         assert finals == [False, True]
         assert [f.kind for f in book.findings].count("final_flag") == 2
 
+    @pytest.mark.parametrize("state", ["working", "submitted"])
+    def test_v03_non_final_status_always_carries_final_false(self, state):
+        """a2a-sdk 0.3 clients refuse a status-update without ``final``."""
+        event = {"kind": "status-update", "taskId": "t-8", "contextId": "c-1", "status": {"state": state}}
+        book = play("message/stream", V03_SEND, [
+            {"open": True}, {"events": [{"kind": "task", **task("t-8", "working")}, event]}, {"end": True}])
+        assert results(book)[1]["final"] is False
+
+    @pytest.mark.parametrize("raw", ["input-required", "INPUT_REQUIRED", "auth-required"])
+    def test_v03_interrupted_status_is_final_and_ends_the_clients_stream(self, raw):
+        """v0.3 clients wait for the close, not for ``final``: the gateway ends the stream even
+        while the worker holds its socket (no act after the event: the worker is silent)."""
+        event = {"kind": "status-update", "taskId": "t-9", "contextId": "c-1",
+                 "status": {"state": raw}, "final": False}
+        book = play("message/stream", V03_SEND, [
+            {"open": True}, {"events": [{"kind": "task", **task("t-9", "working")}, event]}])
+        assert results(book)[1]["final"] is True
+        assert book.commands[-1] == EndStream() and book.value.close_reason == "interrupted"
+
+    def test_v10_interrupted_status_leaves_the_stream_to_the_worker(self):
+        event = status("t-10", "TASK_STATE_INPUT_REQUIRED")
+        book = play("SendStreamingMessage", V10_SEND, [
+            {"open": True}, {"events": [{"task": task("t-10", "TASK_STATE_WORKING")}, event]}])
+        assert type(book.commands[-1]) is Read  # still reading: the worker decides
+
 
 class TestStreamingRefusals:
     """F17 (b): a refusal of a streaming call in the form the client's version reads."""
@@ -178,6 +206,13 @@ class TestStreamingRefusals:
         [out] = book.outputs
         assert out.doc["id"] == "r-1" and out.doc["error"]["code"] == jsonrpc.UNSUPPORTED_OPERATION
         assert "new task" in out.doc["error"]["message"]
+
+    def test_a_workers_own_json_refusal_reaches_a_v03_client_as_one_sse_event(self):
+        refusal = {"jsonrpc": "2.0", "id": 1, "error": {"code": -32004, "message": "Task is terminal"}}
+        book = play("tasks/resubscribe", {"id": "t-x"}, [{"answer": refusal}])
+        [respond] = [c for c in book.commands if type(c) is Respond]
+        assert (respond.status, respond.media) == (200, "sse") and respond.relay is not None
+        assert book.outputs[0].doc == refusal
 
     @pytest.mark.parametrize(("method", "params"), [
         ("SubscribeToTask", {"id": "t-9"}),
@@ -266,3 +301,44 @@ def test_count_commands_name_real_metrics():
                  "sse_events", "unchecked", "ledger_conflicts"):
         assert hasattr(metrics, name), name
     assert Count("sse_events", ("task",)).labels == ("task",)
+
+
+class TestReviewFindings:
+    """Regressions found in review of the exchange layer, each pinned."""
+
+    def test_observe_mode_relays_a_v03_interrupted_status_unchanged_and_keeps_reading(self):
+        event = {"kind": "status-update", "taskId": "t-o", "contextId": "c-1",
+                 "status": {"state": "input-required"}, "final": False}
+        book = play("message/stream", V03_SEND, [
+            {"open": True}, {"events": [{"kind": "task", **task("t-o", "working")}, event]}],
+            mode=Mode.OBSERVE)
+        assert results(book)[1]["final"] is False  # observe forwards the worker's bytes
+        assert type(book.commands[-1]) is Read  # and leaves the stream to the worker
+
+    def test_a_probe_between_answer_and_response_does_not_change_the_relayed_headers(self):
+        """The Respond names the answer whose headers go along, not whatever came last."""
+        error = {"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "boom"}}
+        book = play("CancelTask", {"id": "t-h"}, [
+            {"answer": error},
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-h", "TASK_STATE_WORKING")}},
+        ])
+        [respond] = [c for c in book.commands if type(c) is Respond]
+        assert respond.relay is not None and orjson.loads(respond.relay.content) == error
+        assert [type(c) for c in book.commands].count(Post) == 2  # the answer, then the probe
+
+    def test_a_terminal_probe_answer_that_is_not_an_object_is_no_snapshot(self):
+        """The ledger turned terminal (another stream) while this one was cut, and the worker's
+        GetTask result is not an object: no snapshot is made of it; the stream gives up cleanly."""
+        book = play("SendStreamingMessage", V10_SEND, [
+            {"open": True}, {"events": [{"task": task("t-s", "TASK_STATE_WORKING")}]}, {"cut": True}])
+        assert type(book.commands[-1]) is Post  # waiting for the probe's answer
+        working = book.ledger.get("w", "t-s")
+        done = dataclasses.replace(working, state=TaskState.COMPLETED,
+                                   terminal_status={"state": "TASK_STATE_COMPLETED"})
+        book.ledger.put(done, book.ledger.versions[("w", "t-s")])
+        book.worker.extend([{"answer": {"jsonrpc": "2.0", "id": "p", "result": "completed"}},
+                            {"fail": "connect"}, {"fail": "connect"}, {"fail": "connect"}])
+        book.resume(book.gen)
+        assert book.outputs[-1].event == "error"
+        assert all(o.doc.get("result", {}).get("task", {}).get("status", {}).get("state")
+                   != "TASK_STATE_COMPLETED" for o in book.outputs if o.doc)

@@ -1,0 +1,74 @@
+"""The driver (gateway/proxy/driver.py) through the real gateway: what it does with the
+commands that touch sockets — whose headers a response carries, and how many writes one
+upstream read becomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.proxy.driver import Driver
+from tests.proxy.conftest import Harness, frames
+from tests.support.scripted_worker import Pause
+
+V1 = {"A2A-Version": "1.0"}
+
+
+def _task(tid: str, state: str) -> dict[str, Any]:
+    return {"id": tid, "contextId": "c-1", "status": {"state": state}}
+
+
+def test_a_rewritten_or_relayed_answer_carries_the_workers_answer_headers_not_the_probes(h: Harness) -> None:
+    """A -32603 to a cancel is probed with GetTask before it is relayed; the client gets the
+    cancel answer's headers (the probe's Set-Cookie must never reach it)."""
+    error = {"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "boom"}}
+    h.worker.on("CancelTask", raw=(200, {"content-type": "application/json", "x-answer-of": "cancel",
+                                         "set-cookie": "a=cancel"}, orjson.dumps(error)))
+    probe = {"jsonrpc": "2.0", "id": "a2a-gateway-probe", "result": _task("t-h", "TASK_STATE_WORKING")}
+    h.worker.on("GetTask", raw=(200, {"content-type": "application/json", "x-answer-of": "probe",
+                                      "set-cookie": "a=probe"}, orjson.dumps(probe)))
+    r = h.rpc({"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": "t-h"}}, headers=V1)
+    assert len(h.worker.calls("GetTask")) == 1  # the probe happened in between
+    assert r.json()["error"]["code"] == -32603
+    assert r.headers["x-answer-of"] == "cancel"
+    assert r.headers.get_list("set-cookie") == ["a=cancel"]
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The body of every non-empty write the gateway makes to a client."""
+    log: list[bytes] = []
+    real_init = Driver.__init__
+
+    def init(self: Driver, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        send = self.client_send
+
+        async def logged(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                log.append(message["body"])
+            await send(message)
+
+        self.client_send = logged
+
+    monkeypatch.setattr(Driver, "__init__", init)
+    return log
+
+
+def test_a_read_that_starts_with_a_ping_is_still_one_write(h: Harness, writes: list[bytes]) -> None:
+    """On a known task's stream a ping is a sign of life (a ledger store); that store is not
+    taken for a slow ledger: the ping and the event of the same upstream read go out in one
+    write."""
+    h.worker.on("GetTask", json_result=_task("t-p", "TASK_STATE_WORKING"))
+    assert h.rpc({"jsonrpc": "2.0", "id": 0, "method": "GetTask", "params": {"id": "t-p"}}, headers=V1).status_code == 200
+    writes.clear()
+    event = {"jsonrpc": "2.0", "id": 1, "result": {"task": _task("t-p", "TASK_STATE_COMPLETED")}}
+    idle = Pause(0.05)  # an idle worker: far longer than FLUSH_AFTER since the admission's Load
+    h.worker.on("SubscribeToTask", sse=[idle, b": ping\n\ndata: " + orjson.dumps(event) + b"\n\n"])
+    _, raw = h.stream({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": "t-p"}},
+                      headers=V1)
+    assert [f["comment"] for f in frames(raw)][:1] == ["ping"]
+    [write] = writes
+    assert write.startswith(b": ping\n\ndata: ")
