@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -80,11 +80,11 @@ class MethodInfo:
     name: str
     operation: Operation
     version: ProtocolVersion
+    streaming: bool = field(init=False)
+    """True when the method answers with an SSE stream (F09)."""
 
-    @property
-    def streaming(self) -> bool:
-        """True when the method answers with an SSE stream (F09)."""
-        return self.operation in (Operation.STREAM, Operation.SUBSCRIBE)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "streaming", self.operation in (Operation.STREAM, Operation.SUBSCRIBE))
 
 
 _V03_NAMES = {

@@ -1,9 +1,10 @@
 """What an exchange asks its driver to do (commands) and what the driver answers (replies).
 
 An exchange is a generator: it ``yield``\\ s a command and is resumed with the reply (or with
-an exception thrown in at the ``yield``). Pure data, no I/O. The table of commands, their
-replies and the exceptions a driver may throw in is in docs/architecture.md ("The exchange
-layer").
+an exception thrown in at the ``yield``). Pure data, no I/O: plain (not frozen) slotted
+dataclasses, because several are made per SSE event and a frozen one costs three times as
+much to build — treat them as read-only. The table of commands, their replies and the
+exceptions a driver may throw in is in docs/architecture.md ("The exchange layer").
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from gateway.invariants.model import Clock, Finding, TaskRecord
 # --- ledger -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Load:
     """Read the record of ``task_id`` (``None``: no task, only the time). Reply:
     :class:`Loaded`. Throws :class:`~gateway.errors.LedgerError`."""
@@ -24,7 +25,7 @@ class Load:
     task_id: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Loaded:
     """The record (``None`` when the ledger has none), the time of the read, and the ledger's
     bookkeeping beside the record: ``version``, its compare-and-set counter (0 without a
@@ -38,7 +39,7 @@ class Loaded:
     needs_resync: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Store:
     """Compare-and-set ``record`` over ``expected_version`` (0: a new record) and clear the
     task's ``needs_resync`` flag with it: a stored record is an observation of this gateway
@@ -54,7 +55,7 @@ class Store:
 # --- the worker -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Post:
     """POST ``body`` to the route's upstream and read the whole answer. Reply:
     :class:`Answer`. Throws :class:`~gateway.errors.UpstreamError`."""
@@ -62,7 +63,7 @@ class Post:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Open:
     """POST ``body`` expecting an SSE stream. Reply: :data:`OPENED` once an event stream's head
     is in (it becomes the stream :class:`Read` reads; an earlier one is closed), or the whole
@@ -72,14 +73,14 @@ class Open:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Read:
-    """The next bytes of the open upstream stream. Reply: :class:`Chunk`, or :data:`ENDED` at
-    its end. Throws :class:`~gateway.errors.UpstreamError` (cut) or :class:`TimeoutError`
+    """The next bytes of the open upstream stream. Reply: the ``bytes`` as read, or
+    :data:`ENDED` at its end. Throws :class:`~gateway.errors.UpstreamError` (cut) or :class:`TimeoutError`
     (past a :class:`Deadline`)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Deadline:
     """From now on, a :class:`Read` that would wait past ``seconds`` from now throws
     :class:`TimeoutError`. Reply: ``None``."""
@@ -87,7 +88,7 @@ class Deadline:
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Answer:
     """A worker's whole answer: HTTP status, body (decoded per ``Content-Encoding``), whether
     its media type is JSON (only a 4xx answer's is read: a non-JSON 4xx is relayed as it is),
@@ -97,13 +98,6 @@ class Answer:
     content: bytes
     json: bool = True
     headers: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """Bytes of the upstream stream, as read."""
-
-    data: bytes
 
 
 class _Marker:
@@ -124,7 +118,7 @@ ENDED = _Marker("ENDED")
 # --- the client -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Respond:
     """Send one whole response. ``media`` is ``json``, ``sse`` or ``raw`` (the worker's own
     content type); ``relay`` is the worker's :class:`Answer` whose headers go along (hop-by-hop
@@ -136,13 +130,13 @@ class Respond:
     relay: Answer | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StartStream:
     """Send the head of an SSE response (HTTP 200, the worker's stream headers relayed).
     Reply: ``None``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Emit:
     """Queue ``frame`` (encoded SSE) for the client: its event is judged and stored. Reply:
     ``None``."""
@@ -150,12 +144,12 @@ class Emit:
     frame: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Flush:
     """Send the queued frames in one write. Reply: ``None``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EndStream:
     """Send the queued frames and end the client's stream. Reply: ``None``."""
 
@@ -163,20 +157,20 @@ class EndStream:
 # --- time, the card, reports ------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sleep:
     """Wait ``seconds`` (resubscribe backoff). Reply: ``None``."""
 
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MarkCardStale:
     """The worker's answer (401/403/404) may mean a changed card: revalidate it before the
     next admission. Reply: ``None``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Count:
     """Add one to the metric ``metric`` (an attribute of
     :class:`~gateway.observability.metrics.Metrics`) with the exchange's upstream first and
@@ -186,7 +180,7 @@ class Count:
     labels: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Found:
     """Findings of the engine, to count and (divergences) log with ``task_id``; ``method``
     labels rejections (default: the exchange's operation). Reply: ``None``."""
@@ -196,7 +190,7 @@ class Found:
     method: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Degraded:
     """Set ``a2a_gateway_upstream_degraded{reason}`` to ``value`` (1 or 0). Reply: ``None``."""
 
@@ -204,7 +198,7 @@ class Degraded:
     value: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Log:
     """One log line: ``event`` at ``level`` (``warning``/``error``) with ``fields``. Reply:
     ``None``."""

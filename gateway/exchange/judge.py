@@ -74,37 +74,32 @@ def judge(
     """
     if ex.operation is Operation.LIST:
         outcome = engine.check_list(ex, result)
-        task_id = None
-    else:
-        task_id = engine.payload_task_id(result)
-        try:
-            outcome = yield from _judge_with_cas(ex, stream, result, task_id)
-        except LedgerError:
-            if not policy.fail_open:
-                raise
-            yield Count("unchecked")
-            return Outcome(Action.FORWARD, result, stream)
-    if outcome.findings:
-        yield Found(tuple(outcome.findings), task_id or ex.task_id)
-    return outcome
-
-
-def _judge_with_cas(
-    ex: Exchange, stream: StreamState | None, result: Any, task_id: str | None
-) -> Generator[Any, Any, Outcome]:
-    for _ in range(CAS_ATTEMPTS):
-        loaded: Loaded = yield Load(task_id)
-        record = loaded.record
-        outcome = engine.check_payload(ex, stream, record, result, loaded.clock)
-        if outcome.record is None or (not loaded.needs_resync and only_fresher(record, outcome.record)):
-            return outcome
-        try:
-            yield Store(outcome.record, loaded.version)
-        except VersionConflictError:
-            yield Count("ledger_conflicts")
-            continue
+        if outcome.findings:
+            yield Found(tuple(outcome.findings), ex.task_id)
         return outcome
-    raise LedgerError(f"task {task_id}: too many concurrent updates")
+    task_id = engine.payload_task_id(result)
+    load = Load(task_id)
+    try:
+        for _ in range(CAS_ATTEMPTS):  # one generator level: this runs once per SSE event
+            loaded: Loaded = yield load
+            record = loaded.record
+            outcome = engine.check_payload(ex, stream, record, result, loaded.clock)
+            new = outcome.record
+            if new is not None and (loaded.needs_resync or not only_fresher(record, new)):
+                try:
+                    yield Store(new, loaded.version)
+                except VersionConflictError:
+                    yield Count("ledger_conflicts")
+                    continue
+            if outcome.findings:
+                yield Found(tuple(outcome.findings), task_id or ex.task_id)
+            return outcome
+        raise LedgerError(f"task {task_id}: too many concurrent updates")
+    except LedgerError:
+        if not policy.fail_open:
+            raise
+        yield Count("unchecked")
+        return Outcome(Action.FORWARD, result, stream)
 
 
 def touch(task_id: str) -> Steps:

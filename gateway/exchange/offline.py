@@ -37,7 +37,6 @@ from gateway.exchange.commands import (
     ENDED,
     OPENED,
     Answer,
-    Chunk,
     Count,
     Emit,
     Found,
@@ -208,7 +207,7 @@ class Offline:
         if act.get("cut") and kind is Read:
             raise UpstreamError("protocol", "worker connection failed (ReadError)")
         if "events" in act and kind is Read:
-            return Chunk(b"".join(encode_event(jsonrpc.dumps(self._response(e))) for e in act["events"]))
+            return b"".join(encode_event(jsonrpc.dumps(self._response(e))) for e in act["events"])
         raise ValueError(f"worker act {act!r} does not answer {kind.__name__}")
 
     def _response(self, event: Any) -> Any:

@@ -80,6 +80,7 @@ class RequestSide(Protocol):
 
 
 _V03 = ProtocolVersion.V0_3
+_READ, _FLUSH = Read(), Flush()  # field-less commands: one instance each
 
 
 class Next(enum.Enum):
@@ -135,7 +136,7 @@ class StreamExchange:
                 nxt = yield from self._pump_one()
                 if nxt is not Next.CUT:
                     return nxt
-                yield Flush()
+                yield _FLUSH
                 nxt = yield from self._after_cut(attempt)
                 if nxt is not Next.CONTINUE:
                     return nxt
@@ -148,10 +149,12 @@ class StreamExchange:
             self._finish()
 
     def _pump_one(self) -> Generator[Any, Any, Next]:
-        """Relay one upstream response until it ends or the stream must close."""
+        """Relay one upstream response until it ends or the stream must close: the items of
+        each read are judged and stored in order, their frames queued, then flushed in one
+        write. (One generator level for the whole read: it runs per SSE event.)"""
         while True:
             try:
-                chunk = yield Read()
+                chunk = yield _READ
             except UpstreamError as err:
                 yield Count("upstream_errors", (err.reason,))
                 self._cut_error = f"upstream error: {err}"
@@ -159,31 +162,24 @@ class StreamExchange:
             if chunk is ENDED:
                 break
             try:
-                items = self.decoder.feed(chunk.data)
+                items = self.decoder.feed(chunk)
             except EventTooLargeError as exc:
                 yield Count("upstream_errors", ("event_too_large",))
                 yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, str(exc))
                 return Next.CLOSE
-            nxt = yield from self._handle_items(items)
-            if nxt is not Next.CONTINUE:
-                return nxt  # what is queued goes out with the end of the stream
-            yield Flush()
+            for index, item in enumerate(items):
+                if type(item) is Comment:
+                    yield Emit(encode_comment(item.text))
+                    if self.stream.task_id is not None:  # a ping on the task's own stream: alive
+                        yield from touch(self.stream.task_id)
+                    continue
+                nxt = yield from self._on_event(item)
+                if nxt is not Next.CONTINUE:
+                    self._backlog = items[index + 1 :]
+                    return nxt  # what is queued goes out with the end of the stream
+            yield _FLUSH
         nxt = yield from self._at_eof()
         return Next.CUT if nxt is Next.CONTINUE else nxt
-
-    def _handle_items(self, items: list[Event | Comment]) -> Generator[Any, Any, Next]:
-        """Judge and store the items of one upstream read, queueing their frames in order."""
-        for index, item in enumerate(items):
-            if isinstance(item, Comment):
-                yield Emit(encode_comment(item.text))
-                if self.stream.task_id is not None:  # a ping on the task's own stream: alive
-                    yield from touch(self.stream.task_id)
-                continue
-            nxt = yield from self._on_event(item)
-            if nxt is not Next.CONTINUE:
-                self._backlog = items[index + 1 :]
-                return nxt
-        return Next.CONTINUE
 
     def _at_eof(self) -> Generator[Any, Any, Next]:
         """The worker closed the stream. A dangling last frame (no closing blank line) is
@@ -316,8 +312,8 @@ class StreamExchange:
             for item in backlog:
                 if isinstance(item, Event):
                     yield from self._on_event(item, deliver=False)
-            while (chunk := (yield Read())) is not ENDED:
-                for item in self.decoder.feed(chunk.data):
+            while (chunk := (yield _READ)) is not ENDED:
+                for item in self.decoder.feed(chunk):
                     if isinstance(item, Event):
                         yield from self._on_event(item, deliver=False)
             if self.decoder.has_pending:

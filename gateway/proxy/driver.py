@@ -34,7 +34,6 @@ from gateway.exchange.commands import (
     OPENED,
     REPORTS,
     Answer,
-    Chunk,
     Deadline,
     Emit,
     EndStream,
@@ -118,9 +117,17 @@ class Driver:
             except StopIteration:
                 return True
             self._reply = None
-            handler = handlers.get(type(cmd))
+            kind = type(cmd)
+            if kind is Emit:  # the per-event commands that need no await, done in place
+                if not self._out:
+                    self._out_since = time.monotonic()
+                self._out.append(cmd.frame)
+                continue
+            if kind is Flush and not self._out:
+                continue
+            handler = handlers.get(kind)
             if handler is None:
-                if type(cmd) not in REPORTS:
+                if kind not in REPORTS:
                     raise TypeError(f"not a command: {cmd!r}")
                 report(cmd, self.operation)  # Count, Found, Degraded, Log
             else:
@@ -196,7 +203,7 @@ class Driver:
         self._chunks = response.aiter_bytes()
         return OPENED
 
-    async def _read(self, cmd: Read) -> Any:
+    async def _read(self, cmd: Read) -> bytes | object:
         assert self._chunks is not None
         try:
             if self._deadline is None:
@@ -207,7 +214,7 @@ class Driver:
         except StopAsyncIteration:
             return ENDED
         self._last_load = time.monotonic()  # the events of this read start fresh (FLUSH_AFTER)
-        return Chunk(data)
+        return data
 
     async def _set_deadline(self, cmd: Deadline) -> None:
         self._deadline = asyncio.get_running_loop().time() + cmd.seconds
@@ -236,11 +243,6 @@ class Driver:
                                 "headers": [*relayed, *SSE_HEADERS]})
         self._last_write = time.monotonic()
         self._keepalive = asyncio.ensure_future(self._keepalive_loop())
-
-    async def _emit(self, cmd: Emit) -> None:
-        if not self._out:
-            self._out_since = time.monotonic()
-        self._out.append(cmd.frame)
 
     async def _flush(self, cmd: Flush | None) -> None:
         if self._out:
@@ -287,10 +289,11 @@ class Driver:
 _HANDLERS: dict[type, Any] = {
     Load: Driver._load, Store: Driver._store, Post: Driver._post, Open: Driver._open,
     Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver._respond,
-    StartStream: Driver._start_stream, Emit: Driver._emit, Flush: Driver._flush,
+    StartStream: Driver._start_stream, Flush: Driver._flush,
     EndStream: Driver._end_stream, Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale,
 }
-"""What performs each command (any other command is a report for the Reporter)."""
+"""What performs each command (``Emit`` is queued in :meth:`Driver.run` itself; any other
+command is a report for the Reporter)."""
 
 
 def _answer(status: int, content: bytes, headers: httpx.Headers) -> Answer:

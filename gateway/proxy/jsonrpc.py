@@ -93,7 +93,7 @@ class JsonRpcHandler:
         client's disconnect (and, for streams, the shutdown deadline); then let it finish
         unwatched (the post-terminal drain)."""
         driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter,
-                        exchange.ex.operation.value)
+                        exchange.ex.operation)  # a StrEnum: the v1.0 method name
         gen = exchange.run()
         stop = self.rt.drain_expired if streaming else None
         try:
