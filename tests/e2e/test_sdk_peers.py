@@ -44,6 +44,7 @@ from tests.e2e.conftest import TRACE_HEADER, UPSTREAM_NAME, MetricsScrape, Stack
 from tests.support.peers import PEERS, PeerRun, run_peer
 from tests.support.scripted_worker import Event, Gate, ScriptedWorker, default_card
 from tests.support.servers import RunningServer, await_until, serve_in_thread
+from tests.support.sse_frames import parse_sse
 
 V03, V10 = "0.3", "1.0"
 STREAM_BOUND = 10.0  # seconds a raw client waits for the gateway to end a stream
@@ -146,30 +147,6 @@ def worker_stream(version: str, tid: str, cid: str, terminal: str, final: Any, g
 
 
 # --------------------------------------------------------------------------- SSE on the wire
-
-
-def parse_sse(text: str) -> list[tuple[str, Any]]:
-    """``[(event name, parsed data)]`` of an SSE body; comments skipped; unparsable data kept
-    as the raw string."""
-    out: list[tuple[str, Any]] = []
-    for block in text.replace("\r\n", "\n").split("\n\n"):
-        name, data = "message", []
-        for line in block.split("\n"):
-            if not line or line.startswith(":"):
-                continue
-            key, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if key == "event":
-                name = value
-            elif key == "data":
-                data.append(value)
-        if data:
-            joined = "\n".join(data)
-            try:
-                out.append((name, json.loads(joined)))
-            except ValueError:
-                out.append((name, joined))
-    return out
 
 
 @dataclass

@@ -37,6 +37,7 @@ from a2a.utils.errors import TaskNotCancelableError, UnsupportedOperationError
 
 from tests.e2e.conftest import TRACE_HEADER, UPSTREAM_NAME, MetricsScrape, SeenRequest, Stack
 from tests.support.servers import await_until
+from tests.support.sse_frames import parse_sse
 
 REQUESTS = "a2a_gateway_requests_total"
 SSE_EVENTS = "a2a_gateway_sse_events_total"
@@ -643,25 +644,6 @@ async def test_v03_cancel_of_terminal_task_rejected_locally(
 
 
 # --------------------------------------------------------------------------- raw SSE framing
-
-
-def parse_sse(text: str) -> list[tuple[str, dict]]:
-    """``[(event_name, json_data)]`` of a complete SSE body (comments skipped)."""
-    out = []
-    for block in text.replace("\r\n", "\n").split("\n\n"):
-        name, data = "message", []
-        for line in block.split("\n"):
-            if not line or line.startswith(":"):
-                continue
-            key, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if key == "event":
-                name = value
-            elif key == "data":
-                data.append(value)
-        if data:
-            out.append((name, json.loads("\n".join(data))))
-    return out
 
 
 async def test_v10_raw_sse_framing_and_headers(stack: Stack, http: httpx.AsyncClient) -> None:
