@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 EXAMPLES = """\
 environment: A2A_GATEWAY_CONFIG, _UPSTREAM, _HOST, _PORT, _MODE, _LEDGER, _SHUTDOWN_GRACE,
-_HEARTBEAT_INTERVAL and _CARD_TTL set the serve flags of the same name (a flag given on the
+_HEARTBEAT_INTERVAL, _CARD_TTL and _WORKERS set the serve flags of the same name (a flag given on the
 command line wins; both win over the config file).
 
 examples:

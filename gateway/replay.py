@@ -134,6 +134,15 @@ def _exchange(obj: dict[str, Any], lineno: int) -> JsonRpcExchange:
 
 
 def _judge_line(state: _Replay, obj: dict[str, Any], lineno: int) -> Verdict:
+    try:
+        return _judge(state, obj, lineno)
+    except TranscriptError as exc:
+        if str(exc).startswith("line "):
+            raise
+        raise TranscriptError(f"line {lineno}: {exc}") from None
+
+
+def _judge(state: _Replay, obj: dict[str, Any], lineno: int) -> Verdict:
     kind = obj.get("kind")
     if kind not in ("request", "response", "event", "exchange"):
         raise TranscriptError(f"line {lineno}: kind must be request, response, event or exchange")

@@ -159,6 +159,15 @@ class TestTranscriptErrors:
         (line({"kind": "request", "params": {"id": "t-1"}}), "method"),
         (line({"kind": "answer", "method": "GetTask", "params": {"id": "t-1"}}), "kind"),
         (line({"kind": "response", "method": "GetTask", "params": {"id": "t-1"}}), "result"),
+        (line({"kind": "exchange", "method": "GetTask", "params": {"id": "t-1"}, "worker": [{"wat": 1}]}),
+         "cannot answer Post"),
+        (line({"kind": "exchange", "method": "SendMessage",
+               "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}},
+               "worker": [{"end": True}]}), "cannot answer Post"),
+        (line({"kind": "exchange", "method": "GetTask", "params": {"id": "t-1"},
+               "worker": [{"answer": {}, "status": "abc"}]}), "cannot answer Post"),
+        (line({"kind": "exchange", "method": "GetTask", "params": {"id": "t-1"},
+               "worker": [{"fail": "bogus"}]}), "cannot answer Post"),
     ])
     def test_a_malformed_line_raises_naming_its_line_number(self, bad, needle):
         with pytest.raises(TranscriptError, match=r"^line 3: ") as info:

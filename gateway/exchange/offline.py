@@ -32,7 +32,7 @@ import orjson
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.sse import Event, SSEDecoder, encode_event
-from gateway.errors import UpstreamError, VersionConflictError
+from gateway.errors import TranscriptError, UpstreamError, VersionConflictError
 from gateway.exchange.commands import (
     ENDED,
     OPENED,
@@ -193,22 +193,31 @@ class Offline:
         return None
 
     def _act(self, kind: type, act: dict[str, Any]) -> Any:
-        if "fail" in act:
-            timeout = act["fail"] == "timeout"
-            if timeout:  # the messages the live upstream client gives
-                raise UpstreamError("timeout", "worker timed out (ReadTimeout)", http_status=504)
+        """The reply (or the failure) a worker act gives to a worker command.
+
+        Raises:
+            TranscriptError: the act is malformed or does not answer this command.
+        """
+        fail = act.get("fail")
+        if fail == "timeout":  # the messages the live upstream client gives
+            raise UpstreamError("timeout", "worker timed out (ReadTimeout)", http_status=504)
+        if fail == "connect":
             raise UpstreamError("connect", "worker unreachable: connection failed")
-        if "answer" in act:
-            return Answer(int(act.get("status", 200)), jsonrpc.dumps(act["answer"]))
-        if act.get("open") and kind is Open:
+        status = act.get("status", 200)
+        if "answer" in act and kind is not Read and type(status) is int:
+            return Answer(status, jsonrpc.dumps(act["answer"]))
+        if act.get("open") is True and kind is Open:
             return OPENED
-        if act.get("end") and kind is Read:
+        if act.get("end") is True and kind is Read:
             return ENDED
-        if act.get("cut") and kind is Read:
+        if act.get("cut") is True and kind is Read:
             raise UpstreamError("protocol", "worker connection failed (ReadError)")
-        if "events" in act and kind is Read:
-            return b"".join(encode_event(jsonrpc.dumps(self._response(e))) for e in act["events"])
-        raise ValueError(f"worker act {act!r} does not answer {kind.__name__}")
+        events = act.get("events")
+        if isinstance(events, list) and kind is Read:
+            return b"".join(encode_event(jsonrpc.dumps(self._response(e))) for e in events)
+        want = {Post: 'an "answer" or a "fail"', Open: '"open", an "answer" or a "fail"',
+                Read: '"events", "end" or "cut"'}[kind]
+        raise TranscriptError(f"worker act {act!r} cannot answer {kind.__name__}: it needs {want}")
 
     def _response(self, event: Any) -> Any:
         if isinstance(event, dict) and event.get("jsonrpc") == "2.0":
