@@ -219,7 +219,7 @@ class TestReplayCli:
 
 
 class TestReplayExchanges:
-    def test_f08_cut_probe_resubscribe_fixture_lists_what_the_client_receives(self):
+    def test_f08ii_fixture_lists_what_the_client_receives(self):
         [verdict] = verdicts_of(FIXTURES / "f08_cut_probe_resubscribe.jsonl")
         assert verdict.kind == "exchange" and verdict.action == "forward"
         states = [next(iter(o["result"].values())).get("status", {}).get("state") for o in verdict.outputs]

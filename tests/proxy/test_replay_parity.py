@@ -40,7 +40,7 @@ def _script_worker(h: Harness, acts: list[dict[str, Any]]) -> None:
             h.worker.on("GetTask", json_result=act["answer"]["result"])
 
 
-def test_cut_probe_resubscribe_live_and_offline_agree(h: Harness) -> None:
+def test_f08ii_cut_probe_resubscribe_live_and_offline_agree(h: Harness) -> None:
     line = _exchange_line()
     _script_worker(h, line["worker"])
     body = {"jsonrpc": "2.0", "id": line["id"], "method": line["method"], "params": line["params"]}
