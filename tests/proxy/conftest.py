@@ -145,3 +145,24 @@ def make_harness() -> Iterator[Any]:
 def h(make_harness: Any) -> Harness:
     """A default harness: enforce mode, default limits."""
     return make_harness()
+
+
+def on_client_writes(monkeypatch: pytest.MonkeyPatch, record: Any) -> None:
+    """Call ``record(body)`` for every non-empty body write the gateway's driver makes to a
+    client, in order (wraps :class:`gateway.proxy.driver.Driver`'s ``client_send``)."""
+    from gateway.proxy.driver import Driver
+
+    real_init = Driver.__init__
+
+    def init(self: Driver, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        send = self.client_send
+
+        async def logged(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                record(message["body"])
+            await send(message)
+
+        self.client_send = logged
+
+    monkeypatch.setattr(Driver, "__init__", init)

@@ -9,8 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.proxy.driver import Driver
-from tests.proxy.conftest import Harness, frames
+from tests.proxy.conftest import Harness, frames, on_client_writes
 from tests.support.scripted_worker import Pause
 
 V1 = {"A2A-Version": "1.0"}
@@ -40,20 +39,7 @@ def test_a_rewritten_or_relayed_answer_carries_the_workers_answer_headers_not_th
 def writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """The body of every non-empty write the gateway makes to a client."""
     log: list[bytes] = []
-    real_init = Driver.__init__
-
-    def init(self: Driver, *args: Any, **kwargs: Any) -> None:
-        real_init(self, *args, **kwargs)
-        send = self.client_send
-
-        async def logged(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.body" and message.get("body"):
-                log.append(message["body"])
-            await send(message)
-
-        self.client_send = logged
-
-    monkeypatch.setattr(Driver, "__init__", init)
+    on_client_writes(monkeypatch, log.append)
     return log
 
 

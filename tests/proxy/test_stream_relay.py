@@ -17,8 +17,7 @@ import orjson
 import pytest
 
 from gateway.proxy import driver
-from gateway.proxy.driver import Driver
-from tests.proxy.conftest import Harness, frames
+from tests.proxy.conftest import Harness, frames, on_client_writes
 
 V1 = {"A2A-Version": "1.0"}
 WORKING, COMPLETED = "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"
@@ -58,20 +57,7 @@ def trace(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
         return stored
 
     monkeypatch.setattr(ledger, "put", put)
-    real_init = Driver.__init__
-
-    def init(self: Driver, *args: Any, **kwargs: Any) -> None:
-        real_init(self, *args, **kwargs)
-        send = self.client_send
-
-        async def logged(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.body" and message.get("body"):
-                log.append(("send", message["body"]))
-            await send(message)
-
-        self.client_send = logged
-
-    monkeypatch.setattr(Driver, "__init__", init)
+    on_client_writes(monkeypatch, lambda body: log.append(("send", body)))
     return log
 
 
