@@ -1,53 +1,100 @@
-"""Genuine A2A SDK clients of both protocol versions, run as separate processes by the tests.
+"""Genuine A2A SDK peers of both protocol versions, run as separate processes by the tests.
 
-Four peers, one scenario format, one output format:
+Four clients, one scenario format, one output format — and one genuine JS worker:
 
-========  ================================  ===============================================
-name      SDK                               runs as
-========  ================================  ===============================================
-``py03``  a2a-sdk ``>=0.3.20,<0.4``          ``.venv-a2a03/bin/python peers/client03.py``
-``js03``  @a2a-js/sdk 0.3.14                 ``node peers/client03.mjs`` (npm alias ``a2a-js-03``)
-``py13``  a2a-sdk 1.3 (the main venv)        ``<main venv python> peers/client13.py``
-``js13``  @a2a-js/sdk 1.3.0                  ``node peers/client13.mjs`` (npm alias ``a2a-js-13``)
-========  ================================  ===============================================
+============  ================================  ===============================================
+name          SDK                               runs as
+============  ================================  ===============================================
+``py03``      a2a-sdk ``>=0.3.20,<0.4``          ``.venv-a2a03/bin/python peers/client03.py``
+``js03``      @a2a-js/sdk 0.3.14                 ``node peers/client03.mjs`` (npm alias ``a2a-js-03``)
+``py13``      a2a-sdk 1.3 (the main venv)        ``<main venv python> peers/client13.py``
+``js13``      @a2a-js/sdk 1.3.0                  ``node peers/client13.mjs`` (npm alias ``a2a-js-13``)
+worker        @a2a-js/sdk 1.3.0 + express 5      ``node peers/worker13.mjs`` (:func:`js_worker`)
+============  ================================  ===============================================
 
 Installs are lazy and happen once (:func:`require_peer`): the first test that needs ``py03``
 creates ``.venv-a2a03/`` at the repository root (``python -m venv`` + ``pip install``), the
-first that needs ``js03``/``js13`` runs ``npm ci`` in ``tests/support/peers/`` from the
-committed ``package.json`` + ``package-lock.json``. A stamp file in each remembers what was
-installed, so reruns cost nothing; a file lock keeps two pytest processes from installing at
-once. When an install fails the test is skipped with the command to run — except under CI
-(``CI=true``), where it fails.
+first that needs ``js03``/``js13`` or the worker runs ``npm ci`` in ``tests/support/peers/``
+from the committed ``package.json`` + ``package-lock.json``. A stamp file in each remembers what
+was installed (a digest of those inputs, so editing either reinstalls), so reruns cost nothing;
+a file lock keeps two pytest processes from installing at once. When an install fails the test
+is skipped with the command to run — except under CI (``CI=true``), where it fails.
 
-Each client takes the gateway's Agent Card URL (argv) and a scenario (JSON on stdin), builds
-its client from that card with the SDK's own factory (so it talks to whatever URL the card
-names), and prints one JSON object per line:
+The JS worker
+-------------
+``with js_worker() as base:`` (a plain context manager, for module-scoped fixtures like
+``tests/e2e/conftest.py``'s ``stack``) starts ``worker13.mjs`` on 127.0.0.1 with an ephemeral
+port, waits for the ``{"type": "ready", "url"}`` line it prints once listening, yields that base
+URL (``http://127.0.0.1:PORT``, no trailing slash) and terminates the worker on exit (its stdin
+is a pipe from this process, so it also exits if this process dies). It is the SDK's own
+``DefaultRequestHandler`` + ``InMemoryTaskStore`` behind its express handlers, behaving like
+``demo/worker.py`` by message text (default → ``hello <text>``, ``slow…``, ``ask…``,
+``fail…``, ``direct``; see the script's header):
 
-``{"type": "client", "sdk", "version", "endpoint", ...}``
-    the SDK and the RPC URL its factory took from the card.
+* ``BASE/.well-known/agent-card.json`` — the card as the SDK serves it (``signatures: []``,
+  ``tenant: ""`` and the other members the 1.3 ``AgentCard`` type requires; ``streaming`` true,
+  ``pushNotifications`` false);
+* ``BASE/`` — JSON-RPC, v1.0 only (no v0.3 compat: requests need ``A2A-Version: 1.0``);
+* ``BASE/rest`` — HTTP+JSON v1.0 (``/rest/message:send``, ``/rest/tasks/{id}``, …).
+
+The card advertises exactly those two interfaces (``JSONRPC`` then ``HTTP+JSON``, both
+``protocolVersion`` ``1.0``) with the port actually bound — so the v0.3 peers cannot use it
+directly (their factories find no compatible interface); they reach it through the gateway.
+
+Clients
+-------
+Each client takes an Agent Card URL (argv) and a scenario (JSON on stdin), builds its client
+from that card with the SDK's own factory (so it talks to whatever URL the card names), and
+prints one JSON object per line:
+
+``{"type": "client", "sdk", "version", "cardUrl", "transport", "endpoint", ...}``
+    the SDK, the binding its factory chose (``JSONRPC`` / ``HTTP+JSON``) and the URL it took
+    from the card for it. v1.0 peers add ``requestedTransport`` (the scenario's ``transport``
+    or ``null``); ``js13`` adds the ``protocolVersion`` of its transport, ``py13`` the SDK's
+    ``transportClass`` (``JsonRpcTransport``, ``RestTransport``, ``Compat…`` for v0.3). v0.3
+    peers report the card's ``preferredTransport`` (which their factory follows) and
+    ``protocolVersion``.
 ``{"type": "step", "index", "op"}``
     a step begins.
 ``{"type": "event", "index", "at", "kind", "taskId", "contextId", "state", "final", "raw"}``
-    one event (or the unary result of a ``send``) as the SDK surfaced it; ``kind`` is the
-    v0.3 ``kind`` (``task``, ``status-update``, …) or the v1.0 member (``task``,
-    ``statusUpdate``, …); ``state`` is spelled as the SDK spells it; ``final`` only for v0.3;
-    ``raw`` is the SDK's own dump of the object; ``at`` is seconds since the step began.
-``{"type": "error", "index", "name", "text", "code", "message", "cause", ...}``
+    one event (or the unary result of a ``send``, ``get``, ``cancel``; one per task a ``list``
+    returned) as the SDK surfaced it; ``kind`` is the v0.3 ``kind`` (``task``,
+    ``status-update``, …) or the v1.0 member (``task``, ``statusUpdate``, …); ``state`` is
+    spelled as the SDK spells it; ``final`` only for v0.3; ``raw`` is the SDK's own dump of the
+    object; ``at`` is seconds since the step began.
+``{"type": "error", "index", "name", "text", "code", "message", "reason", "status", "cause", ...}``
     what the SDK raised: its class, text and — when the SDK exposes one — the JSON-RPC
-    ``code`` and ``message`` (JS errors also carry their ``cause`` chain).
-``{"type": "wire", "index", "rpcMethod", "status", "contentType", "a2aVersion", "body"}``
-    one HTTP exchange as it reached the SDK (the response body as the SDK read it).
+    ``code`` and ``message`` (``py13`` derives ``code`` from the error class, so it has one on
+    HTTP+JSON too; ``js13`` has none there but the ``reason`` of the error's ErrorInfo, e.g.
+    ``TASK_NOT_FOUND``, and the HTTP ``status``). JS errors also carry their ``cause`` chain.
+``{"type": "wire", "index", "httpMethod", "url", "rpcMethod", "status", "contentType", "a2aVersion", "body"}``
+    one HTTP exchange as it reached the SDK (the response body as the SDK read it;
+    ``rpcMethod`` is ``null`` on HTTP+JSON).
 ``{"type": "step_end", "index", "outcome"}``
-    ``ended`` (the SDK's iteration finished by itself) or ``error``.
+    ``ended`` (the SDK's iteration finished by itself), ``stopped`` (the client stopped at the
+    step's ``until``) or ``error``.
 ``{"type": "done"}``
     every step ran.
 
-A scenario is ``{"steps": [...], "timeout": seconds, "headers": {...}}``; each step is
-``{"op": "send" | "stream" | "resubscribe", "text", "taskId", "contextId", "sameTask"}``
-(``sameTask`` takes the task and context ids of the last event seen). ``send`` is a
-non-streaming ``message/send`` / ``SendMessage``, ``stream`` is ``message/stream`` /
-``SendStreamingMessage``, ``resubscribe`` is ``tasks/resubscribe`` / ``SubscribeToTask``.
-``headers`` go on every request (e.g. the e2e trace header).
+A scenario is ``{"steps": [...], "timeout": seconds, "headers": {...}, "transport": binding}``;
+each step is ``{"op", "text", "taskId", "contextId", "sameTask", "until", "pageSize"}``
+(``sameTask`` takes the task and context ids of the last event seen; ``until`` — ``py13`` and
+the JS peers — stops iterating after the first event whose ``state`` is that spelling, e.g.
+``TASK_STATE_WORKING``, so a ``slow`` stream can be left for a later ``cancel``). The ops:
+
+* ``send`` — non-streaming ``message/send`` / ``SendMessage``;
+* ``stream`` — ``message/stream`` / ``SendStreamingMessage``;
+* ``resubscribe`` — ``tasks/resubscribe`` / ``SubscribeToTask`` of ``taskId``;
+* v1.0 peers only: ``get`` (``GetTask``) and ``cancel`` (``CancelTask``) of ``taskId``, else
+  of the last task seen; ``list`` (``ListTasks``, optionally filtered by ``contextId``, with
+  ``pageSize``) prints one ``task`` event per task and leaves the last task seen alone.
+
+``headers`` go on every request (e.g. the e2e trace header). ``transport`` (v1.0 peers only;
+v0.3 peers ignore it) makes the factory prefer that binding of the card — ``py13``:
+``supported_protocol_bindings=[transport, other]`` with ``use_client_preference``, ``js13``:
+``preferredTransports=[transport]`` — falling back to the card's other binding when it lacks
+that one, so assert the ``client`` line's ``transport``. Without it ``py13`` speaks JSON-RPC
+only and ``js13`` takes the card's first JSON-RPC or HTTP+JSON interface.
 """
 
 from __future__ import annotations
@@ -58,14 +105,17 @@ import fcntl
 import hashlib
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -73,6 +123,7 @@ __all__ = [
     "PEERS",
     "Peer",
     "PeerRun",
+    "js_worker",
     "require_peer",
     "run_peer",
 ]
@@ -84,6 +135,10 @@ VENV03 = REPO / ".venv-a2a03"
 REQUIREMENTS03 = ("a2a-sdk[http-server]>=0.3.20,<0.4", "httpx")
 STAMP = ".a2a-gateway-peers-stamp"
 INSTALL_TIMEOUT = 600.0  # seconds, each install command
+#: What ``npm ci`` must have put in ``node_modules``: package -> version prefix.
+NODE_PACKAGES = {"a2a-js-03": "0.3.", "a2a-js-13": "1.3.", "express": "5."}
+WORKER_SCRIPT = "worker13.mjs"
+WORKER_READY_TIMEOUT = 30.0  # seconds from spawn to the worker's ready line
 
 
 @dataclass(frozen=True)
@@ -179,7 +234,7 @@ def _ensure_venv03() -> Path:
 def _ensure_node_modules() -> Path:
     """``tests/support/peers/node_modules`` from the committed lock file (``npm ci``)."""
     command = f"cd {PEERS_DIR} && npm ci  (node and npm: apt-get install nodejs npm)"
-    what = "the @a2a-js/sdk clients (tests/support/peers/node_modules)"
+    what = "the @a2a-js/sdk peers (tests/support/peers/node_modules)"
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         raise _Unavailable(what, command, "node or npm is not on PATH")
@@ -193,20 +248,18 @@ def _ensure_node_modules() -> Path:
             return Path(node)
         _run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"], what, command,
              cwd=PEERS_DIR)
-        for alias, major in (("a2a-js-03", "0.3."), ("a2a-js-13", "1.3.")):
-            manifest = modules / alias / "package.json"
+        for package, major in NODE_PACKAGES.items():
+            manifest = modules / package / "package.json"
             version = json.loads(manifest.read_text()).get("version", "") if manifest.exists() else ""
             if not version.startswith(major):
-                raise _Unavailable(what, command, f"{alias} is {version or 'missing'}, expected {major}x")
+                raise _Unavailable(what, command, f"{package} is {version or 'missing'}, expected {major}x")
         stamp.write_text(want + "\n")
     return Path(node)
 
 
-def require_peer(name: str) -> list[str]:
-    """The command prefix that runs peer ``name`` (``[interpreter, script]``), installing what it
-    needs on first use; skips the test when that fails (fails it under CI)."""
-    peer = PEERS[name]
-    key = "venv03" if name == "py03" else "node" if peer.language == "js" else "main"
+def _require(key: str) -> Path:
+    """The interpreter for ``key`` (``venv03``, ``node`` or ``main``), installing what it needs on
+    first use; skips the test when that fails (fails it under CI)."""
     if key not in _installed:
         try:
             if key == "venv03":
@@ -222,7 +275,94 @@ def require_peer(name: str) -> list[str]:
         if _ci():
             pytest.fail(f"{found} (CI must be able to install the test peers)", pytrace=False)
         pytest.skip(str(found))
-    return [str(found), str(PEERS_DIR / peer.script)]
+    return found
+
+
+def require_peer(name: str) -> list[str]:
+    """The command prefix that runs peer ``name`` (``[interpreter, script]``), installing what it
+    needs on first use; skips the test when that fails (fails it under CI)."""
+    peer = PEERS[name]
+    key = "venv03" if name == "py03" else "node" if peer.language == "js" else "main"
+    return [str(_require(key)), str(PEERS_DIR / peer.script)]
+
+
+def _peer_env() -> dict[str, str]:
+    """The environment of a peer process: loopback never proxied, no inherited NODE_OPTIONS."""
+    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    env.pop("NODE_OPTIONS", None)
+    return env
+
+
+# --------------------------------------------------------------------------- the JS worker
+
+
+def _pump(stream: IO[bytes], lines: queue.SimpleQueue[str | None]) -> None:
+    """Forward the worker's stdout line by line (``None`` at EOF), so its pipe never fills."""
+    with stream:
+        for raw in stream:
+            lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
+    lines.put(None)
+
+
+def _await_ready(proc: subprocess.Popen[bytes], lines: queue.SimpleQueue[str | None], stderr: IO[bytes],
+                 timeout: float) -> str:
+    """The ``url`` of the worker's ready line; RuntimeError (with its output) if it exits or
+    stays silent for ``timeout`` seconds first."""
+    deadline = time.monotonic() + timeout
+    seen: list[str] = []
+    while True:
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.0))
+        except queue.Empty:
+            problem = f"printed no ready line within {timeout}s"
+            break
+        if line is None:
+            problem = f"exited with {proc.wait()} before it was ready"
+            break
+        with contextlib.suppress(ValueError):
+            doc = json.loads(line)
+            if isinstance(doc, dict) and doc.get("type") == "ready":
+                return str(doc["url"])
+        seen.append(line)
+    stderr.seek(0)
+    detail = "\n".join([*seen, stderr.read().decode("utf-8", "replace")]).strip()[-3000:]
+    raise RuntimeError(f"{WORKER_SCRIPT} {problem}:\n{detail}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 5 s; closing its stdin tells the worker the same."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+
+
+@contextlib.contextmanager
+def js_worker(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT) -> Iterator[str]:
+    """Run the genuine @a2a-js/sdk 1.3 worker (``peers/worker13.mjs``) on ``host`` and an
+    ephemeral port; yield its base URL once it is listening; terminate it on exit.
+
+    Installs the node modules on first use like :func:`require_peer` (skipping the test when
+    that fails, failing it under CI); raises RuntimeError if the worker exits or prints no ready
+    line within ``timeout`` seconds. See the module docstring for what it serves."""
+    node = _require("node")
+    cmd = [str(node), str(PEERS_DIR / WORKER_SCRIPT), "--port", "0", "--host", host]
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                cwd=str(REPO), env=_peer_env())
+        try:
+            assert proc.stdout is not None
+            lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+            threading.Thread(target=_pump, args=(proc.stdout, lines), name="js-worker-stdout", daemon=True).start()
+            yield _await_ready(proc, lines, stderr, timeout)
+        finally:
+            _stop(proc)
 
 
 # --------------------------------------------------------------------------- runs
@@ -294,18 +434,19 @@ class PeerRun:
 
 
 async def run_peer(name: str, card_url: str, steps: list[dict[str, Any]], *, timeout: float = 20.0,
-                   headers: dict[str, str] | None = None) -> PeerRun:
+                   headers: dict[str, str] | None = None, transport: str | None = None) -> PeerRun:
     """Run peer ``name`` against ``card_url`` and return what it printed.
 
-    The peer's own deadline is ``timeout`` seconds; the process is killed 5 s after that.
-    Does not block the event loop (the servers under test may share it)."""
+    ``transport`` (``"JSONRPC"`` / ``"HTTP+JSON"``) goes into the scenario: the binding a v1.0
+    peer's factory prefers. The peer's own deadline is ``timeout`` seconds; the process is
+    killed 5 s after that. Does not block the event loop (the servers under test may share it)."""
     cmd = require_peer(name)
-    scenario = {"steps": steps, "timeout": timeout, "headers": headers or {}}
-    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-    env.pop("NODE_OPTIONS", None)
+    scenario: dict[str, Any] = {"steps": steps, "timeout": timeout, "headers": headers or {}}
+    if transport is not None:
+        scenario["transport"] = transport
     proc = await asyncio.create_subprocess_exec(
         *cmd, card_url, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, cwd=str(REPO), env=env)
+        stderr=asyncio.subprocess.PIPE, cwd=str(REPO), env=_peer_env())
     timed_out = False
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(json.dumps(scenario).encode()), timeout + 5.0)

@@ -1,12 +1,15 @@
 // A genuine @a2a-js/sdk 1.3.x client (installed as the npm alias "a2a-js-13").
 //   node tests/support/peers/client13.mjs CARD_URL < scenario.json
-// The SDK's own ClientFactory reads the Agent Card at CARD_URL and picks its JSON-RPC 1.0
-// interface (supportedInterfaces); nothing here pins the RPC URL.
+// The SDK's own ClientFactory reads the Agent Card at CARD_URL and picks an interface from its
+// supportedInterfaces: the scenario's "transport" ("JSONRPC" or "HTTP+JSON") first when given
+// (the factory's preferredTransports), else the card's order; nothing here pins the RPC URL.
 import { readFileSync } from "node:fs";
 import {
-  ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory,
+  ClientFactory, DefaultAgentCardResolver, JsonRpcTransportFactory, RestTransportFactory,
 } from "a2a-js-13/client";
-import { SendMessageRequest, StreamResponse, Task, taskStateToJSON } from "a2a-js-13";
+import {
+  CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest, StreamResponse, taskStateToJSON,
+} from "a2a-js-13";
 import { newMessageId, runScenario } from "./common.mjs";
 
 const { version } = JSON.parse(readFileSync(new URL("./node_modules/a2a-js-13/package.json", import.meta.url), "utf8"));
@@ -18,25 +21,36 @@ function request(step) {
   return SendMessageRequest.fromJSON({ message: msg });
 }
 
+/** A unary Task result, shaped like a stream event. */
+const asEvent = (task) => ({ payload: { $case: "task", value: task } });
+
 await runScenario({
-  async connect(cardUrl, fetchImpl) {
-    const options = ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
-      transports: [new JsonRpcTransportFactory({ fetchImpl })],
+  async connect(cardUrl, fetchImpl, scenario) {
+    const factory = new ClientFactory({
+      transports: [new JsonRpcTransportFactory({ fetchImpl }), new RestTransportFactory({ fetchImpl })],
+      preferredTransports: scenario.transport ? [scenario.transport] : undefined,
       cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
     });
-    const factory = new ClientFactory(options);
     const client = await factory.createFromUrl(cardUrl, "");
-    return { client, info: { sdk: "@a2a-js/sdk", version, endpoint: client.transport.endpoint,
+    return { client, info: { sdk: "@a2a-js/sdk", version, requestedTransport: scenario.transport ?? null,
+                             transport: client.transport.protocolName, endpoint: client.transport.endpoint,
                              protocolVersion: client.protocolVersion } };
   },
   ops: {
     // A non-streaming send answers a Task or a Message; shaped here like a stream event.
     send: async (client, step) => {
       const result = await client.sendMessage(request(step));
-      return { payload: "messageId" in result ? { $case: "message", value: result } : { $case: "task", value: result } };
+      return "messageId" in result ? { payload: { $case: "message", value: result } } : asEvent(result);
     },
     stream: (client, step) => client.sendMessageStream(request(step)),
     resubscribe: (client, step) => client.resubscribeTask({ tenant: "", id: step.taskId }),
+    get: async (client, step) => asEvent(await client.getTask(GetTaskRequest.fromJSON({ id: step.taskId }))),
+    cancel: async (client, step) => asEvent(await client.cancelTask(CancelTaskRequest.fromJSON({ id: step.taskId }))),
+    list: async function* (client, step) {
+      const { contextId, pageSize } = step;
+      const response = await client.listTasks(ListTasksRequest.fromJSON({ contextId, pageSize }));
+      yield* response.tasks.map(asEvent);
+    },
   },
   describe(item) {
     const kind = item?.payload?.$case ?? null;

@@ -3,19 +3,24 @@
     .venv/bin/python tests/support/peers/client13.py CARD_URL < scenario.json
 
 It fetches the Agent Card at CARD_URL, builds its client with the SDK's own ``create_client``
-(which picks the card's JSON-RPC 1.0 interface and talks to whatever URL it names) and runs the
-scenario's steps. The scenario format and the JSON lines printed on stdout are shared by every
-peer client; they are described in ``tests/support/peers.py``.
+and runs the scenario's steps. The factory picks an interface from the card's
+supportedInterfaces and talks to whatever URL it names: JSON-RPC only by default, or, when the
+scenario names a ``transport`` (``JSONRPC`` / ``HTTP+JSON``), that binding first and the other
+one as a fallback (``supported_protocol_bindings`` + ``use_client_preference``). The scenario
+format and the JSON lines printed on stdout are shared by every peer client; they are described
+in ``tests/support/peers.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
 import traceback
 import uuid
+from collections.abc import AsyncIterator
 from importlib.metadata import version
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,13 +29,28 @@ import httpx
 from wire import WireRecorder  # tests/support/peers/wire.py (this script's folder)
 from google.protobuf.json_format import MessageToDict
 
-from a2a.client import ClientConfig, create_client
+from a2a.client import Client, ClientConfig, create_client
 from a2a.helpers import new_text_message
-from a2a.types import Role, SendMessageRequest, SubscribeToTaskRequest, TaskState
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+from a2a.utils.constants import TransportProtocol
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP
 
 SDK = "a2a-sdk"
 _KINDS = {"task": "task", "message": "message", "status_update": "statusUpdate", "artifact_update": "artifactUpdate"}
+#: The binding each of the SDK's transport classes speaks (the v0.3 compat ones included).
+_BINDINGS = {"JsonRpcTransport": TransportProtocol.JSONRPC, "CompatJsonRpcTransport": TransportProtocol.JSONRPC,
+             "RestTransport": TransportProtocol.HTTP_JSON, "CompatRestTransport": TransportProtocol.HTTP_JSON}
+#: Ops that address the last task seen unless the step names a ``taskId``.
+_LAST_TASK_OPS = ("get", "cancel")
 
 
 def emit(**fields: Any) -> None:
@@ -72,6 +92,53 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
     return out
 
 
+def client_config(scenario: dict[str, Any], http: httpx.AsyncClient, *, streaming: bool) -> ClientConfig:
+    """The factory's config: JSON-RPC only, or the scenario's ``transport`` preferred."""
+    wanted = scenario.get("transport")
+    if wanted is None:
+        return ClientConfig(streaming=streaming, supported_protocol_bindings=[TransportProtocol.JSONRPC],
+                            httpx_client=http)
+    others = [b for b in (TransportProtocol.JSONRPC, TransportProtocol.HTTP_JSON) if b != wanted]
+    return ClientConfig(streaming=streaming, supported_protocol_bindings=[wanted, *others],
+                        use_client_preference=True, httpx_client=http)
+
+
+def chosen(client: Client) -> dict[str, Any]:
+    """The transport the factory picked: its binding, class and endpoint URL."""
+    transport = client._transport  # noqa: SLF001 - report only
+    name = type(transport).__name__
+    return {"transport": _BINDINGS.get(name), "transportClass": name, "endpoint": getattr(transport, "url", None)}
+
+
+def results(streaming: Client, blocking: Client, step: dict[str, Any]) -> AsyncIterator[StreamResponse]:
+    """What the SDK surfaces for one step, as StreamResponses (unary Task results wrapped)."""
+    op = step["op"]
+    if op == "resubscribe":
+        return streaming.subscribe(SubscribeToTaskRequest(id=step["taskId"]))
+    if op in ("send", "stream"):
+        message = new_text_message(step.get("text", "hi"), task_id=step.get("taskId"),
+                                   context_id=step.get("contextId"), role=Role.ROLE_USER)
+        message.message_id = step.get("messageId") or uuid.uuid4().hex
+        client = streaming if op == "stream" else blocking
+        return client.send_message(SendMessageRequest(message=message))
+    return _unary(blocking, op, step)
+
+
+async def _unary(client: Client, op: str, step: dict[str, Any]) -> AsyncIterator[StreamResponse]:
+    """``get`` / ``cancel``: the Task the SDK returned; ``list``: each task of the page."""
+    if op == "get":
+        yield StreamResponse(task=await client.get_task(GetTaskRequest(id=step.get("taskId"))))
+    elif op == "cancel":
+        yield StreamResponse(task=await client.cancel_task(CancelTaskRequest(id=step.get("taskId"))))
+    elif op == "list":
+        listed = await client.list_tasks(ListTasksRequest(context_id=step.get("contextId"),
+                                                          page_size=step.get("pageSize")))
+        for task in listed.tasks:
+            yield StreamResponse(task=task)
+    else:
+        raise ValueError(f"unknown op {op!r}")
+
+
 async def run(card_url: str, scenario: dict[str, Any]) -> None:
     recorder = WireRecorder()
     timeout = httpx.Timeout(float(scenario.get("httpTimeout", 30)), connect=5.0)
@@ -79,12 +146,12 @@ async def run(card_url: str, scenario: dict[str, Any]) -> None:
     async with httpx.AsyncClient(transport=recorder, timeout=timeout, trust_env=False, headers=headers) as http:
         parts = urlsplit(card_url)
         origin = f"{parts.scheme}://{parts.netloc}"
-        streaming = await create_client(origin, client_config=ClientConfig(
-            streaming=True, supported_protocol_bindings=["JSONRPC"], httpx_client=http), relative_card_path=parts.path)
-        blocking = await create_client(origin, client_config=ClientConfig(
-            streaming=False, supported_protocol_bindings=["JSONRPC"], httpx_client=http), relative_card_path=parts.path)
+        streaming = await create_client(origin, client_config=client_config(scenario, http, streaming=True),
+                                        relative_card_path=parts.path)
+        blocking = await create_client(origin, client_config=client_config(scenario, http, streaming=False),
+                                       relative_card_path=parts.path)
         emit(type="client", sdk=SDK, version=version(SDK), cardUrl=card_url,
-             endpoint=getattr(streaming._transport, "url", None))  # noqa: SLF001 - report only
+             requestedTransport=scenario.get("transport"), **chosen(streaming))
         emit_wire(recorder)
         task_id = context_id = None
         try:
@@ -93,21 +160,21 @@ async def run(card_url: str, scenario: dict[str, Any]) -> None:
                 emit(type="step", index=index, op=op)
                 if step.get("sameTask"):
                     step = {"taskId": task_id, "contextId": context_id, **step}
+                elif op in _LAST_TASK_OPS:
+                    step = {"taskId": task_id, **step}
                 started = time.monotonic()
+                outcome = "ended"
                 try:
-                    if op == "resubscribe":
-                        stream = streaming.subscribe(SubscribeToTaskRequest(id=step["taskId"]))
-                    else:
-                        message = new_text_message(step.get("text", "hi"), task_id=step.get("taskId"),
-                                                   context_id=step.get("contextId"), role=Role.ROLE_USER)
-                        message.message_id = step.get("messageId") or uuid.uuid4().hex
-                        client = streaming if op == "stream" else blocking
-                        stream = client.send_message(SendMessageRequest(message=message))
-                    async for item in stream:
-                        event = describe(item)
-                        task_id = event.get("taskId") or task_id
-                        context_id = event.get("contextId") or context_id
-                        emit(type="event", index=index, at=round(time.monotonic() - started, 3), **event)
+                    async with contextlib.aclosing(results(streaming, blocking, step)) as items:
+                        async for item in items:
+                            event = describe(item)
+                            if op != "list":  # listed tasks do not change the last task seen
+                                task_id = event.get("taskId") or task_id
+                                context_id = event.get("contextId") or context_id
+                            emit(type="event", index=index, at=round(time.monotonic() - started, 3), **event)
+                            if "until" in step and event.get("state") == step["until"]:
+                                outcome = "stopped"
+                                break
                 except Exception as exc:  # noqa: BLE001 - every failure is an observation
                     emit(type="error", index=index, at=round(time.monotonic() - started, 3),
                          traceback=traceback.format_exc(limit=4), **describe_error(exc))
@@ -115,7 +182,7 @@ async def run(card_url: str, scenario: dict[str, Any]) -> None:
                     emit(type="step_end", index=index, outcome="error")
                     continue
                 emit_wire(recorder, index)
-                emit(type="step_end", index=index, outcome="ended", at=round(time.monotonic() - started, 3))
+                emit(type="step_end", index=index, outcome=outcome, at=round(time.monotonic() - started, 3))
         finally:
             await streaming.close()  # a shared httpx client stays open: the async with closes it
             await blocking.close()

@@ -43,7 +43,8 @@ export function recordingFetch(extraHeaders = {}) {
   return { fetchImpl, flush };
 }
 
-/** The JSON-RPC code and message an SDK error carries, with its cause chain. */
+/** The JSON-RPC code and message an SDK error carries (or its reason and HTTP status), with its
+ * cause chain. */
 export function describeError(err, depth = 0) {
   const out = { name: err?.name ?? typeof err, text: String(err?.message ?? err) };
   const rpc = err?.errorResponse?.error; // @a2a-js/sdk 0.3: *JSONRPCError.errorResponse
@@ -54,14 +55,22 @@ export function describeError(err, depth = 0) {
     out.code = err.envelopeCode;
     out.message = err.message;
   }
+  // @a2a-js/sdk 1.x: every A2AError has its ErrorInfo reason; HTTP+JSON ones their HTTP status.
+  if (typeof err?.reason === "string") out.reason = err.reason;
+  if (err?.transport === "rest" && typeof err.statusCode === "number") out.status = err.statusCode;
   if (err?.cause && depth < 3) out.cause = describeError(err.cause, depth + 1);
   return out;
 }
 
+/** Ops that address the last task seen unless the step names a taskId. */
+const LAST_TASK_OPS = new Set(["get", "cancel"]);
+
 /**
  * Run a scenario: argv[2] is the card URL, stdin the scenario JSON.
- * `connect(cardUrl, fetchImpl)` returns {client, info}; `ops` maps step ops to async iterables
- * (or promises) and `describe(item)` turns one event into {kind, taskId, contextId, state, final, raw}.
+ * `connect(cardUrl, fetchImpl, scenario)` returns {client, info}; `ops` maps step ops to async
+ * iterables (or promises) and `describe(item)` turns one event into {kind, taskId, contextId,
+ * state, final, raw}. The tasks a `list` step prints do not change the last task seen; a step
+ * with `until` stops iterating after the first event in that state (outcome "stopped").
  */
 export async function runScenario({ connect, ops, describe }) {
   const cardUrl = process.argv[2];
@@ -71,24 +80,33 @@ export async function runScenario({ connect, ops, describe }) {
     process.exit(3);
   }, 1000 * (scenario.timeout ?? 20));
   const wire = recordingFetch(scenario.headers ?? {});
-  const { client, info } = await connect(cardUrl, wire.fetchImpl);
+  const { client, info } = await connect(cardUrl, wire.fetchImpl, scenario);
   emit({ type: "client", cardUrl, ...info });
   wire.flush(null);
   let taskId = null;
   let contextId = null;
   for (const [index, original] of scenario.steps.entries()) {
-    const step = original.sameTask ? { taskId, contextId, ...original } : original;
+    const step = original.sameTask ? { taskId, contextId, ...original }
+      : LAST_TASK_OPS.has(original.op) ? { taskId, ...original } : original;
     emit({ type: "step", index, op: step.op });
     const started = performance.now();
     const at = () => Math.round(performance.now() - started) / 1000;
+    let outcome = "ended";
     try {
+      if (!Object.hasOwn(ops, step.op)) throw new Error(`unknown op ${JSON.stringify(step.op)}`);
       const result = ops[step.op](client, step);
       const items = result && typeof result[Symbol.asyncIterator] === "function" ? result : [await result];
       for await (const item of items) {
         const event = describe(item);
-        taskId = event.taskId || taskId;
-        contextId = event.contextId || contextId;
+        if (step.op !== "list") {
+          taskId = event.taskId || taskId;
+          contextId = event.contextId || contextId;
+        }
         emit({ type: "event", index, at: at(), ...event });
+        if (step.until !== undefined && event.state === step.until) {
+          outcome = "stopped";
+          break; // for-await closes the SDK's iterator
+        }
       }
     } catch (err) {
       emit({ type: "error", index, at: at(), stack: String(err?.stack ?? ""), ...describeError(err) });
@@ -97,7 +115,7 @@ export async function runScenario({ connect, ops, describe }) {
       continue;
     }
     wire.flush(index);
-    emit({ type: "step_end", index, outcome: "ended", at: at() });
+    emit({ type: "step_end", index, outcome, at: at() });
   }
   emit({ type: "done" });
   clearTimeout(timer);
