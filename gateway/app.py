@@ -2,8 +2,9 @@
 
 ``/healthz`` (alive), ``/readyz`` (accepting traffic) and ``/metrics`` (Prometheus text) belong
 to the gateway; every other path is matched to an upstream mount by longest prefix. A POST to
-the mount's ``jsonrpc_path`` is an A2A JSON-RPC exchange (checked); anything else is relayed
-transparently. A path no mount covers gets 404.
+the mount's ``jsonrpc_path`` is an A2A JSON-RPC exchange, a REST (HTTP+JSON) operation path
+below the mount a REST exchange — both checked by the same exchange layer; anything else is
+relayed transparently. A path no mount covers gets 404.
 """
 
 from __future__ import annotations
@@ -27,16 +28,21 @@ from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
 from gateway.observability.logging import get_logger
 from gateway.observability.metrics import Metrics
+from gateway.a2a import rest
 from gateway.a2a.card import WELL_KNOWN_PATHS
+from gateway.a2a.rest import RestCall
 from gateway.proxy import passthrough
 from gateway.proxy.card import serve_card
 from gateway.errors import BadPathError
+from gateway.proxy.forward import Route as ProxyRoute
 from gateway.proxy.jsonrpc import JsonRpcHandler
+from gateway.proxy.rest import RestHandler
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.transport import UpstreamClient
 from gateway.proxy.types import Receive, Scope, Send
 
 
+_REST_METHODS = frozenset({"GET", "POST", "DELETE"})
 OWN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 """Paths the gateway answers itself for GET and HEAD, whatever the mounts (other methods on
 them go to the mount, as before)."""
@@ -64,10 +70,30 @@ class ProxyApp:
             await serve_card(self.rt.card_cache(route.upstream), self.rt.config.public, route,
                              scope, receive, send)
             return
-        if scope["method"] == "POST" and route.path.rstrip("/") == route.upstream.jsonrpc_path.rstrip("/"):
+        method = scope["method"]
+        if method == "POST" and route.path.rstrip("/") == route.upstream.jsonrpc_path.rstrip("/"):
             await JsonRpcHandler(self.rt, route, scope, receive, send).run()
             return
+        call = _rest_call(method, route, scope)
+        if call is not None:
+            await RestHandler(self.rt, route, call, scope, receive, send).run()
+            return
         await passthrough.relay(self.rt, route, scope, receive, send)
+
+
+def _rest_call(method: str, route: ProxyRoute, scope: Scope) -> RestCall | None:
+    """The REST operation a request is (matched on its raw path, then on the decoded one:
+    some clients percent-encode the ``:`` of ``/message:send``)."""
+    if method not in _REST_METHODS:
+        return None
+    version = None
+    for name, value in scope["headers"]:
+        if name.lower() == b"a2a-version":
+            version = value.decode("latin-1")
+    call = rest.match(method, route.raw_path or route.path, version)
+    if call is None and route.raw_path is not None and route.raw_path != route.path:
+        call = rest.match(method, route.path, version)
+    return call
 
 
 class GatewayApp:

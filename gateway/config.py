@@ -52,15 +52,23 @@ class CardConfig(_Frozen):
     ``path``: where the worker serves it (the legacy ``/.well-known/agent.json`` is tried after
     a 404). ``ttl_seconds``: freshness when the worker sends no ``Cache-Control: max-age``.
     ``on_unreachable``: ``reject`` new tasks while the card cannot be fetched, or
-    ``allow_stale`` (admit against the last good card). ``signed``: a card with
-    ``signatures`` is served ``verbatim`` (URLs not rewritten) or ``strip``ped and rewritten.
-    ``required_skill``: a skill id the card must advertise for new tasks to be admitted.
+    ``allow_stale`` (admit against the last good card). ``signed``: a signed card (a
+    non-empty ``signatures`` list; absent, ``null`` or ``[]`` is unsigned and always rewritten)
+    is served ``verbatim`` (it still names the worker's URLs, so clients bypass the gateway:
+    warned once per card and shown by ``a2a_gateway_card_served_verbatim``) or ``strip``ped
+    and rewritten. ``unguarded_interfaces``: interfaces whose binding the gateway does not
+    guard (anything but ``JSONRPC`` and ``HTTP+JSON``, e.g. gRPC or a custom binding URI) are
+    left out of the served card (``drop``), or passed on as the worker wrote them, URLs
+    untouched (``keep``: warned once per card and counted in
+    ``a2a_gateway_card_unguarded_interfaces``). ``required_skill``: a skill id the card must
+    advertise for new tasks to be admitted. (docs/protocol.md §4.5)
     """
 
     path: str = "/.well-known/agent-card.json"
     ttl_seconds: Seconds = 300.0
     on_unreachable: Literal["reject", "allow_stale"] = "reject"
     signed: Literal["verbatim", "strip"] = "verbatim"
+    unguarded_interfaces: Literal["drop", "keep"] = "drop"
     required_skill: str | None = None
 
 

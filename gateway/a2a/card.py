@@ -1,6 +1,7 @@
 """Agent Card knowledge: validation, ETags, URL rewriting for gateway exposure. Pure.
 
-Implements docs/protocol.md §4 (v1.0 and v0.3 card shapes, caching, the hybrid card the SDK serves)
+Implements docs/protocol.md §4 (v1.0 and v0.3 card shapes, caching, the hybrid card the SDK serves;
+§4.5 what the gateway serves: only the bindings it guards, and when a card counts as signed)
 and §11 pitfall 12, docs/field-cases.md F10 (rewrite behind a path-rewriting route, no doubled
 segment, v1.0 cards without a top-level ``url``) and F11 (card hosts are never used for
 routing).
@@ -93,6 +94,123 @@ def heartbeat_interval(doc: dict[str, Any]) -> float | None:
     return None
 
 
+GUARDED_BINDINGS = ("JSONRPC", "HTTP+JSON")
+"""The bindings the gateway guards (compared case-insensitively); it does not proxy gRPC, and a
+custom binding URI is nothing it knows (docs/protocol.md §1.1, §4.5)."""
+
+
+def is_signed(doc: dict[str, Any]) -> bool:
+    """True when the card carries at least one signature (a non-empty ``signatures`` list).
+
+    An absent, ``null`` or empty ``signatures`` member is an unsigned card: @a2a-js/sdk 1.3
+    workers always send ``"signatures": []`` (docs/protocol.md §4.5).
+    """
+    signatures = doc.get("signatures")
+    return isinstance(signatures, list) and len(signatures) > 0
+
+
+def is_guarded(binding: object) -> bool:
+    """Whether the gateway guards a ``protocolBinding`` / ``transport`` value."""
+    return isinstance(binding, str) and binding.upper() in GUARDED_BINDINGS
+
+
+def _binding(iface: object, key: str) -> object:
+    return iface.get(key) if isinstance(iface, dict) else None
+
+
+def _top_level_transport(doc: dict[str, Any]) -> object:
+    """The v0.3 ``preferredTransport``; absent or ``null`` means ``JSONRPC`` (TYPES03)."""
+    transport = doc.get("preferredTransport")
+    return "JSONRPC" if transport is None else transport
+
+
+def binding_label(binding: object) -> str:
+    """A metric label for a binding: the core ones upper-cased (``GRPC``), a custom URI as
+    written, ``unspecified`` when the interface names none."""
+    if not isinstance(binding, str) or not binding:
+        return "unspecified"
+    upper = binding.upper()
+    return upper if upper in (*GUARDED_BINDINGS, "GRPC") else binding
+
+
+def _legacy_version(iface: dict[str, Any]) -> bool:
+    version = iface.get("protocolVersion")
+    return not version or (isinstance(version, str) and version.startswith("0."))
+
+
+def drop_unguarded(doc: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``doc`` that advertises only interfaces the gateway guards; URLs as written.
+
+    * v1.0 ``supportedInterfaces[]``: entries whose ``protocolBinding`` is not guarded go.
+    * v0.3 ``additionalInterfaces[]``: entries whose ``transport`` is not guarded go (the list
+      may become empty; it is optional).
+    * v0.3 top-level ``url`` / ``preferredTransport`` with an unguarded transport: replaced by
+      the first guarded ``additionalInterfaces`` entry, else the first guarded
+      ``supportedInterfaces`` entry with a 0.x or empty ``protocolVersion`` (the interface the
+      SDK's hybrid card takes its v0.3 members from, docs/protocol.md §4.3).
+
+    A required member is never emptied: when no guarded interface is left to stand in,
+    ``supportedInterfaces`` (and the top-level ``url``) stay as the worker wrote them, so the
+    card stays valid; :func:`unguarded_interfaces` then still counts them.
+    """
+    out = dict(doc)
+    v10 = doc.get("supportedInterfaces")
+    if isinstance(v10, list):
+        kept = [i for i in v10 if is_guarded(_binding(i, "protocolBinding"))]
+        out["supportedInterfaces"] = kept if kept else list(v10)
+    v03 = doc.get("additionalInterfaces")
+    if isinstance(v03, list):
+        out["additionalInterfaces"] = [i for i in v03 if is_guarded(_binding(i, "transport"))]
+    if isinstance(doc.get("url"), str) and not is_guarded(_top_level_transport(doc)):
+        stand_in = _stand_in(out)
+        if stand_in is not None:
+            out["url"], out["preferredTransport"] = stand_in
+    return out
+
+
+def _stand_in(card: dict[str, Any]) -> tuple[str, str] | None:
+    """(url, transport) of the first guarded interface that can be the v0.3 main one."""
+    for iface in card.get("additionalInterfaces") or []:
+        if isinstance(iface, dict) and isinstance(iface.get("url"), str) and is_guarded(iface.get("transport")):
+            return iface["url"], iface["transport"]
+    supported = card.get("supportedInterfaces")
+    for iface in supported if isinstance(supported, list) else []:
+        if (isinstance(iface, dict) and isinstance(iface.get("url"), str)
+                and is_guarded(iface.get("protocolBinding")) and _legacy_version(iface)):
+            return iface["url"], iface["protocolBinding"]
+    return None
+
+
+def unguarded_interfaces(doc: dict[str, Any]) -> dict[str, int]:
+    """How many interfaces with an unguarded binding ``doc`` advertises, by
+    :func:`binding_label` (sorted). One (binding, url) pair counts once, wherever it appears:
+    an SDK hybrid card names its 0.x interfaces again in ``url`` and ``additionalInterfaces``."""
+    seen: set[tuple[str, str]] = set()
+    lists = (("supportedInterfaces", "protocolBinding"), ("additionalInterfaces", "transport"))
+    for member, key in lists:
+        entries = doc.get(member)
+        for iface in entries if isinstance(entries, list) else []:
+            binding = _binding(iface, key)
+            if not is_guarded(binding):
+                url = iface.get("url") if isinstance(iface, dict) else None
+                seen.add((binding_label(binding), url if isinstance(url, str) else ""))
+    if isinstance(doc.get("url"), str) and not is_guarded(_top_level_transport(doc)):
+        seen.add((binding_label(_top_level_transport(doc)), doc["url"]))
+    counts: dict[str, int] = {}
+    for label, _ in sorted(seen):
+        counts[label] = counts.get(label, 0) + 1
+    return counts
+
+
+def advertised_urls(doc: dict[str, Any]) -> list[str]:
+    """Every interface URL the card names (top-level ``url`` first), without repeats."""
+    urls = [doc.get("url")]
+    for member in ("supportedInterfaces", "additionalInterfaces"):
+        entries = doc.get(member)
+        urls += [i.get("url") for i in entries if isinstance(i, dict)] if isinstance(entries, list) else []
+    return list(dict.fromkeys(u for u in urls if isinstance(u, str)))
+
+
 def _rewrite_url(url: str, upstream_path: str, public_base: str) -> str:
     """Map one advertised URL to the gateway: public base + what follows the upstream's path.
 
@@ -108,35 +226,40 @@ def _rewrite_url(url: str, upstream_path: str, public_base: str) -> str:
     return public_base.rstrip("/") + "/" + rest.lstrip("/")
 
 
-def rewrite_card(doc: dict[str, Any], *, upstream_url: str, public_base: str) -> dict[str, Any]:
-    """A copy of ``doc`` whose every interface URL points at the gateway.
+def rewrite_card(doc: dict[str, Any], *, upstream_url: str, public_base: str,
+                 keep_unguarded: bool = False) -> dict[str, Any]:
+    """A copy of ``doc`` that advertises the gateway: every guarded interface URL points at it.
 
-    Rewrites v1.0 ``supportedInterfaces[].url`` (HTTP bindings only: a gRPC ``host:port`` is
-    left alone) and v0.3 ``url`` and ``additionalInterfaces[].url``; every other member is
-    unchanged. ``signatures`` are removed: they would no longer match (SPEC §8.4).
+    Unguarded interfaces (gRPC, custom bindings) are left out (:func:`drop_unguarded`) unless
+    ``keep_unguarded``; kept ones are passed on as the worker wrote them, URL included. Guarded
+    ones are rewritten: v1.0 ``supportedInterfaces[].url``, v0.3 ``url`` (when its
+    ``preferredTransport`` is guarded) and ``additionalInterfaces[].url``. A non-empty
+    ``signatures`` list is removed (it would no longer match, SPEC §8.4); ``"signatures": []``
+    stays (the @a2a-js/sdk card type requires the member), any other value goes. Every other
+    member is unchanged. Pure and deterministic: the extended card is rewritten by the same
+    function (docs/protocol.md §4.4, §4.5).
 
     Args:
         doc: a valid card.
         upstream_url: the upstream's configured base URL (``http://worker:8080/a2a/tock/``).
         public_base: the gateway's public URL for this mount (``https://gw/a2a/tick/``).
+        keep_unguarded: ``card.unguarded_interfaces: keep``.
     """
     upstream_path = urlsplit(upstream_url).path
-    out = {k: v for k, v in doc.items() if k != "signatures"}
+    served = doc if keep_unguarded else drop_unguarded(doc)
+    out = {k: v for k, v in served.items() if k != "signatures" or v == []}
 
-    def fix(iface: Any) -> Any:
+    def fix(iface: Any, key: str) -> Any:
         if not isinstance(iface, dict) or not isinstance(iface.get("url"), str):
             return iface
-        binding = str(iface.get("protocolBinding") or iface.get("transport") or "")
-        if binding.upper() == "GRPC":
+        if not is_guarded(iface.get(key)):
             return iface
         return {**iface, "url": _rewrite_url(iface["url"], upstream_path, public_base)}
 
-    if isinstance(doc.get("supportedInterfaces"), list):
-        out["supportedInterfaces"] = [fix(i) for i in doc["supportedInterfaces"]]
-    if isinstance(doc.get("additionalInterfaces"), list):
-        out["additionalInterfaces"] = [fix(i) for i in doc["additionalInterfaces"]]
-    if isinstance(doc.get("url"), str):
-        transport = str(doc.get("preferredTransport") or "JSONRPC")
-        if transport.upper() != "GRPC":
-            out["url"] = _rewrite_url(doc["url"], upstream_path, public_base)
+    if isinstance(served.get("supportedInterfaces"), list):
+        out["supportedInterfaces"] = [fix(i, "protocolBinding") for i in served["supportedInterfaces"]]
+    if isinstance(served.get("additionalInterfaces"), list):
+        out["additionalInterfaces"] = [fix(i, "transport") for i in served["additionalInterfaces"]]
+    if isinstance(served.get("url"), str) and is_guarded(_top_level_transport(served)):
+        out["url"] = _rewrite_url(served["url"], upstream_path, public_base)
     return out

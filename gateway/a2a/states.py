@@ -4,8 +4,9 @@ Implements docs/protocol.md §2 (TaskState table, terminal and interrupted class
 docs/field-cases.md unknown-state policy. Pure: stdlib only.
 
 Every spelling seen on the wire maps to one canonical :class:`TaskState` (the v1.0 ProtoJSON
-name). Clients get the state back in their own protocol version's spelling via
-:func:`spell_state`. A string outside the alias table raises :class:`UnknownStateError`; the
+name). Clients get the state back in their own wire form's spelling via :func:`spell_state`: a
+:class:`Spelling` per protocol version and binding (v0.3 REST spells states like v0.3 gRPC, not
+like v0.3 JSON-RPC). A string outside the alias table raises :class:`UnknownStateError`; the
 gateway never guesses.
 
 Spelling families (the ``family`` label of the normalization counter; a small fixed set, never
@@ -25,7 +26,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from gateway.a2a.version import ProtocolVersion
+from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import UnknownStateError
 
 
@@ -80,8 +81,33 @@ _FOLDED["UNKNOWN"] = TaskState.UNSPECIFIED
 _FOLDED["CANCELLED"] = TaskState.CANCELED
 
 FAMILIES = ("v10_enum", "v03_kebab", "underscore", "case_variant", "v03_grpc")
-_V10 = ProtocolVersion.V1_0
-_V03 = ProtocolVersion.V0_3
+
+
+class Spelling(enum.Enum):
+    """How a wire form spells task states (the columns of docs/protocol.md §2).
+
+    ``V1_0``: v1.0 ProtoJSON names, both bindings (``TASK_STATE_CANCELED``). ``V0_3``: v0.3
+    JSON-RPC kebab-case (``input-required``). ``V0_3_PROTO``: the v0.3 REST and gRPC enum names
+    (docs/protocol.md §11 pitfall 11), ProtoJSON like v1.0 but ``TASK_STATE_CANCELLED``.
+    """
+
+    V1_0 = "1.0"
+    V0_3 = "0.3"
+    V0_3_PROTO = "0.3-proto"
+
+
+def spelling_of(version: ProtocolVersion, binding: Binding = Binding.JSONRPC) -> Spelling:
+    """The :class:`Spelling` of ``version`` on ``binding``."""
+    if version is not ProtocolVersion.V0_3:
+        return Spelling.V1_0
+    return Spelling.V0_3 if binding is Binding.JSONRPC else Spelling.V0_3_PROTO
+
+
+_V10 = Spelling.V1_0
+_V03 = Spelling.V0_3
+_V03P = Spelling.V0_3_PROTO
+_BY_VERSION = {ProtocolVersion.V1_0: _V10, ProtocolVersion.V0_3: _V03,
+               _V10: _V10, _V03: _V03, _V03P: _V03P}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +126,14 @@ class Normalized:
     respelled: str | None = None
 
 
-def normalize_state(raw: object, version: ProtocolVersion) -> Normalized:
+def normalize_state(raw: object, version: ProtocolVersion | Spelling) -> Normalized:
     """Map any known spelling of a task state to its canonical :class:`TaskState`.
 
     Args:
         raw: the wire value of ``status.state``; ``None`` or ``""`` (ProtoJSON omits the zero
             enum) mean unspecified.
-        version: the protocol version of the exchange, which decides what is canonical.
+        version: the exchange's wire form, which decides what is canonical: a
+            :class:`Spelling`, or a protocol version (its JSON-RPC spelling).
 
     Returns:
         :class:`Normalized` with the state, the spelling family (``None`` if canonical) and the
@@ -116,7 +143,7 @@ def normalize_state(raw: object, version: ProtocolVersion) -> Normalized:
     Raises:
         UnknownStateError: a non-string, or a string outside the alias table (``"paused"``).
     """
-    exact = _EXACT_V10 if version is _V10 else _EXACT_V03 if version is _V03 else _EXACT_OTHER
+    exact = _EXACT[version]
     if isinstance(raw, str):
         norm = exact.get(raw)
         if norm is not None:
@@ -128,19 +155,28 @@ def normalize_state(raw: object, version: ProtocolVersion) -> Normalized:
     raise UnknownStateError(raw)
 
 
-def _exact(raw: str | None, version: ProtocolVersion) -> Normalized:
+def _exact(raw: str | None, spelling: Spelling) -> Normalized:
     """The verbatim-table part of :func:`normalize_state` (``raw`` is a table spelling, or
     ``None`` / ``""``)."""
+    spelled_here = raw in (None, "")
     if raw is None or raw == "":
-        state, family = TaskState.UNSPECIFIED, None
+        state = TaskState.UNSPECIFIED
     elif raw in _FROM_V10:
-        state, family = _FROM_V10[raw], None if version is _V10 else "v10_enum"
+        state = _FROM_V10[raw]
     elif raw in _FROM_V03:
-        state, family = _FROM_V03[raw], None if version is _V03 else "v03_kebab"
+        state = _FROM_V03[raw]
     else:
-        state, family = TaskState.CANCELED, "v03_grpc"  # _DOUBLE_L
-    spelled = spell_state(state, version)
-    keep = raw == spelled or (raw in (None, "") and version is not _V03)
+        state = TaskState.CANCELED  # _DOUBLE_L
+    spelled = spell_state(state, spelling)
+    if raw is None or raw == "" or raw == spelled:
+        family = None
+    elif raw in _FROM_V10:
+        family = "v10_enum"
+    elif raw in _FROM_V03:
+        family = "v03_kebab"
+    else:
+        family = "v03_grpc"
+    keep = raw == spelled or (spelled_here and spelling is not _V03)
     return Normalized(state, family, None if keep else spelled)
 
 
@@ -159,21 +195,27 @@ def _folded(raw: str) -> Normalized:
     return Normalized(state, "case_variant")
 
 
-def spell_state(state: TaskState, version: ProtocolVersion) -> str:
-    """Spell a canonical state for a client of ``version``.
+def spell_state(state: TaskState, version: ProtocolVersion | Spelling) -> str:
+    """Spell a canonical state for a client of ``version`` (a :class:`Spelling`, or a protocol
+    version: its JSON-RPC spelling).
 
-    v1.0 gets the ProtoJSON name (``TASK_STATE_INPUT_REQUIRED``); v0.3 gets kebab-case
-    (``input-required``; unspecified is ``unknown``). docs/protocol.md §2.
+    v1.0 gets the ProtoJSON name (``TASK_STATE_INPUT_REQUIRED``); v0.3 JSON-RPC gets kebab-case
+    (``input-required``; unspecified is ``unknown``); v0.3 REST the v0.3 enum name
+    (``TASK_STATE_CANCELLED``). docs/protocol.md §2.
     """
-    if version is _V03:
+    spelling = _BY_VERSION[version]
+    if spelling is _V03:
         return _V03_SPELLING[state]
+    if spelling is _V03P and state is TaskState.CANCELED:
+        return "TASK_STATE_CANCELLED"
     return state.value
 
 
 # Every spelling normalize_state takes verbatim (no case or separator folding).
 TABLE_SPELLINGS: tuple[str, ...] = (*_FROM_V10, *_FROM_V03, *_DOUBLE_L)
-# normalize_state's verbatim spellings (and absent / empty), precomputed per exchange version
-# with their re-spelling: one dict lookup.
-_EXACT_V10 = {raw: _exact(raw, _V10) for raw in (None, "", *TABLE_SPELLINGS)}
-_EXACT_V03 = {raw: _exact(raw, _V03) for raw in _EXACT_V10}
-_EXACT_OTHER = {raw: _exact(raw, None) for raw in _EXACT_V10}  # type: ignore[arg-type]
+# normalize_state's verbatim spellings (and absent / empty), precomputed per spelling with
+# their re-spelling: one dict lookup (a protocol version reads as its JSON-RPC spelling).
+_EXACT: dict[ProtocolVersion | Spelling, dict[str | None, Normalized]] = {
+    key: {raw: _exact(raw, spelling) for raw in (None, "", *TABLE_SPELLINGS)}
+    for key, spelling in _BY_VERSION.items()
+}

@@ -1,4 +1,5 @@
-"""The A2A protocol versions the gateway speaks (docs/protocol.md §5, §11 pitfall 1). Pure.
+"""The A2A protocol versions and bindings the gateway speaks (docs/protocol.md §1.1, §5, §11
+pitfall 1). Pure.
 
 One JSON-RPC endpoint can serve both: the method name tells them apart (``SendMessage`` is
 v1.0, ``message/send`` v0.3), the URL alone does not.
@@ -14,3 +15,11 @@ class ProtocolVersion(enum.StrEnum):
 
     V0_3 = "0.3"
     V1_0 = "1.0"
+
+
+class Binding(enum.StrEnum):
+    """The A2A protocol binding a client request came over (docs/protocol.md §1.1); the value
+    is the ``binding`` label of the request metrics and log lines."""
+
+    JSONRPC = "jsonrpc"
+    REST = "rest"

@@ -57,20 +57,28 @@ class Store:
 
 @dataclass(slots=True)
 class Post:
-    """POST ``body`` to the route's upstream and read the whole answer. Reply:
-    :class:`Answer`. Throws :class:`~gateway.errors.UpstreamError`."""
+    """Send ``body`` to the route's upstream and read the whole answer. Reply:
+    :class:`Answer`. Throws :class:`~gateway.errors.UpstreamError`.
+
+    ``method`` is the HTTP method; ``target`` the path and query below the upstream's base
+    URL (starting with ``/``), ``None`` for the client's own request path and query. A
+    ``GET`` / ``DELETE`` sends no body."""
 
     body: bytes
+    method: str = "POST"
+    target: str | None = None
 
 
 @dataclass(slots=True)
 class Open:
-    """POST ``body`` expecting an SSE stream. Reply: :data:`OPENED` once an event stream's head
-    is in (it becomes the stream :class:`Read` reads; an earlier one is closed), or the whole
-    :class:`Answer` when the worker answered anything else. Throws
-    :class:`~gateway.errors.UpstreamError`."""
+    """Send ``body`` expecting an SSE stream (``method`` and ``target`` as for :class:`Post`).
+    Reply: :data:`OPENED` once an event stream's head is in (it becomes the stream
+    :class:`Read` reads; an earlier one is closed), or the whole :class:`Answer` when the worker
+    answered anything else. Throws :class:`~gateway.errors.UpstreamError`."""
 
     body: bytes
+    method: str = "POST"
+    target: str | None = None
 
 
 @dataclass(slots=True)

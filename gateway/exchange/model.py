@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.a2a.version import Binding
 from gateway.invariants.model import Mode
 
 
@@ -38,7 +39,7 @@ class Summary:
 
     ``outcome`` is a bounded label (``ok``, ``rejected``, ``upstream_error``, …); ``events``
     and ``close_reason`` are set for streams (``close_reason`` ``None``: no stream was
-    relayed).
+    relayed); ``binding`` is the client's (the ``binding`` label).
     """
 
     method: str
@@ -47,3 +48,4 @@ class Summary:
     context_id: str | None = None
     events: int = 0
     close_reason: str | None = None
+    binding: Binding = Binding.JSONRPC

@@ -5,14 +5,15 @@ Implements docs/protocol.md §7 and §11 pitfalls 5-7 and docs/field-cases.md F0
 F08, F09 and F17 (a):
 
 * the worker's stream is decoded as it is read and relayed event by event — each event
-  parsed once, judged, stored, then queued with the client's id (the worker's own ``data``
-  text when nothing changed); the events of one read go out in one write (:class:`Flush`);
+  parsed once, judged, stored, then queued in the client's binding's form (JSON-RPC: with the
+  client's id; the worker's own ``data`` text when nothing changed); the events of one read go out in one write (:class:`Flush`);
   comments (pings) are relayed, and on the task's own stream they count as a sign of life;
 * after a terminal event the client's stream ends at once; in enforce mode the worker's stream
   is then read on for ``drain_seconds`` so late events are counted, never delivered; a v0.3
   stream also ends after an interrupted status (it carries ``final: true``);
 * a non-JSON event, an event over ``max_event_bytes`` or a refused payload ends the stream
-  with a JSON-RPC error event (``event: error``); a ledger failure the same (-32603);
+  with an error event (``event: error``) in the binding's error form; a ledger failure the
+  same (-32603);
 * a streaming request answered with plain JSON is answered as that JSON (F09), or for a
   v0.3 client as one SSE event carrying it (F17 (b));
 * a worker stream that ends before its task did (F08 (ii)) is never passed off as finished:
@@ -34,8 +35,8 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.a2a import jsonrpc
-from gateway.a2a.payloads import Item, Kind, locate, snapshot_result
-from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment, encode_event
+from gateway.a2a.payloads import Item, Kind, locate
+from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment
 from gateway.a2a.states import TaskState, UnknownStateError, normalize_state
 from gateway.a2a.version import ProtocolVersion
 from gateway.errors import EventTooLargeError, LedgerError, UpstreamError
@@ -55,20 +56,22 @@ from gateway.exchange.commands import (
     StartStream,
 )
 from gateway.exchange.judge import Steps, judge, load, touch
-from gateway.a2a.jsonrpc import Request
 from gateway.exchange.model import Policy, Summary
 from gateway.invariants.model import Action, Exchange, Mode, StreamState, TaskRecord
 
 
 class RequestSide(Protocol):
-    """What the stream side uses of the exchange that owns it (the binding's request side,
-    :class:`~gateway.exchange.jsonrpc.JsonRpcExchange`)."""
+    """What the stream side uses of the exchange that owns it: the binding's request side
+    (:class:`~gateway.exchange.request.RequestExchange`), which also knows the binding's
+    wire form of requests, events and errors."""
 
-    req: Request
-    body: bytes
     ex: Exchange
     policy: Policy
     summary: Summary
+
+    def open_stream(self) -> Open: ...
+
+    def subscribe_request(self, task_id: str) -> Open: ...
 
     def fail_upstream(self, exc: UpstreamError) -> Steps: ...
 
@@ -76,7 +79,17 @@ class RequestSide(Protocol):
 
     def probe_task(self, task_id: str) -> Generator[Any, Any, tuple[Any, TaskRecord | None]]: ...
 
-    def client_id(self, doc: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]: ...
+    def event_doc(self, event: Event) -> dict[str, Any] | None: ...
+
+    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]: ...
+
+    def worker_error_frame(self, event: Event, doc: dict[str, Any]) -> bytes: ...
+
+    def result_frame(self, result: Any) -> bytes: ...
+
+    def error_frame(self, code: int, message: str) -> bytes: ...
+
+    def snapshot(self, task: dict[str, Any]) -> Any: ...
 
 
 _V03 = ProtocolVersion.V0_3
@@ -99,7 +112,6 @@ class StreamExchange:
         self.owner = owner
         self.policy = owner.policy
         self.ex = owner.ex
-        self.req = owner.req
         self.summary = owner.summary
         self.stream = StreamState(task_id=owner.ex.task_id)
         self.decoder = SSEDecoder(self.policy.max_event_bytes)
@@ -111,7 +123,7 @@ class StreamExchange:
     def run(self) -> Steps:
         """Open the upstream stream and relay it; answers JSON when the worker did."""
         try:
-            reply = yield Open(self.owner.body)
+            reply = yield self.owner.open_stream()
         except UpstreamError as exc:
             yield from self.owner.fail_upstream(exc)
             return
@@ -218,7 +230,7 @@ class StreamExchange:
             yield Count("forced_gets", ("upstream_eof",))
             task, record = yield from self.owner.probe_task(task_id)
             if record is not None and record.terminal and isinstance(task, dict):
-                yield self._result_frame(snapshot_result(task, self.ex.version))
+                yield Emit(self.owner.result_frame(self.owner.snapshot(task)))
                 self.stream = dataclasses.replace(self.stream, terminal=True)
                 yield from self._done_after_cut("terminal_snapshot")
                 return Next.CLOSE
@@ -238,9 +250,8 @@ class StreamExchange:
 
     def _resubscribe(self, task_id: str) -> Generator[Any, Any, bool]:
         """Open ``SubscribeToTask`` upstream for the stream's task; True when it streams."""
-        body = jsonrpc.dumps(jsonrpc.subscribe_request(self.req.id, task_id, self.ex.version))
         try:
-            reply = yield Open(body)
+            reply = yield self.owner.subscribe_request(task_id)
         except UpstreamError:
             return False
         if isinstance(reply, Answer):
@@ -251,22 +262,19 @@ class StreamExchange:
         return True
 
     def _on_event(self, event: Event, *, deliver: bool = True) -> Generator[Any, Any, Next]:
-        try:
-            doc = jsonrpc.clean_response(orjson.loads(event.data))
-        except orjson.JSONDecodeError:
-            doc = None
+        doc = self.owner.event_doc(event)
         if doc is None:
             yield Count("upstream_errors", ("invalid_response",))
             if deliver:
                 yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE,
-                                        "worker sent an SSE event that is not a JSON-RPC response")
+                                        "worker sent an SSE event that is not an A2A stream response")
             return Next.CLOSE
         self.summary.events += 1
         if "error" in doc:
             yield Count("sse_events", ("error",))
             self.summary.outcome = "worker_error"
             if deliver:
-                yield Emit(encode_event(jsonrpc.dumps({**doc, "id": self.req.id}), event=event.event))
+                yield Emit(self.owner.worker_error_frame(event, doc))
             return Next.CONTINUE
         result = doc["result"]
         item = locate(result)
@@ -288,12 +296,7 @@ class StreamExchange:
             return Next.CONTINUE  # the unchanged snapshot a resubscribe starts with (F08 (ii))
         if state is not None and state is not TaskState.UNSPECIFIED:
             self._last_state = state
-        fixed = yield from self.owner.client_id(doc)
-        if outcome.result is result and fixed is doc:
-            data: bytes | str = event.data
-        else:
-            data = jsonrpc.dumps({**fixed, "result": outcome.result})
-        yield Emit(encode_event(data, event=event.event, id=event.id, retry=event.retry))
+        yield Emit((yield from self.owner.event_frame(event, doc, outcome.result)))
         if outcome.close:
             self.summary.close_reason = "terminal"
             return Next.CLOSE_AND_DRAIN
@@ -327,16 +330,10 @@ class StreamExchange:
         if item.kind not in (Kind.TASK, Kind.STATUS):
             return None
         try:
-            return normalize_state(item.raw_state, self.ex.version).state
+            return normalize_state(item.raw_state, self.ex.spelling).state
         except UnknownStateError:
             return None
 
-    def _result_frame(self, result: Any) -> Emit:
-        """A gateway-made event carrying ``result`` with the client's id."""
-        doc = {"jsonrpc": "2.0", "id": self.req.id, "result": result}
-        return Emit(encode_event(jsonrpc.dumps(doc)))
-
     def _error_event(self, code: int, message: str) -> Emit:
         self.summary.outcome = "stream_error"
-        doc = jsonrpc.error_response(self.req.id, code, message, version=self.ex.version)
-        return Emit(encode_event(jsonrpc.dumps(doc), event="error"))
+        return Emit(self.owner.error_frame(code, message))

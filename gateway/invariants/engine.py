@@ -87,7 +87,7 @@ def terminal_error(ex: Exchange, record: TaskRecord) -> tuple[int, str]:
     Returns ``(code, message)``: -32002 TaskNotCancelable for cancel, else -32004
     UnsupportedOperation. The message tells the client that a retry must mint a new task.
     """
-    state = spell_state(record.state, ex.version)
+    state = spell_state(record.state, ex.spelling)
     if ex.operation is Operation.CANCEL:
         return (
             jsonrpc.TASK_NOT_CANCELABLE,
@@ -234,9 +234,8 @@ def _normalize(
         raw = None
     else:
         return None  # a status that is not an object is no state at all: never guessed
-    version = ex.version
     try:
-        norm = normalize_state(raw, version)  # a verbatim spelling: one precomputed lookup
+        norm = normalize_state(raw, ex.spelling)  # a verbatim spelling: one precomputed lookup
     except UnknownStateError:
         return None
     state = norm.state
@@ -245,7 +244,7 @@ def _normalize(
     if norm.respelled is not None:
         obj = with_state(obj, norm.respelled)
     if kind is _STATUS:
-        obj = _end_of_stream_flag(version, state, obj, findings)
+        obj = _end_of_stream_flag(ex.version, state, obj, findings)
     return state, obj
 
 
@@ -457,7 +456,7 @@ def _timestamp(status: object) -> datetime | None:
 def _recorded_status(ex: Exchange, record: TaskRecord) -> dict[str, Any]:
     """The recorded terminal status object, spelled for the client's version."""
     status = dict(record.terminal_status or {})
-    status["state"] = spell_state(record.state, ex.version)
+    status["state"] = spell_state(record.state, ex.spelling)
     return status
 
 

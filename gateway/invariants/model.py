@@ -15,8 +15,8 @@ from types import MappingProxyType
 from typing import Any
 
 from gateway.a2a.jsonrpc import Operation
-from gateway.a2a.states import TaskState
-from gateway.a2a.version import ProtocolVersion
+from gateway.a2a.states import Spelling, TaskState, spelling_of
+from gateway.a2a.version import Binding, ProtocolVersion
 
 
 class Mode(enum.StrEnum):
@@ -162,9 +162,11 @@ build_record = _record_builder()
 class Exchange:
     """The client request a payload belongs to.
 
-    ``task_id`` is the task the request names (``params.id`` or ``params.message.taskId``), or
-    ``None`` for a request that may create a new task. ``card_etag`` is the upstream's Agent
-    Card ETag in force; it is written into every record the exchange produces.
+    ``task_id`` is the task the request names (``params.id`` or ``params.message.taskId``, the
+    REST path's ``{id}``), or ``None`` for a request that may create a new task. ``card_etag``
+    is the upstream's Agent Card ETag in force; it is written into every record the exchange
+    produces. ``binding`` is the client's binding; with ``version`` it decides ``spelling``,
+    how states are spelled for the client (:func:`~gateway.a2a.states.spelling_of`).
     """
 
     upstream: str
@@ -173,6 +175,11 @@ class Exchange:
     task_id: str | None
     mode: Mode = Mode.ENFORCE
     card_etag: str | None = None
+    binding: Binding = Binding.JSONRPC
+    spelling: Spelling = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spelling", spelling_of(self.version, self.binding))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ to logs, never to labels (docs/architecture.md, convention 10).
 =====================================================  =========================================
 metric                                                 labels
 =====================================================  =========================================
-``a2a_gateway_requests_total``                         upstream, method, outcome
-``a2a_gateway_request_duration_seconds``               upstream, method
+``a2a_gateway_requests_total``                         upstream, binding, method, outcome
+``a2a_gateway_request_duration_seconds``               upstream, binding, method
 ``a2a_gateway_upstream_errors_total``                  upstream, reason
 ``a2a_gateway_sse_events_total``                       upstream, kind
 ``a2a_gateway_state_normalizations_total``             upstream, family
@@ -20,6 +20,8 @@ metric                                                 labels
 ``a2a_gateway_upstream_degraded``                      upstream, reason
 ``a2a_gateway_card_local_urls_total``                  upstream
 ``a2a_gateway_card_signatures_stripped_total``         upstream
+``a2a_gateway_card_served_verbatim``                   upstream
+``a2a_gateway_card_unguarded_interfaces``              upstream, binding
 ``a2a_gateway_stream_resubscribes_total``              upstream, outcome
 ``a2a_gateway_config_reloads_total``                   outcome
 ``a2a_gateway_tracked_tasks``                          state
@@ -38,19 +40,11 @@ from typing import Generic, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway import __version__
-from gateway.a2a.jsonrpc import METHODS
 from gateway.a2a.states import TaskState
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-
-
-def method_label(method: str | None) -> str:
-    """A bounded ``method`` label: a known A2A method name, ``rest``/``card`` or ``other``."""
-    if method in METHODS or method in ("rest", "card", "invalid"):
-        return str(method)
-    return "other"
 
 
 class Labelled(Generic[M]):
@@ -82,14 +76,14 @@ class Metrics:
         self.registry = registry
         self.requests = Labelled(Counter(
             "a2a_gateway_requests_total",
-            "Client requests handled, by upstream, method and outcome",
-            ["upstream", "method", "outcome"],
+            "Client requests handled, by upstream, binding, method and outcome",
+            ["upstream", "binding", "method", "outcome"],
             registry=registry,
         ))
         self.duration = Labelled(Histogram(
             "a2a_gateway_request_duration_seconds",
             "Time from request start to the last byte sent to the client",
-            ["upstream", "method"],
+            ["upstream", "binding", "method"],
             buckets=_DURATION_BUCKETS,
             registry=registry,
         ))
@@ -163,6 +157,22 @@ class Metrics:
             ["upstream"],
             registry=registry,
         ))
+        self.card_served_verbatim = Labelled(Gauge(
+            "a2a_gateway_card_served_verbatim",
+            "1 while an upstream's signed card is served verbatim (card.signed: verbatim): it "
+            "names the worker's own URLs, so clients that follow it bypass the gateway",
+            ["upstream"],
+            registry=registry,
+            multiprocess_mode="livemax",  # serve --workers: as a2a_gateway_upstream_degraded
+        ))
+        self.card_unguarded = Labelled(Gauge(
+            "a2a_gateway_card_unguarded_interfaces",
+            "Interfaces with a binding the gateway does not guard (gRPC, custom) advertised in "
+            "an upstream's served card, by binding (0 once dropped or gone)",
+            ["upstream", "binding"],
+            registry=registry,
+            multiprocess_mode="livemax",  # serve --workers: as a2a_gateway_upstream_degraded
+        ))
         self.resubscribes = Labelled(Counter(
             "a2a_gateway_stream_resubscribes_total",
             "Upstream streams cut before their task ended, by what the gateway did "
@@ -214,6 +224,15 @@ class Metrics:
             multiprocess_mode="livemax",
         )
         build.labels(version=__version__).set(1)
+
+    def set_card_unguarded(self, upstream: str, counts: dict[str, int]) -> None:
+        """Set ``a2a_gateway_card_unguarded_interfaces`` of ``upstream`` to ``counts`` (binding
+        → number); every binding of that upstream set before and absent now reads 0."""
+        for values in list(self.card_unguarded._children):
+            if values[0] == upstream and values[1] not in counts:
+                self.card_unguarded.labels(*values).set(0)
+        for binding, count in counts.items():
+            self.card_unguarded.labels(upstream, binding).set(count)
 
     def set_tracked(self, counts: dict[str, int]) -> None:
         """Set ``a2a_gateway_tracked_tasks`` for every state (absent states read 0)."""

@@ -60,9 +60,9 @@ class Reporter:
         ``a2a_gateway_request_duration_seconds``; for a relayed stream also its
         ``stream_closed`` line (``events``, ``reason``)."""
         s, upstream = summary, self._upstream
-        self._metrics.requests.labels(upstream, s.method, s.outcome).inc()
-        self._metrics.duration.labels(upstream, s.method).observe(duration_s)
-        fields = {"upstream": upstream, "method": s.method, "task_id": s.task_id,
+        self._metrics.requests.labels(upstream, s.binding, s.method, s.outcome).inc()
+        self._metrics.duration.labels(upstream, s.binding, s.method).observe(duration_s)
+        fields = {"upstream": upstream, "binding": s.binding.value, "method": s.method, "task_id": s.task_id,
                   "context_id": s.context_id, "duration_s": round(duration_s, 6)}
         if s.close_reason is not None:
             self._log.info("stream_closed", extra={**fields, "events": s.events, "reason": s.close_reason})

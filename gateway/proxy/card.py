@@ -13,8 +13,14 @@ docs/field-cases.md F10, F11):
 * :func:`serve_card` answers ``GET {prefix}/.well-known/agent-card.json`` (and the legacy
   ``agent.json``) with every interface URL rewritten to the gateway's public URL for the
   mount, its own ETag (hash of the served body), ``304`` on a matching ``If-None-Match``, and
-  the worker's ``Cache-Control`` / ``Last-Modified`` / ``Vary``. Signed cards follow
-  ``card.signed``.
+  the worker's ``Cache-Control`` / ``Last-Modified`` / ``Vary``. Only the bindings the gateway
+  guards are advertised (``card.unguarded_interfaces``); signed cards (a non-empty
+  ``signatures`` list) follow ``card.signed`` (docs/protocol.md §4.5).
+* Whenever a new card is stored (at start and when it changes, never per request) the cache
+  says what clients will be told that bypasses the gateway: a warning ``card_served_verbatim``
+  and the gauge ``a2a_gateway_card_served_verbatim`` for a signed card served verbatim; a
+  warning ``card_unguarded_interfaces`` and the gauge ``a2a_gateway_card_unguarded_interfaces``
+  for unguarded interfaces still advertised.
 """
 
 from __future__ import annotations
@@ -31,13 +37,17 @@ import orjson
 
 from gateway.a2a.card import (
     WELL_KNOWN_PATHS,
+    advertised_urls,
     canonical_etag,
     card_problem,
     content_etag,
+    drop_unguarded,
     heartbeat_interval,
+    is_signed,
     rewrite_card,
+    unguarded_interfaces,
 )
-from gateway.config import PublicConfig, UpstreamConfig
+from gateway.config import CardConfig, PublicConfig, UpstreamConfig
 from gateway.errors import UpstreamError
 from gateway.invariants.admission import CardView
 from gateway.proxy.forward import Route
@@ -73,6 +83,23 @@ def _max_age(cache_control: str | None, default: float) -> float:
         if name.lower() in ("no-cache", "no-store"):
             return 0.0
     return default
+
+
+def _verbatim(doc: dict[str, Any], settings: CardConfig) -> bool:
+    """Whether ``doc`` is served as the worker sent it: signed, and ``card.signed: verbatim``."""
+    return settings.signed == "verbatim" and is_signed(doc)
+
+
+def _keep_unguarded(settings: CardConfig) -> bool:
+    return settings.unguarded_interfaces == "keep"
+
+
+def _advertised(doc: dict[str, Any], settings: CardConfig) -> dict[str, Any]:
+    """The served card's interfaces, as far as they do not depend on the request (the URLs of
+    guarded interfaces are not rewritten here; unguarded ones never are)."""
+    if _verbatim(doc, settings) or _keep_unguarded(settings):
+        return doc
+    return drop_unguarded(doc)
 
 
 def _local_host(url: object) -> bool:
@@ -195,6 +222,8 @@ class CardCache:
         card = self._build(doc, response, now)
         self._varies = "a2a-version" in (card.vary or "").lower()
         self._cards[self._variant(a2a_version)] = card
+        if old is None or card.etag != old.etag:
+            self._report_served(card)
         if old is None:
             self._count_local_urls(doc)
             return "fresh"
@@ -214,6 +243,32 @@ class CardCache:
             vary=response.headers.get("vary"), fetched_at=now,
             max_age=_max_age(cc, self.upstream.card.ttl_seconds),
         )
+
+    def _report_served(self, card: CachedCard) -> None:
+        """Say what the served form of a newly stored ``card`` tells clients that bypasses the
+        gateway: one warning per new card, and gauges over every cached variant."""
+        name, settings = self.upstream.name, self.upstream.card
+        verbatim = _verbatim(card.doc, settings)
+        unguarded = unguarded_interfaces(_advertised(card.doc, settings))
+        if verbatim:
+            self.log.warning("card_served_verbatim", extra={
+                "upstream": name, "urls": advertised_urls(card.doc),
+                "hint": "signed card served as the worker sent it (card.signed: verbatim): "
+                        "clients following it bypass the gateway"})
+        if unguarded:
+            reason = ("signed_verbatim" if verbatim else "keep" if _keep_unguarded(settings)
+                      else "no_guarded_interface")
+            self.log.warning("card_unguarded_interfaces", extra={
+                "upstream": name, "bindings": sorted(unguarded),
+                "interfaces": sum(unguarded.values()), "reason": reason})
+        totals: dict[str, int] = {}
+        any_verbatim = False
+        for variant in self._cards.values():
+            any_verbatim = any_verbatim or _verbatim(variant.doc, settings)
+            for binding, count in unguarded_interfaces(_advertised(variant.doc, settings)).items():
+                totals[binding] = max(totals.get(binding, 0), count)
+        self.metrics.card_served_verbatim.labels(name).set(int(any_verbatim))
+        self.metrics.set_card_unguarded(name, totals)
 
     def _count_local_urls(self, doc: dict[str, Any]) -> None:
         urls = [doc.get("url")] + [i.get("url") for i in doc.get("supportedInterfaces", []) or []
@@ -269,7 +324,7 @@ async def serve_card(cache: CardCache, public: PublicConfig, route: Route, scope
     :func:`public_base`."""
     status = await _serve_card(cache, public, route, scope, send)
     outcome = "ok" if status < 400 else "unavailable"
-    cache.metrics.requests.labels(route.upstream.name, "card", outcome).inc()
+    cache.metrics.requests.labels(route.upstream.name, "http", "card", outcome).inc()
 
 
 async def _serve_card(cache: CardCache, public: PublicConfig, route: Route, scope: Scope,
@@ -282,14 +337,15 @@ async def _serve_card(cache: CardCache, public: PublicConfig, route: Route, scop
                                        "message": "agent card of this upstream is unavailable"}})
         await _respond(send, scope, 502, [(b"content-type", b"application/json")], body)
         return 502
-    signed = "signatures" in card.doc
-    if signed and route.upstream.card.signed == "verbatim":
+    settings = route.upstream.card
+    if _verbatim(card.doc, settings):
         served = card.body
     else:
-        if signed:
+        if is_signed(card.doc):
             cache.metrics.card_signatures_stripped.labels(route.upstream.name).inc()
         doc = rewrite_card(card.doc, upstream_url=route.upstream.url,
-                           public_base=public_base(public, route, scope))
+                           public_base=public_base(public, route, scope),
+                           keep_unguarded=_keep_unguarded(settings))
         served = orjson.dumps(doc)
     etag = content_etag(served)
     headers = [(b"etag", etag.encode()),

@@ -74,6 +74,7 @@ slow after fast ones; with a fast ledger a read still costs one write."""
 _BODY_HEADERS = ("content-length", "content-encoding", "content-type")
 _STREAM_HEADERS = (*_BODY_HEADERS, "cache-control", "x-accel-buffering")
 _THROWN = (LedgerError, UpstreamError, VersionConflictError, TimeoutError)
+_BODILESS = frozenset({"GET", "HEAD", "DELETE"})
 _NO_HEADERS = httpx.Headers()
 
 
@@ -176,23 +177,30 @@ class Driver:
 
     # --- the worker -------------------------------------------------------------------------------
 
-    def _request(self) -> tuple[str, list[tuple[bytes, bytes]]]:
-        url = self.route.url(self.scope.get("query_string", b""))
+    def _request(self, cmd: Post | Open) -> tuple[str, list[tuple[bytes, bytes]], bytes | None]:
+        """URL, headers and body of a request to the worker: the client's own path and query
+        (``target`` ``None``) or the exchange's ``target`` below the upstream's base URL."""
+        if cmd.target is None:
+            url = self.route.url(self.scope.get("query_string", b""))
+        else:
+            url = self.route.upstream.url.rstrip("/") + cmd.target
         headers = upstream_request_headers(
             self.scope, identity=True, trusted_proxies=self.rt.config.public.trusted_proxies)
-        return url, headers
+        if cmd.method in _BODILESS:  # a probe GET made from the client's POST has no body
+            return url, [h for h in headers if h[0] != b"content-type"], None
+        return url, headers, cmd.body
 
     async def _post(self, cmd: Post) -> Answer:
-        url, headers = self._request()
-        answer = await self.rt.client.fetch("POST", url, headers=headers, content=cmd.body,
+        url, headers, body = self._request(cmd)
+        answer = await self.rt.client.fetch(cmd.method, url, headers=headers, content=body,
                                             timeout=self.route.upstream.timeouts)
         return _answer(answer.status_code, answer.content, answer.headers)
 
     async def _open(self, cmd: Open) -> Any:
-        url, headers = self._request()
+        url, headers, body = self._request(cmd)
         for earlier in self._responses:  # a resubscribe: the cut stream is over
             await earlier.aclose()
-        response = await self.rt.client.send("POST", url, headers=headers, content=cmd.body,
+        response = await self.rt.client.send(cmd.method, url, headers=headers, content=body,
                                              timeout=self.route.upstream.timeouts)
         self._responses.append(response)
         if response.status_code >= 300 or not is_event_stream(response.headers):
@@ -221,7 +229,8 @@ class Driver:
 
     # --- the client -------------------------------------------------------------------------------
 
-    async def _respond(self, cmd: Respond) -> None:
+    async def respond(self, cmd: Respond) -> None:
+        """Send one whole response (:class:`Respond`)."""
         relayed = cmd.relay.headers if cmd.relay is not None else _NO_HEADERS
         if cmd.media == "raw":
             headers = client_response_headers(relayed, drop=("content-length", "content-encoding"))
@@ -288,7 +297,7 @@ class Driver:
 
 _HANDLERS: dict[type, Any] = {
     Load: Driver._load, Store: Driver._store, Post: Driver._post, Open: Driver._open,
-    Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver._respond,
+    Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver.respond,
     StartStream: Driver._start_stream, Flush: Driver._flush,
     EndStream: Driver._end_stream, Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale,
 }

@@ -1,7 +1,7 @@
-"""Transparent relay for every non-JSON-RPC request under a mount.
+"""Transparent relay for every request under a mount that is no A2A operation.
 
-The REST (HTTP+JSON) binding (``/message:send``, ``/tasks/{id}``, ``/message:stream`` …),
-Agent Card GETs and anything else pass through unchanged in both directions: bodies are
+A path and verb that no A2A binding defines (a worker's own endpoints, a well-known path other
+than the Agent Card's …) passes through unchanged in both directions: bodies are
 streamed, never buffered, and response bytes are relayed raw (``aiter_raw``: compression is
 left as the worker chose). Only hop-by-hop headers are removed (docs/protocol.md §11 pitfalls 9,
 10). A worker transport failure becomes HTTP 502 (504 on timeout) with a
@@ -40,15 +40,15 @@ def status_body(code: int, message: str) -> bytes:
 async def relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
     """Relay one request to the route's upstream and the answer back, streaming both ways."""
     started = time.perf_counter()
-    label = "card" if route.path.startswith("/.well-known/") else "rest"
+    label = "card" if route.path.startswith("/.well-known/") else "other"
     outcome = "ok"
     try:
         outcome = await _relay(rt, route, scope, receive, send)
     finally:
         duration = time.perf_counter() - started
-        rt.metrics.requests.labels(route.upstream.name, label, outcome).inc()
-        rt.metrics.duration.labels(route.upstream.name, label).observe(duration)
-        rt.log.info("request", extra={"upstream": route.upstream.name, "method": label,
+        rt.metrics.requests.labels(route.upstream.name, "http", label, outcome).inc()
+        rt.metrics.duration.labels(route.upstream.name, "http", label).observe(duration)
+        rt.log.info("request", extra={"upstream": route.upstream.name, "binding": "http", "method": label,
                                       "path": scope["path"], "outcome": outcome,
                                       "duration_s": round(duration, 6)})
 

@@ -238,7 +238,7 @@ def test_queries_use_only_exposed_metrics_and_labels(scrape: str, source: str) -
                 if label == "kind" and metric == "a2a_gateway_divergences_total":
                     problems += [f"{where}: unknown divergence kind {v}" for v in values - set(DIVERGENCE_KINDS)]
                 if label == "method":
-                    allowed = set(METHODS) | {"rest", "card", "invalid", "other"}
+                    allowed = set(METHODS) | {"card", "invalid", "other"}
                     problems += [f"{where}: unknown method label {v}" for v in values - allowed]
         for label in sorted(grouping_labels(expr) - known):
             problems.append(f"{where}: groups by {label}, which none of {sorted(names)} has")

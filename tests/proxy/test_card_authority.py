@@ -4,13 +4,20 @@ docs/field-cases.md F08 (ii), F10, F11."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import logging
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from a2a.client.card_resolver import parse_agent_card
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 
 from gateway.a2a.card import HEARTBEAT_EXTENSION
+from gateway.observability.logging import LOGGER_NAME
 from tests.proxy.conftest import Harness, frames
 from tests.support.scripted_worker import Event, Gate, default_card
 from tests.support.servers import wait_until
@@ -96,7 +103,7 @@ def test_served_card_has_its_own_etag_and_answers_304(make_harness: Any) -> None
 
 
 def test_signed_card_is_served_verbatim_by_default_and_stripped_on_request(make_harness: Any) -> None:
-    signed = {**TOCK_CARD, "signatures": [{"protected": "eyJhbGciOiJFUzI1NiJ9", "signature": "c2ln"}]}
+    signed = {**TOCK_CARD, "signatures": [SIG]}
     h = make_harness(card=signed, upstream_path="/a2a/tock/")
     verbatim = h.http.get(h.gateway.url + "/.well-known/agent-card.json").json()
     assert verbatim == signed  # a rewritten body is never served with its old signature
@@ -105,6 +112,170 @@ def test_signed_card_is_served_verbatim_by_default_and_stripped_on_request(make_
     assert "signatures" not in stripped
     assert stripped["supportedInterfaces"][0]["url"] == h2.gateway.url + "/"
     assert h2.metric("a2a_gateway_card_signatures_stripped_total") == 1
+    assert h2.metric("a2a_gateway_card_served_verbatim", upstream="worker") == 0
+
+
+# ------------------------------------------------------------------------------ docs/protocol.md §4.5
+
+SIG = {"protected": "eyJhbGciOiJFUzI1NiJ9", "signature": "c2ln"}
+GRPC_IFACE = {"url": "worker-a.internal:50051", "protocolBinding": "GRPC", "protocolVersion": "1.0"}
+WS_IFACE = {"url": "wss://localhost:8080/a2a/tock/ws", "protocolBinding": "urn:example:websocket",
+            "protocolVersion": "1.0"}
+CARD_PATH = "/.well-known/agent-card.json"
+
+
+@pytest.fixture
+def gateway_warnings() -> Iterator[Callable[[str], list[logging.LogRecord]]]:
+    """``gateway_warnings(event)``: the WARNING records of that event the gateway logged since
+    the test began (the handler is on before any harness starts, so start-up lines count)."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Collect(logging.WARNING)
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.addHandler(handler)
+    try:
+        yield lambda event: [r for r in records if r.getMessage() == event]
+    finally:
+        logger.removeHandler(handler)
+
+
+def sdk_urls(served: dict[str, Any]) -> list[tuple[str, str]]:
+    """(url, binding) of every interface as a2a-sdk 1.3's client reads the card."""
+    card = parse_agent_card(copy.deepcopy(served))
+    return [(i.url, i.protocol_binding) for i in card.supported_interfaces]
+
+
+def test_empty_signatures_list_is_an_unsigned_card_and_is_rewritten(make_harness: Any) -> None:
+    js_card = {**TOCK_CARD, "signatures": []}  # what every @a2a-js/sdk 1.3 worker sends
+    h = make_harness(card=js_card, upstream_path="/a2a/tock/", upstream={"prefix": "/a2a/tick"},
+                     public={"url": "https://gw.example.net"})
+    served = h.http.get(h.gateway.url + "/a2a/tick" + CARD_PATH).json()
+    assert served["signatures"] == []
+    assert [i["url"] for i in served["supportedInterfaces"]] == [
+        "https://gw.example.net/a2a/tick/", "https://gw.example.net/a2a/tick/rest"]
+    assert sdk_urls(served) == [("https://gw.example.net/a2a/tick/", "JSONRPC"),
+                                ("https://gw.example.net/a2a/tick/rest", "HTTP+JSON")]
+    assert h.metric("a2a_gateway_card_signatures_stripped_total") == 0
+    assert h.metric("a2a_gateway_card_served_verbatim", upstream="worker") == 0
+
+
+def test_unguarded_v10_interfaces_are_dropped_by_default(make_harness: Any,
+                                                         gateway_warnings: Any) -> None:
+    card = {**TOCK_CARD, "supportedInterfaces": [GRPC_IFACE, *TOCK_CARD["supportedInterfaces"], WS_IFACE]}
+    h = make_harness(card=card, upstream_path="/a2a/tock/", public={"url": "https://gw.example.net"})
+    served = h.http.get(h.gateway.url + CARD_PATH).json()
+    assert sdk_urls(served) == [("https://gw.example.net/", "JSONRPC"),
+                                ("https://gw.example.net/rest", "HTTP+JSON")]
+    assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker") == 0
+    assert gateway_warnings("card_unguarded_interfaces") == []
+
+
+def test_unguarded_v10_interfaces_kept_on_request_are_untouched_warned_and_gauged(
+        make_harness: Any, gateway_warnings: Any) -> None:
+    card = {**TOCK_CARD, "supportedInterfaces": [*TOCK_CARD["supportedInterfaces"], GRPC_IFACE, WS_IFACE]}
+    h = make_harness(card=None, public={"url": "https://gw.example.net"},
+                     upstream={"card": {"unguarded_interfaces": "keep"}})
+    h.worker.default_card = card
+    cache = h.runtime.cards["worker"]
+    for _ in range(3):  # revalidated each time; the card is the same
+        cache.mark_stale()
+        served = h.http.get(h.gateway.url + CARD_PATH).json()
+    assert served["supportedInterfaces"] == [  # the mount points at the worker's root
+        {"url": "https://gw.example.net/a2a/tock/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": "https://gw.example.net/a2a/tock/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+        GRPC_IFACE, WS_IFACE]
+    assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker", binding="GRPC") == 1
+    assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker",
+                    binding="urn:example:websocket") == 1
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="not_modified") >= 2
+    [warning] = gateway_warnings("card_unguarded_interfaces")
+    assert (warning.upstream, warning.bindings, warning.reason) == (  # type: ignore[attr-defined]
+        "worker", ["GRPC", "urn:example:websocket"], "keep")
+    # the worker stops advertising gRPC: the gauge follows the new card
+    h.worker.default_card = {**card, "supportedInterfaces": [*TOCK_CARD["supportedInterfaces"], WS_IFACE]}
+    cache.mark_stale()
+    h.http.get(h.gateway.url + CARD_PATH)
+    assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker", binding="GRPC") == 0
+    assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker",
+                    binding="urn:example:websocket") == 1
+    assert len(gateway_warnings("card_unguarded_interfaces")) == 2  # once per card
+
+
+def test_keep_is_warned_at_start(make_harness: Any, gateway_warnings: Any) -> None:
+    card = {**TOCK_CARD, "supportedInterfaces": [*TOCK_CARD["supportedInterfaces"], GRPC_IFACE]}
+    h = make_harness(card=card, upstream={"card": {"unguarded_interfaces": "keep"}})
+    [warning] = gateway_warnings("card_unguarded_interfaces")  # before any client asked
+    assert (warning.upstream, warning.bindings) == ("worker", ["GRPC"])  # type: ignore[attr-defined]
+    assert h.metric("a2a_gateway_card_unguarded_interfaces", binding="GRPC") == 1
+
+
+def test_v03_grpc_main_interface_is_replaced_by_a_guarded_one(make_harness: Any) -> None:
+    card = {**TOCK_V03, "url": "worker-a.internal:50051", "preferredTransport": "GRPC",
+            "additionalInterfaces": [{"url": "worker-a.internal:50051", "transport": "GRPC"},
+                                     {"url": "http://localhost:8080/a2a/tock/", "transport": "JSONRPC"}]}
+    h = make_harness(card=card, upstream_path="/a2a/tock/", upstream={"prefix": "/a2a/tick"},
+                     public={"url": "https://gw.example.net"})
+    served = h.http.get(h.gateway.url + "/a2a/tick" + CARD_PATH).json()
+    assert (served["url"], served["preferredTransport"]) == ("https://gw.example.net/a2a/tick/", "JSONRPC")
+    assert served["additionalInterfaces"] == [{"url": "https://gw.example.net/a2a/tick/", "transport": "JSONRPC"}]
+    assert sdk_urls(served) == [("https://gw.example.net/a2a/tick/", "JSONRPC")] * 2
+    kept = make_harness(card=card, upstream_path="/a2a/tock/", upstream={
+        "prefix": "/a2a/tick", "card": {"unguarded_interfaces": "keep"}})
+    served = kept.http.get(kept.gateway.url + "/a2a/tick" + CARD_PATH).json()
+    assert (served["url"], served["preferredTransport"]) == ("worker-a.internal:50051", "GRPC")
+    assert kept.metric("a2a_gateway_card_unguarded_interfaces", binding="GRPC") == 1
+
+
+def test_sdk_hybrid_card_with_grpc_first_advertises_only_the_gateway(make_harness: Any) -> None:
+    """The card an a2a-sdk 1.3 worker serves when its first 0.x interface is gRPC
+    (docs/protocol.md §4.3): the v0.3 members name the gRPC address."""
+    worker_card = agent_card_to_dict(AgentCard(
+        name="Tock", description="scheduler", version="1.2.0",
+        supported_interfaces=[
+            AgentInterface(url="worker-a.internal:50051", protocol_binding="GRPC", protocol_version="0.3"),
+            AgentInterface(url="http://localhost:8080/a2a/tock/", protocol_binding="JSONRPC", protocol_version="0.3"),
+            AgentInterface(url="http://localhost:8080/a2a/tock/", protocol_binding="JSONRPC", protocol_version="1.0")],
+        capabilities=AgentCapabilities(streaming=True), default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[AgentSkill(id="echo", name="Echo", description="echo", tags=["test"])]))
+    assert (worker_card["url"], worker_card["preferredTransport"]) == ("worker-a.internal:50051", "GRPC")
+    h = make_harness(card=worker_card, upstream_path="/a2a/tock/", public={"url": "https://gw.example.net"})
+    served = h.http.get(h.gateway.url + CARD_PATH).json()
+    assert (served["url"], served["preferredTransport"]) == ("https://gw.example.net/", "JSONRPC")
+    assert sdk_urls(served) == [("https://gw.example.net/", "JSONRPC")] * 2
+    assert served["additionalInterfaces"] == [{"transport": "JSONRPC", "url": "https://gw.example.net/"}]
+    assert h.metric("a2a_gateway_card_unguarded_interfaces") == 0
+
+
+def test_signed_card_served_verbatim_is_warned_once_per_card_and_gauged(
+        make_harness: Any, gateway_warnings: Any) -> None:
+    signed = {**TOCK_CARD, "signatures": [SIG]}
+    h = make_harness(card=None)
+    assert h.metric("a2a_gateway_card_served_verbatim", upstream="worker") == 0
+    h.worker.default_card = signed
+    cache = h.runtime.cards["worker"]
+    for _ in range(3):  # revalidated each time; the card is the same
+        cache.mark_stale()
+        assert h.http.get(h.gateway.url + CARD_PATH).json() == signed
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="not_modified") >= 2
+    assert h.metric("a2a_gateway_card_served_verbatim", upstream="worker") == 1
+    [warning] = gateway_warnings("card_served_verbatim")
+    assert warning.upstream == "worker"  # type: ignore[attr-defined]
+    assert warning.urls == [i["url"] for i in TOCK_CARD["supportedInterfaces"]]  # type: ignore[attr-defined]
+    h.worker.default_card = {**signed, "version": "1.3.0"}  # a new signed card: said again
+    cache.mark_stale()
+    h.http.get(h.gateway.url + CARD_PATH)
+    assert len(gateway_warnings("card_served_verbatim")) == 2
+    h.worker.default_card = TOCK_CARD  # no longer signed: rewritten, and the gauge drops
+    cache.mark_stale()
+    served = h.http.get(h.gateway.url + CARD_PATH).json()
+    assert served["supportedInterfaces"][0]["url"] == h.gateway.url + "/a2a/tock/"
+    assert h.metric("a2a_gateway_card_served_verbatim", upstream="worker") == 0
+    assert len(gateway_warnings("card_served_verbatim")) == 2
 
 
 def test_f11_card_addresses_are_never_routed_to_and_are_counted(make_harness: Any) -> None:

@@ -1,0 +1,203 @@
+"""The HTTP+JSON (REST) binding: path and verb ↔ operation, and the ``google.rpc.Status`` errors.
+
+Implements docs/protocol.md §1.3 (REST paths of v1.0 and v0.3, the tenant prefix), §5 (the
+``A2A-Version`` header), §6.1 and §6.3 (HTTP status and ``ErrorInfo`` reason of every A2A
+error) and §11 pitfalls 10 and 11. Pure: stdlib only.
+
+A REST operation is recognised by the end of the path below the mount, so whatever comes
+before it — a tenant (``/{tenant}/…``), the worker's own REST prefix (``/rest``) or both — is
+the call's ``base`` and is kept for the gateway's own calls on the same road (its ``GetTask``
+probe, its resubscribe). A ``/v1`` segment right before the operation marks the v0.3 paths,
+unless the client says ``A2A-Version: 1.x`` (then ``/v1`` is part of a v1.0 base URL).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote
+
+from gateway.a2a import jsonrpc
+from gateway.a2a.jsonrpc import Operation
+from gateway.a2a.version import ProtocolVersion
+
+_OP_PATTERNS: tuple[tuple[str, str, Operation | None], ...] = (
+    # (HTTP methods, path below the base, operation; None: decided by the method)
+    ("POST", r"/message:send", Operation.SEND),
+    ("POST", r"/message:stream", Operation.STREAM),
+    ("GET", r"/tasks", Operation.LIST),
+    ("POST", r"/tasks/(?P<id>[^/]+):cancel", Operation.CANCEL),
+    ("GET POST", r"/tasks/(?P<id>[^/]+):subscribe", Operation.SUBSCRIBE),
+    ("GET POST", r"/tasks/(?P<id>[^/]+)/pushNotificationConfigs", None),
+    ("GET DELETE", r"/tasks/(?P<id>[^/]+)/pushNotificationConfigs/(?P<cid>[^/]+)", None),
+    ("GET", r"/tasks/(?P<id>[^/:]+)", Operation.GET),
+    ("GET", r"/extendedAgentCard", Operation.EXTENDED_CARD),
+    ("GET", r"/card", Operation.EXTENDED_CARD),  # v0.3 only: /v1/card
+)
+_COMPILED = tuple(
+    (frozenset(methods.split()), re.compile(r"(?P<base>(?:/[^/]+)*?)(?P<v1>/v1)?" + tail), op, tail)
+    for methods, tail, op in _OP_PATTERNS
+)
+_PUSH_OPS = {
+    ("POST", False): Operation.PUSH_CREATE,
+    ("GET", False): Operation.PUSH_LIST,
+    ("GET", True): Operation.PUSH_GET,
+    ("DELETE", True): Operation.PUSH_DELETE,
+}
+
+# HTTP status and google.rpc status name of every error code (docs/protocol.md §6.1 as of
+# v1.0.1, §6.2 for the JSON-RPC codes as the a2a-sdk maps them).
+_HTTP: dict[int, tuple[int, str]] = {
+    jsonrpc.TASK_NOT_FOUND: (404, "NOT_FOUND"),
+    jsonrpc.TASK_NOT_CANCELABLE: (400, "FAILED_PRECONDITION"),
+    jsonrpc.PUSH_NOTIFICATION_NOT_SUPPORTED: (400, "FAILED_PRECONDITION"),
+    jsonrpc.UNSUPPORTED_OPERATION: (400, "FAILED_PRECONDITION"),
+    jsonrpc.CONTENT_TYPE_NOT_SUPPORTED: (400, "INVALID_ARGUMENT"),
+    jsonrpc.INVALID_AGENT_RESPONSE: (500, "INTERNAL"),
+    jsonrpc.EXTENDED_AGENT_CARD_NOT_CONFIGURED: (400, "FAILED_PRECONDITION"),
+    jsonrpc.EXTENSION_SUPPORT_REQUIRED: (400, "FAILED_PRECONDITION"),
+    jsonrpc.VERSION_NOT_SUPPORTED: (400, "FAILED_PRECONDITION"),
+    jsonrpc.PARSE_ERROR: (400, "INVALID_ARGUMENT"),
+    jsonrpc.INVALID_REQUEST: (400, "INVALID_ARGUMENT"),
+    jsonrpc.INVALID_PARAMS: (400, "INVALID_ARGUMENT"),
+    jsonrpc.METHOD_NOT_FOUND: (404, "NOT_FOUND"),
+    jsonrpc.INTERNAL_ERROR: (500, "INTERNAL"),
+}
+_STATUS_NAMES = {413: "INVALID_ARGUMENT", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
+                 504: "DEADLINE_EXCEEDED"}
+REASONS: dict[int, str] = {
+    **jsonrpc.ERROR_REASONS,
+    jsonrpc.PARSE_ERROR: "INVALID_REQUEST",
+    jsonrpc.INVALID_REQUEST: "INVALID_REQUEST",
+    jsonrpc.INVALID_PARAMS: "INVALID_PARAMS",
+    jsonrpc.METHOD_NOT_FOUND: "METHOD_NOT_FOUND",
+    jsonrpc.INTERNAL_ERROR: "INTERNAL_ERROR",
+}
+"""The ``ErrorInfo.reason`` of each code (the a2a-sdk's names for the JSON-RPC codes)."""
+_CODES = {reason: code for code, reason in REASONS.items() if code != jsonrpc.PARSE_ERROR}
+_CODE_OF_STATUS = {404: jsonrpc.TASK_NOT_FOUND, 400: jsonrpc.INVALID_PARAMS,
+                   409: jsonrpc.TASK_NOT_CANCELABLE, 500: jsonrpc.INTERNAL_ERROR}
+
+
+@dataclass(frozen=True, slots=True)
+class RestCall:
+    """One recognised REST request.
+
+    ``base`` is the raw path before the operation (tenant, the worker's REST prefix; ``""``
+    for none), without the v0.3 ``/v1``; ``task_id`` and ``config_id`` are the decoded path
+    parameters (``None`` when the operation has none).
+    """
+
+    operation: Operation
+    version: ProtocolVersion
+    base: str
+    task_id: str | None = None
+    config_id: str | None = None
+
+    @property
+    def streaming(self) -> bool:
+        """True for the operations answered with an SSE stream."""
+        return self.operation in (Operation.STREAM, Operation.SUBSCRIBE)
+
+    def target(self, tail: str) -> str:
+        """A path on this call's road: ``base`` (+ ``/v1`` for v0.3) + ``tail``."""
+        v1 = "/v1" if self.version is ProtocolVersion.V0_3 else ""
+        return self.base + v1 + tail
+
+    def task_get_target(self, task_id: str) -> str:
+        """The path and query of the gateway's ``GetTask`` probe for ``task_id``, asking for
+        no history (docs/protocol.md §1.3)."""
+        return self.target(f"/tasks/{quote(task_id, safe='')}?historyLength=0")
+
+    def subscribe_target(self, task_id: str) -> str:
+        """The path of ``SubscribeToTask`` for ``task_id`` (sent as POST: SPEC §11.3.2)."""
+        return self.target(f"/tasks/{quote(task_id, safe='')}:subscribe")
+
+
+def match(http_method: str, path: str, a2a_version: str | None = None) -> RestCall | None:
+    """The REST operation of a request, or ``None`` for a path and verb no A2A version defines.
+
+    Args:
+        http_method: the request method (``GET``, ``POST``, ``DELETE``).
+        path: the raw (percent-encoded) path below the mount, starting with ``/``.
+        a2a_version: the ``A2A-Version`` header, if any (decides what a ``/v1`` segment is).
+    """
+    for methods, pattern, op, tail in _COMPILED:
+        m = pattern.fullmatch(path)
+        if m is None or http_method not in methods:
+            continue
+        v03 = m["v1"] is not None and not _major_1(a2a_version)
+        if tail == "/card" and not v03:
+            continue
+        base = m["base"] if v03 else m["base"] + (m["v1"] or "")
+        groups = m.groupdict()
+        task_id = unquote(groups["id"]) if groups.get("id") else None
+        config_id = unquote(groups["cid"]) if groups.get("cid") else None
+        if op is None:
+            op = _PUSH_OPS[(http_method, config_id is not None)]
+        version = ProtocolVersion.V0_3 if v03 else ProtocolVersion.V1_0
+        return RestCall(op, version, base, task_id, config_id)
+    return None
+
+
+def _major_1(value: str | None) -> bool:
+    return bool(value) and value.strip().split(".")[0] not in ("", "0")
+
+
+def http_status(code: int) -> int:
+    """The HTTP status of an A2A or JSON-RPC error code (500 for an unknown one)."""
+    return _HTTP.get(code, (500, "INTERNAL"))[0]
+
+
+def error_body(code: int, message: str, *, metadata: dict[str, str] | None = None,
+               status: int | None = None) -> dict[str, Any]:
+    """A ``google.rpc.Status`` error body for an A2A error ``code`` (docs/protocol.md §6.3):
+    ``{"error": {"code": <HTTP status>, "status", "message", "details": [ErrorInfo]}}``.
+
+    ``status`` overrides the code's HTTP status (503 for "not now", 502/504 for a worker
+    transport failure); the ``ErrorInfo`` carries the code's reason and ``metadata``.
+    """
+    http, name = _HTTP.get(code, (500, "INTERNAL"))
+    if status is not None and status != http:
+        http, name = status, _STATUS_NAMES.get(status, name)
+    info: dict[str, Any] = {"@type": jsonrpc.ERROR_INFO_TYPE, "reason": REASONS.get(code, "INTERNAL_ERROR"),
+                            "domain": jsonrpc.ERROR_DOMAIN, "metadata": metadata or {}}
+    return {"error": {"code": http, "status": name, "message": message, "details": [info]}}
+
+
+def transport_error_body(status: int, message: str) -> dict[str, Any]:
+    """A ``google.rpc.Status`` body without A2A details (a worker transport failure, a body
+    over the size limit): ``{"error": {"code", "status", "message"}}``."""
+    return {"error": {"code": status, "status": _STATUS_NAMES.get(status, "INTERNAL"), "message": message}}
+
+
+def error_code(status: int, body: object) -> int | None:
+    """The A2A (or JSON-RPC) error code a worker's REST error answer stands for: the
+    ``ErrorInfo.reason`` in ``error.details`` when there is one, else the HTTP status
+    (404 → -32001, 400 → -32602, 409 → -32002, 500 → -32603), else ``None``."""
+    error = body.get("error") if isinstance(body, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    for detail in details if isinstance(details, list) else []:
+        if isinstance(detail, dict) and detail.get("@type") == jsonrpc.ERROR_INFO_TYPE:
+            code = _CODES.get(detail.get("reason"))  # type: ignore[arg-type]
+            if code is not None:
+                return code
+    return _CODE_OF_STATUS.get(status)
+
+
+def request_params(call: RestCall, body: object) -> dict[str, Any]:
+    """The request as JSON-RPC ``params`` would carry it, for admission: the JSON body of a
+    send (``{"message": …, "configuration": …}``), else the path's ids (``{"id": taskId}``;
+    push configs ``{"taskId", "id"}``)."""
+    op = call.operation
+    if op in (Operation.SEND, Operation.STREAM):
+        return body if isinstance(body, dict) else {}
+    params: dict[str, Any] = {}
+    if op.name.startswith("PUSH_"):
+        params["taskId"] = call.task_id
+        if call.config_id is not None:
+            params["id"] = call.config_id
+    elif call.task_id is not None:
+        params["id"] = call.task_id
+    return params

@@ -1,0 +1,324 @@
+"""The request side of one exchange, whatever the binding: admit → forward → judge → respond.
+
+Implements docs/field-cases.md F05, F09, F15 and F17 (b) for every binding; the wire form of
+each binding is a subclass (:class:`~gateway.exchange.jsonrpc.JsonRpcExchange`,
+:class:`~gateway.exchange.rest.RestExchange`), so a task is judged by one code path however
+the client reached it (docs/architecture.md, "The exchange layer"):
+
+* card-governed admission of new tasks and capabilities (refused: -32004 / -32003, HTTP 503
+  while the card is unavailable);
+* a message with ``taskId``, a cancel or a subscribe is checked against the ledger first: a
+  forced ``GetTask`` only for a reason (restart, card unreachable, ETag changed, heartbeat
+  gap) — sent over the client's own binding, which the worker serves — then -32004 / -32002
+  answered here for a terminal task;
+* the worker's answer is judged and stored before it is sent; a worker error hiding a
+  terminal task is rewritten after a confirming ``GetTask``; an extended Agent Card is
+  rewritten like the public one, never cached;
+* a worker transport failure becomes a transport-class error (HTTP 502/504), never an
+  invented state;
+* streaming operations continue in :class:`~gateway.exchange.stream.StreamExchange`.
+
+A subclass gives the binding's wire form: how the client's request is sent on, how an answer
+and a stream event are read, how a refusal, an error and an event are written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator
+from typing import Any
+
+from gateway.a2a import jsonrpc
+from gateway.a2a.jsonrpc import Operation
+from gateway.a2a.payloads import locate
+from gateway.a2a.sse import Event
+from gateway.errors import LedgerError, UpstreamError
+from gateway.exchange.commands import Answer, Count, Found, Loaded, Log, MarkCardStale, Open, Post, Respond
+from gateway.exchange.judge import Steps, clear_resync, judge, load
+from gateway.exchange.model import Policy, Summary
+from gateway.exchange.stream import StreamExchange
+from gateway.invariants import engine
+from gateway.invariants.admission import CARD_UNAVAILABLE, CardView, admit, forced_get_reason
+from gateway.invariants.model import Action, Exchange, Finding, Mode, TaskRecord
+
+CardRewrite = Callable[[dict[str, Any]], dict[str, Any]]
+"""Rewrites an Agent Card for the client (its interface URLs to the gateway's); pure."""
+
+
+class RequestExchange:
+    """One client request for an A2A operation, from admission to the last byte.
+
+    Args:
+        ex: the request as the engine sees it (:class:`~gateway.invariants.model.Exchange`).
+        params: the request's parameters as JSON-RPC carries them (admission reads the message).
+        summary: the request's :class:`~gateway.exchange.model.Summary` (filled in as it goes).
+        card: the upstream's card as the driver holds it now.
+        policy: the settings (:class:`~gateway.exchange.model.Policy`).
+        rewrite_card: applied to an extended Agent Card answer (``None``: leave it).
+    """
+
+    streaming: bool = False
+
+    def __init__(self, ex: Exchange, params: Any, summary: Summary, card: CardView,
+                 policy: Policy, rewrite_card: CardRewrite | None = None) -> None:
+        self.ex = ex
+        self.params = params
+        self.summary = summary
+        self.card = card
+        self.policy = policy
+        self.rewrite_card = rewrite_card
+
+    def run(self) -> Generator[Any, Any, Summary]:
+        """The whole exchange; returns its :class:`~gateway.exchange.model.Summary`."""
+        try:
+            if (yield from self._admit()) and (yield from self._admit_task_action()):
+                if self.streaming:
+                    yield from StreamExchange(self).run()
+                else:
+                    yield from self._unary()
+        except LedgerError as exc:
+            self.summary.outcome = "ledger_error"
+            yield Log("error", "ledger_error", (("upstream", self.policy.upstream), ("error", str(exc))))
+            yield self.error(503, jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable")
+        return self.summary
+
+    # --- the binding's wire form (subclasses) ----------------------------------------------------
+
+    def forward(self) -> Post:
+        """The client's request as sent on to the worker."""
+        raise NotImplementedError
+
+    def open_stream(self) -> Open:
+        """The client's streaming request as sent on to the worker."""
+        raise NotImplementedError
+
+    def probe_request(self, task_id: str) -> Post:
+        """The gateway's own ``GetTask`` for ``task_id`` on the client's binding and version."""
+        raise NotImplementedError
+
+    def subscribe_request(self, task_id: str) -> Open:
+        """The gateway's own ``SubscribeToTask`` for ``task_id`` (a resubscribe after a cut)."""
+        raise NotImplementedError
+
+    def error(self, status: int, code: int, message: str, *, task_id: str | None = None) -> Respond:
+        """A refusal of the gateway's own: A2A error ``code`` in the binding's form. ``status``
+        is 200 for an A2A refusal (the binding picks its HTTP status) or 503 for "not now"."""
+        raise NotImplementedError
+
+    def transport_error(self, exc: UpstreamError) -> Respond:
+        """The answer to a worker transport failure (HTTP 502/504)."""
+        raise NotImplementedError
+
+    def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
+        """The worker's answer as ``({"result": …} | {"error": …}, changed)``; ``changed``
+        when the document differs from the bytes as sent (a fixed JSON-RPC id).
+
+        Raises:
+            UpstreamError: an answer that is no A2A answer (``status``, ``invalid_response``).
+        """
+        raise NotImplementedError
+
+    def error_code(self, answer: Answer, error: Any) -> object:
+        """The A2A / JSON-RPC code of a worker error (for the terminal-task rewrite)."""
+        raise NotImplementedError
+
+    def reply(self, answer: Answer, doc: dict[str, Any], changed: bool, result: Any) -> Respond:
+        """Relay the worker's answer ``doc`` with ``result`` (the judged one) in place."""
+        raise NotImplementedError
+
+    def reply_error(self, answer: Answer, code: int, message: str, *,
+                    task_id: str | None = None) -> Respond:
+        """Answer the worker's ``answer`` with A2A error ``code`` instead (a rewrite, a
+        refused payload)."""
+        raise NotImplementedError
+
+    def relay_error(self, answer: Answer, doc: dict[str, Any], changed: bool) -> Respond:
+        """Relay a worker's error answer as it is (``doc`` when ``changed``)."""
+        raise NotImplementedError
+
+    def event_doc(self, event: Event) -> dict[str, Any] | None:
+        """One worker SSE event as ``{"result": …}`` or ``{"error": …}`` (``None``: not an
+        A2A event)."""
+        raise NotImplementedError
+
+    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]:
+        """The encoded SSE frame relaying ``event`` (read as ``doc``) with ``result`` in place."""
+        raise NotImplementedError
+
+    def worker_error_frame(self, event: Event, doc: dict[str, Any]) -> bytes:
+        """The encoded SSE frame relaying a worker's error event."""
+        raise NotImplementedError
+
+    def result_frame(self, result: Any) -> bytes:
+        """An encoded SSE frame of the gateway's own carrying ``result``."""
+        raise NotImplementedError
+
+    def error_frame(self, code: int, message: str) -> bytes:
+        """An encoded ``event: error`` frame of the gateway's own."""
+        raise NotImplementedError
+
+    def snapshot(self, task: dict[str, Any]) -> Any:
+        """A Task as one stream event's payload in the client's form."""
+        raise NotImplementedError
+
+    # --- answering ----------------------------------------------------------------------------
+
+    def fail_upstream(self, exc: UpstreamError) -> Steps:
+        """Answer a worker transport failure: HTTP 502/504, counted and logged."""
+        self.summary.outcome = "upstream_error"
+        yield Count("upstream_errors", (exc.reason,))
+        yield Log("warning", "upstream_request_failed",
+                  (("upstream", self.policy.upstream), ("reason", exc.reason), ("error", str(exc))))
+        yield self.transport_error(exc)
+
+    # --- admission ----------------------------------------------------------------------------
+
+    def _admit(self) -> Generator[Any, Any, bool]:
+        """Card-governed admission (new tasks, capabilities); answers the refusal itself."""
+        p = self.policy
+        refusal = admit(self.ex, self.params, self.card, allow_stale=p.allow_stale,
+                        required_skill=p.required_skill, skill_key=p.skill_key)
+        if refusal is None:
+            return True
+        action = "observed" if p.mode is Mode.OBSERVE else "enforced"
+        yield Count("rejections", (self.summary.method, refusal.reason, action))
+        if p.mode is Mode.OBSERVE:
+            return True
+        self.summary.outcome = "not_admitted"
+        status = 503 if refusal.reason == CARD_UNAVAILABLE else 200
+        yield self.error(status, refusal.code, refusal.message)
+        return False
+
+    def _admit_task_action(self) -> Generator[Any, Any, bool]:
+        """A message with ``taskId``, a cancel or a subscribe: check freshness (a forced
+        ``GetTask`` only for a reason) and refuse it here when the task is terminal (F05).
+        Only these actions read the ledger before forwarding."""
+        ex = self.ex
+        if not engine.is_task_action(ex):
+            return True
+        loaded = yield from load(self.policy, ex.task_id)
+        record = loaded.record
+        reason = forced_get_reason(record, self.card, needs_resync=loaded.needs_resync,
+                                   now=loaded.clock.wall,
+                                   heartbeat_seconds=self.policy.heartbeat_seconds)
+        if reason is not None and record is not None:
+            record = yield from self.forced_get(loaded, reason)
+        admission = engine.check_request(ex, record)
+        if admission.findings:
+            yield Found(tuple(admission.findings), ex.task_id, self.summary.method)
+        if admission.action is not Action.REJECT or admission.error is None:
+            return True
+        self.summary.outcome = "rejected"
+        code, message = admission.error
+        yield self.error(200, code, message, task_id=ex.task_id)
+        return False
+
+    def forced_get(self, loaded: Loaded, reason: str) -> Generator[Any, Any, TaskRecord | None]:
+        """``GetTask`` to the worker before acting on the task ``loaded`` holds (its record may
+        be stale), counted in ``a2a_gateway_forced_get_total{reason}``; a fresh state that
+        differs from the record is a ``stale_record`` divergence. The ``needs_resync`` flag is
+        cleared even when the worker gives no task. Returns the fresh record."""
+        record = loaded.record
+        assert record is not None
+        yield Count("forced_gets", (reason,))
+        _, fresh = yield from self._probe(self.ex.task_id or record.task_id)
+        if fresh.record is not None and fresh.needs_resync:
+            yield from clear_resync(self.policy, fresh)  # the worker did not answer with a task
+            fresh = yield from load(self.policy, record.task_id)
+        elif fresh.record is None:
+            yield from clear_resync(self.policy, loaded)
+        current = fresh.record
+        if current is not None and current.state is not record.state:
+            detail = (f"task {record.task_id} recorded {record.state.value}, worker says "
+                      f"{current.state.value} ({reason})")
+            yield Found((Finding("divergence", "stale_record", detail),), record.task_id)
+        return current
+
+    def probe_task(self, task_id: str) -> Generator[Any, Any, tuple[Any, TaskRecord | None]]:
+        """Ask the worker ``GetTask`` for ``task_id`` (same binding and version, same client
+        headers); the answer goes through the engine and the ledger.
+
+        Returns ``(task, record)``: the Task as the client would receive it (normalized,
+        corrected; ``None`` when the worker gave no task) and the stored record."""
+        task, loaded = yield from self._probe(task_id)
+        return task, loaded.record
+
+    def _probe(self, task_id: str) -> Generator[Any, Any, tuple[Any, Loaded]]:
+        """:meth:`probe_task`, returning the whole :class:`Loaded` read after it (the record
+        with its ledger bookkeeping)."""
+        task = None
+        try:
+            answer = yield self.probe_request(task_id)
+            doc, _ = yield from self.decode(answer)
+        except UpstreamError as exc:
+            yield Count("upstream_errors", (exc.reason,))
+            doc = {}
+        if "result" in doc:
+            get_ex = dataclasses.replace(self.ex, operation=Operation.GET, task_id=task_id)
+            outcome = yield from judge(self.policy, get_ex, None, doc["result"])
+            task = outcome.result if outcome.action is Action.FORWARD else None
+        return task, (yield from load(self.policy, task_id))
+
+    # --- the answer ---------------------------------------------------------------------------
+
+    def _unary(self) -> Steps:
+        try:
+            answer = yield self.forward()
+        except UpstreamError as exc:
+            yield from self.fail_upstream(exc)
+            return
+        yield from self.answer(answer)
+
+    def answer(self, answer: Answer) -> Steps:
+        """Judge a buffered worker answer and send it to the client (also a streaming request
+        answered with plain JSON, F09)."""
+        if answer.status in (401, 403, 404):  # may mean a changed card: re-check admission
+            yield MarkCardStale()
+        if 400 <= answer.status < 500 and not answer.json:
+            self.summary.outcome = "upstream_status"
+            yield Respond(answer.status, answer.content, "raw", answer)
+            return
+        try:
+            doc, changed = yield from self.decode(answer)
+        except UpstreamError as exc:
+            yield from self.fail_upstream(exc)
+            return
+        if "error" in doc:
+            rewrite = yield from self.rewrite_error(self.error_code(answer, doc["error"]))
+            if rewrite is None:
+                self.summary.outcome = "worker_error"
+                yield self.relay_error(answer, doc, changed)
+            else:
+                code, message, task_id = rewrite
+                yield self.reply_error(answer, code, message, task_id=task_id)
+            return
+        result = doc["result"]
+        item = locate(result)
+        self.summary.task_id = self.summary.task_id or item.task_id
+        self.summary.context_id = self.summary.context_id or item.context_id
+        outcome = yield from judge(self.policy, self.ex, None, result)
+        if outcome.action is Action.REJECT and outcome.error is not None:
+            self.summary.outcome = "invalid_agent_response"
+            yield self.reply_error(answer, *outcome.error)
+            return
+        judged = outcome.result
+        if self.ex.operation is Operation.EXTENDED_CARD and self.rewrite_card is not None \
+                and isinstance(judged, dict):
+            judged = self.rewrite_card(judged)
+        yield self.reply(answer, doc, changed, judged)
+
+    def rewrite_error(self, code: object) -> Generator[Any, Any, tuple[int, str, str] | None]:
+        """F05 (c) / F15: a worker error (A2A ``code``) to an action on a task that is in fact
+        terminal is rewritten to -32004 (messages, subscribe) or -32002 (cancel), after a
+        ``GetTask`` to the worker confirms the terminal state. Returns ``(code, message,
+        task_id)`` of the rewrite, or ``None`` to relay the worker's error."""
+        ex = self.ex
+        if not engine.wants_terminal_probe(ex, code) or ex.task_id is None:
+            return None
+        _, record = yield from self.probe_task(ex.task_id)
+        if record is None or not record.terminal:
+            return None
+        new_code, message = engine.terminal_error(ex, record)
+        yield Count("error_rewrites", (jsonrpc.code_label(code), jsonrpc.code_label(new_code)))
+        self.summary.outcome = "rewritten"
+        return new_code, message, record.task_id

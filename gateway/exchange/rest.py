@@ -1,0 +1,158 @@
+"""One HTTP+JSON (REST) exchange, sans I/O: the REST wire form of
+:class:`~gateway.exchange.request.RequestExchange`.
+
+Implements the REST binding (docs/protocol.md §1.3, §6.3, §7 and §11 pitfalls 6, 9-11): the
+same admission, ledger and engine as JSON-RPC (one record per task, whatever the binding), in
+REST's form:
+
+* a worker answer with HTTP 2xx is the result itself (a Task, ``{"task"|"message": …}``,
+  ``{"tasks": […]}``); an HTTP 4xx/5xx with a ``google.rpc.Status`` body is an A2A error,
+  classified by its ``ErrorInfo`` reason (else its HTTP status);
+* refusals of the gateway's own are ``google.rpc.Status`` bodies with the error's HTTP status
+  (docs/protocol.md §6.1; 503 while the card or the ledger is unavailable);
+* stream events are bare StreamResponses (``data: {"task": …}``), errors ``event: error``
+  with a ``google.rpc.Status``;
+* the gateway's own ``GetTask`` and resubscribe go on the client's road: the same base path
+  (tenant, the worker's REST prefix) and version (``/v1`` for v0.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import orjson
+
+from gateway.a2a import rest
+from gateway.a2a.rest import RestCall
+from gateway.a2a.sse import Event, encode_event
+from gateway.a2a.version import Binding
+from gateway.errors import UpstreamError
+from gateway.exchange.commands import Answer, Open, Post, Respond
+from gateway.exchange.model import Policy, Summary
+from gateway.exchange.request import CardRewrite, RequestExchange
+from gateway.invariants.admission import CardView
+from gateway.invariants.model import Exchange
+
+class RestExchange(RequestExchange):
+    """One client REST request for an A2A operation, from admission to the last byte.
+
+    Args:
+        call: the recognised operation (:func:`gateway.a2a.rest.match`).
+        http_method: the client's HTTP method (forwarded as is).
+        body: the request body as the client sent it (``b""`` for none).
+        params: the request as JSON-RPC ``params`` would carry it
+            (:func:`gateway.a2a.rest.request_params`).
+        card, policy, rewrite_card: as for :class:`~gateway.exchange.request.RequestExchange`.
+    """
+
+    def __init__(self, call: RestCall, http_method: str, body: bytes, params: dict[str, Any],
+                 card: CardView, policy: Policy, rewrite_card: CardRewrite | None = None) -> None:
+        task_id = call.task_id
+        message = params.get("message")
+        if isinstance(message, dict) and isinstance(message.get("taskId"), str) and message["taskId"]:
+            task_id = message["taskId"]
+        context_id = message.get("contextId") if isinstance(message, dict) else None
+        ex = Exchange(policy.upstream, call.operation, call.version, task_id, policy.mode,
+                      card_etag=card.etag, binding=Binding.REST)
+        summary = Summary(call.operation.value, task_id=task_id,
+                          context_id=context_id if isinstance(context_id, str) else None,
+                          binding=Binding.REST)
+        super().__init__(ex, params, summary, card, policy, rewrite_card)
+        self.call = call
+        self.http_method = http_method
+        self.body = body
+        self.streaming = call.streaming
+
+    # --- requests to the worker ----------------------------------------------------------------
+
+    def forward(self) -> Post:
+        return Post(self.body, self.http_method)
+
+    def open_stream(self) -> Open:
+        return Open(self.body, self.http_method)
+
+    def probe_request(self, task_id: str) -> Post:
+        return Post(b"", "GET", self.call.task_get_target(task_id))
+
+    def subscribe_request(self, task_id: str) -> Open:
+        return Open(b"", "POST", self.call.subscribe_target(task_id))
+
+    # --- answers to the client -----------------------------------------------------------------
+
+    def error(self, status: int, code: int, message: str, *, task_id: str | None = None) -> Respond:
+        meta = {"taskId": task_id} if task_id else None
+        body = rest.error_body(code, message, metadata=meta, status=None if status == 200 else status)
+        return Respond(body["error"]["code"], orjson.dumps(body))
+
+    def transport_error(self, exc: UpstreamError) -> Respond:
+        body = rest.transport_error_body(exc.http_status, f"upstream error: {exc}")
+        return Respond(exc.http_status, orjson.dumps(body))
+
+    def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
+        """HTTP 2xx: ``{"result": <body>}`` (``None`` for an empty body); HTTP 4xx/5xx with a
+        ``google.rpc.Status`` object: ``{"error": <body>}``.
+
+        Raises:
+            UpstreamError: a body that is not JSON (``invalid_response``; ``status`` for
+                HTTP 5xx), or an error status without a ``google.rpc.Status`` object.
+        """
+        yield from ()  # nothing to report: REST has no ids to fix
+        content = answer.content
+        if answer.status < 300 and not content.strip():
+            return {"result": None}, False
+        try:
+            doc = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            reason = "status" if answer.status >= 500 else "invalid_response"
+            raise UpstreamError(reason, f"worker answered HTTP {answer.status} with a body that is not JSON") from None
+        if answer.status < 300:
+            return {"result": doc}, False
+        if answer.status >= 500 and not (isinstance(doc, dict) and isinstance(doc.get("error"), dict)):
+            raise UpstreamError("status", f"worker answered HTTP {answer.status}")
+        return {"error": doc}, False
+
+    def error_code(self, answer: Answer, error: Any) -> object:
+        return rest.error_code(answer.status, error)
+
+    def reply(self, answer: Answer, doc: dict[str, Any], changed: bool, result: Any) -> Respond:
+        body = answer.content if result is doc["result"] else orjson.dumps(result)
+        return Respond(answer.status, body, "raw", answer)
+
+    def reply_error(self, answer: Answer, code: int, message: str, *,
+                    task_id: str | None = None) -> Respond:
+        return self.error(200, code, message, task_id=task_id)
+
+    def relay_error(self, answer: Answer, doc: dict[str, Any], changed: bool) -> Respond:
+        return Respond(answer.status, answer.content, "raw", answer)
+
+    # --- stream events -------------------------------------------------------------------------
+
+    def event_doc(self, event: Event) -> dict[str, Any] | None:
+        try:
+            doc = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(doc, dict):
+            return None
+        if event.event == "error" or (len(doc) == 1 and isinstance(doc.get("error"), dict)):
+            return {"error": doc}
+        return {"result": doc}
+
+    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]:
+        yield from ()  # nothing to report: REST has no ids to fix
+        data: bytes | str = event.data if result is doc["result"] else orjson.dumps(result)
+        return encode_event(data, event=event.event, id=event.id, retry=event.retry)
+
+    def worker_error_frame(self, event: Event, doc: dict[str, Any]) -> bytes:
+        return encode_event(event.data, event=event.event or "error", id=event.id)
+
+    def result_frame(self, result: Any) -> bytes:
+        return encode_event(orjson.dumps(result))
+
+    def error_frame(self, code: int, message: str) -> bytes:
+        return encode_event(orjson.dumps(rest.error_body(code, message)), event="error")
+
+    def snapshot(self, task: dict[str, Any]) -> Any:
+        """``{"task": Task}``: a StreamResponse in both versions (v0.3 REST is ProtoJSON)."""
+        return {"task": task}

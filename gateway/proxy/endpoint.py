@@ -1,0 +1,113 @@
+"""What every binding's endpoint shares: one request's metrics and log line, and driving its
+exchange while watching the client.
+
+A binding's endpoint (:mod:`gateway.proxy.jsonrpc`, :mod:`gateway.proxy.rest`) reads and
+parses the client's request, answers malformed input itself, and builds the exchange;
+:meth:`ExchangeHandler.drive` then runs it through the :class:`~gateway.proxy.driver.Driver`
+until the client's response is complete, and lets a stream drain after that unwatched.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+from gateway.a2a import jsonrpc
+from gateway.a2a.card import is_signed, rewrite_card
+from gateway.a2a.jsonrpc import Operation
+from gateway.exchange.model import Summary
+from gateway.exchange.request import CardRewrite, RequestExchange
+from gateway.proxy.card import public_base
+from gateway.proxy.driver import JSON_HEADERS, Driver
+from gateway.proxy.forward import Route, until_disconnect
+from gateway.proxy.runtime import Runtime
+from gateway.proxy.types import Receive, Scope, Send
+
+
+async def send_json(send: Send, status: int, doc: Any) -> None:
+    """Send a complete JSON response (``application/json``)."""
+    body = jsonrpc.dumps(doc)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class ExchangeHandler:
+    """One client request of a route; a new instance per request (subclasses parse it)."""
+
+    def __init__(self, rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
+        self.rt = rt
+        self.route = route
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.upstream = route.upstream.name
+        self.summary = Summary("invalid")
+        self.reporter = rt.reporter(self.upstream)
+        self.started = time.perf_counter()
+
+    async def run(self) -> None:
+        """Serve the request; always ends with one access-log line and request metrics."""
+        try:
+            await self.handle()
+        finally:
+            self.reporter.request(self.summary, time.perf_counter() - self.started)
+
+    async def handle(self) -> None:
+        """Read, parse and answer the request (the binding's part)."""
+        raise NotImplementedError
+
+    def header(self, name: bytes) -> str | None:
+        """A request header's value (``name`` lower-case), or ``None``."""
+        for key, value in self.scope["headers"]:
+            if key.lower() == name:
+                return value.decode("latin-1")
+        return None
+
+    def card_rewrite(self, operation: Operation) -> CardRewrite | None:
+        """How an extended Agent Card answer is rewritten for this client, by the public
+        card's rules (docs/protocol.md §4.4, §4.5; it is per client and never cached); ``None``
+        for any other operation."""
+        if operation is not Operation.EXTENDED_CARD:
+            return None
+        upstream = self.route.upstream
+        rewrite = functools.partial(
+            rewrite_card, upstream_url=upstream.url,
+            public_base=public_base(self.rt.config.public, self.route, self.scope),
+            keep_unguarded=upstream.card.unguarded_interfaces == "keep")
+        if upstream.card.signed != "verbatim":
+            return rewrite
+        return lambda doc: doc if is_signed(doc) else rewrite(doc)
+
+    async def drive(self, exchange: RequestExchange) -> None:
+        """Run the exchange until the client's response is complete, watching for the
+        client's disconnect (and, for streams, the shutdown deadline); then let it finish
+        unwatched (the post-terminal drain)."""
+        self.summary = exchange.summary
+        streaming = exchange.streaming
+        driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter,
+                        exchange.ex.operation)  # a StrEnum: the v1.0 method name
+        gen = exchange.run()
+        stop = self.rt.drain_expired if streaming else None
+        try:
+            work = driver.run(gen, until_ended=streaming)  # a stream may drain after its end
+            finished, done = await until_disconnect(self.receive, work, stop=stop)
+            if not finished:
+                gen.close()
+                if self.rt.drain_expired.is_set():
+                    self.summary.outcome = "shutdown"
+                    if driver.started:
+                        await driver.end_for_shutdown()
+                        self.summary.close_reason = "shutdown"
+                    else:
+                        await driver.respond(exchange.error(503, jsonrpc.INTERNAL_ERROR,
+                                                            "gateway shutting down; retry"))
+                else:
+                    self.summary.outcome = "client_disconnected"
+                    if self.summary.close_reason is not None:
+                        self.summary.close_reason = "client_disconnected"
+            elif not done:
+                await driver.run(gen)
+        finally:
+            await driver.aclose()

@@ -1,0 +1,75 @@
+"""The REST (HTTP+JSON) endpoint of a mount: read the body, parse it, then run the exchange.
+
+Every path and verb that is an A2A REST operation (docs/protocol.md §1.3; recognised by
+:func:`gateway.a2a.rest.match`) is a :class:`~gateway.exchange.rest.RestExchange`, checked
+like JSON-RPC and driven by :meth:`~gateway.proxy.endpoint.ExchangeHandler.drive`. Malformed
+client input is answered here in REST's error form (``google.rpc.Status``, docs/protocol.md
+§6.3), never forwarded: HTTP 400 for a send whose body is not a JSON object, HTTP 413 for a
+body over ``limits.max_body_bytes``.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from gateway.a2a import jsonrpc, rest
+from gateway.a2a.jsonrpc import Operation
+from gateway.a2a.rest import RestCall
+from gateway.a2a.version import Binding
+from gateway.errors import BodyTooLargeError, ClientGoneError
+from gateway.exchange.commands import Count
+from gateway.exchange.rest import RestExchange
+from gateway.proxy.endpoint import ExchangeHandler, send_json
+from gateway.proxy.forward import Route, read_body
+from gateway.proxy.runtime import Runtime
+from gateway.proxy.types import Receive, Scope, Send
+
+_JSON_BODY = (Operation.SEND, Operation.STREAM, Operation.PUSH_CREATE)
+_BODILESS = ("GET", "HEAD", "DELETE")
+
+
+class RestHandler(ExchangeHandler):
+    """Handles one REST request for an A2A operation of a route; a new instance per request."""
+
+    def __init__(self, rt: Runtime, route: Route, call: RestCall, scope: Scope, receive: Receive,
+                 send: Send) -> None:
+        super().__init__(rt, route, scope, receive, send)
+        self.call = call
+        self.summary.method = call.operation.value
+        self.summary.binding = Binding.REST
+
+    async def handle(self) -> None:
+        call, method = self.call, self.scope["method"]
+        body = b""
+        if method not in _BODILESS:
+            limit = self.rt.config.limits.max_body_bytes
+            try:
+                body = await read_body(self.receive, self.scope, limit)
+            except ClientGoneError:
+                self.summary.outcome = "client_disconnected"
+                return
+            except BodyTooLargeError:
+                self.summary.outcome = "too_large"
+                await send_json(self.send, 413, rest.transport_error_body(
+                    413, f"request body exceeds {limit} bytes"))
+                return
+        doc: object = None
+        if call.operation in _JSON_BODY:
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                doc = None
+            if not isinstance(doc, dict):
+                await self._malformed("request body must be a JSON object")
+                return
+        cards = self.rt.card_cache(self.route.upstream)
+        card = await cards.current(self.header(b"a2a-version") or "")
+        policy = self.rt.policy(self.route.upstream, cards.heartbeat_seconds())
+        params = rest.request_params(call, doc)
+        await self.drive(RestExchange(call, method, body, params, card, policy,
+                                      self.card_rewrite(call.operation)))
+
+    async def _malformed(self, message: str) -> None:
+        self.summary.outcome = "malformed"
+        self.reporter.report(Count("rejections", (self.summary.method, "rest_malformed", "enforced")))
+        await send_json(self.send, 400, rest.error_body(jsonrpc.INVALID_REQUEST, message))
