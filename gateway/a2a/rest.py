@@ -1,8 +1,8 @@
 """The HTTP+JSON (REST) binding: path and verb ↔ operation, and the ``google.rpc.Status`` errors.
 
-Implements docs/protocol.md §1.3 (REST paths of v1.0 and v0.3, the tenant prefix), §5 (the
-``A2A-Version`` header), §6.1 and §6.3 (HTTP status and ``ErrorInfo`` reason of every A2A
-error) and §11 pitfalls 10 and 11. Pure: stdlib only.
+Implements docs/protocol.md §1.3 (REST paths of v1.0 and v0.3, the tenant prefix), §1.5 (how
+the gateway reads a REST call), §5 (the ``A2A-Version`` header), §6.1 and §6.3 (HTTP status
+and ``ErrorInfo`` reason of every A2A error) and §11 pitfalls 10 and 11. Pure: stdlib only.
 
 A REST operation is recognised by the end of the path below the mount, so whatever comes
 before it — a tenant (``/{tenant}/…``), the worker's own REST prefix (``/rest``) or both — is
