@@ -81,6 +81,8 @@ async def run(card_url: str, scenario: dict[str, Any]) -> None:
                 step = {"taskId": task_id, "contextId": context_id, **step}
             started = time.monotonic()
             try:
+                if op not in ("send", "stream", "resubscribe"):
+                    raise ValueError(f"step op {op!r} is not supported by the v0.3 client")
                 if op == "resubscribe":
                     stream = streaming.resubscribe(TaskIdParams(id=step["taskId"]))
                 else:
