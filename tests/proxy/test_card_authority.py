@@ -506,3 +506,40 @@ def test_worker_that_starts_after_the_gateway_is_admitted_once_its_card_answers(
     assert served.status_code == 200
     h.worker.on("SendMessage", json_result={"task": {"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}})
     assert "result" in send(h, 1).json()
+
+
+# ------------------------------------------------------------------------------ extended card
+
+@pytest.mark.parametrize("road", ["GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard",
+                                  "/extendedAgentCard", "/v1/card"])
+def test_extended_card_is_rewritten_per_request_and_never_cached(make_harness: Any, road: str) -> None:
+    """The extended card, on each of its four roads, is rewritten like the public card (URLs to
+    the gateway, gRPC left out) for the request's own Host, and every request asks the worker:
+    one client's authenticated card is never served to another (docs/protocol.md §4.4, §4.5)."""
+    extended = {**TOCK_CARD, "name": "Tock (extended)",
+                "supportedInterfaces": [GRPC_IFACE, *TOCK_CARD["supportedInterfaces"]],
+                "capabilities": {"streaming": True, "extendedAgentCard": True}, "signatures": []}
+    h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/")
+    served = []
+    for host, secret in (("gw-a.example.net", "alice"), ("gw-b.example.net", "bob")):
+        headers = {**V1, "Host": host, "Authorization": f"Bearer {secret}"}
+        if road.startswith("/"):
+            h.worker.on_path("GET", "/a2a/tock" + road, json_body={**extended, "description": secret})
+            r = h.http.get(h.gateway.url + road, headers=headers if road != "/v1/card" else
+                           {"Host": host, "Authorization": f"Bearer {secret}"})
+            assert r.status_code == 200, r.text
+            served.append(r.json())
+        else:
+            h.worker.on(road, json_result={**extended, "description": secret})
+            r = h.http.post(h.gateway.url + "/", headers=headers,
+                            json={"jsonrpc": "2.0", "id": 7, "method": road})
+            assert r.status_code == 200 and r.json()["id"] == 7, r.text
+            served.append(r.json()["result"])
+    assert [card["description"] for card in served] == ["alice", "bob"]  # never cached
+    for card, host in zip(served, ("gw-a.example.net", "gw-b.example.net"), strict=True):
+        assert [(i["url"], i["protocolBinding"]) for i in card["supportedInterfaces"]] == [
+            (f"http://{host}/", "JSONRPC"), (f"http://{host}/rest", "HTTP+JSON")]
+        assert card["name"] == "Tock (extended)" and card["signatures"] == []
+    asked = [r for r in h.worker.requests if r.path.endswith(("/extendedAgentCard", "/card"))
+             or r.method == road]
+    assert [r.headers.get("authorization") for r in asked] == ["Bearer alice", "Bearer bob"]
