@@ -64,7 +64,8 @@ def judge(
     policy: Policy, ex: Exchange, stream: StreamState | None, result: Any
 ) -> Generator[Any, Any, Outcome]:
     """Judge one worker payload (a unary ``result`` or one stream event's ``result``) and
-    store its ledger change first. ``ListTasks`` results are only normalized.
+    store its ledger change first. A ``ListTasks`` result is judged task by task
+    (:func:`judge_list`).
 
     Returns the engine's :class:`~gateway.invariants.model.Outcome`, its findings reported.
 
@@ -73,10 +74,7 @@ def judge(
             forwarded unchecked (``a2a_gateway_unchecked_total``).
     """
     if ex.operation is Operation.LIST:
-        outcome = engine.check_list(ex, result)
-        if outcome.findings:
-            yield Found(tuple(outcome.findings), ex.task_id)
-        return outcome
+        return (yield from judge_list(policy, ex, result))
     task_id = engine.payload_task_id(result)
     load = Load(task_id)
     try:
@@ -100,6 +98,30 @@ def judge(
             raise
         yield Count("unchecked")
         return Outcome(Action.FORWARD, result, stream)
+
+
+def judge_list(policy: Policy, ex: Exchange, result: Any) -> Generator[Any, Any, Outcome]:
+    """Judge a ``ListTasks`` result ``{"tasks": [Task…], …}``: each Task as the answer to a
+    ``GetTask`` for it — normalized, stored, and corrected when the ledger holds it terminal
+    (a poisoned task is listed with its recorded terminal status). A task the engine refuses
+    (an unknown state) refuses the whole list. Anything else is forwarded as it is."""
+    tasks = result.get("tasks") if isinstance(result, dict) else None
+    if not isinstance(tasks, list):
+        return Outcome(Action.FORWARD, result)
+    out: list[Any] = []
+    for task in tasks:
+        task_id = task.get("id") if isinstance(task, dict) else None
+        if not isinstance(task_id, str) or not task_id:
+            out.append(task)
+            continue
+        get_ex = dataclasses.replace(ex, operation=Operation.GET, task_id=task_id)
+        outcome = yield from judge(policy, get_ex, None, task)
+        if outcome.action is Action.REJECT:
+            return outcome
+        out.append(outcome.result)
+    if all(a is b for a, b in zip(out, tasks, strict=True)):
+        return Outcome(Action.FORWARD, result)
+    return Outcome(Action.FORWARD, {**result, "tasks": out})
 
 
 def touch(task_id: str) -> Steps:

@@ -139,28 +139,6 @@ def wants_terminal_probe(ex: Exchange, code: object) -> bool:
     return code != wanted
 
 
-def check_list(ex: Exchange, result: Any) -> Outcome:
-    """Normalize every task state of a ``ListTasks`` result ``{"tasks": [Task…], …}``."""
-    tasks = result.get("tasks") if isinstance(result, dict) else None
-    if not isinstance(tasks, list):
-        return Outcome(Action.FORWARD, result)
-    findings: list[Finding] = []
-    out: list[Any] = []
-    for task in tasks:
-        kind, obj, wrapper = classify(task)
-        if kind is not _TASK:
-            out.append(task)
-            continue
-        item = Item(kind, obj, wrapper)
-        normalized = _normalize(ex, item, findings)
-        if normalized is None:
-            return _refuse_unknown(ex, result, None, findings, item)
-        out.append(normalized[1])
-    if ex.mode is Mode.OBSERVE or all(a is b for a, b in zip(out, tasks, strict=True)):
-        return Outcome(Action.FORWARD, result, findings=findings)
-    return Outcome(Action.FORWARD, {**result, "tasks": out}, findings=findings)
-
-
 def check_payload(
     ex: Exchange,
     stream: StreamState | None,

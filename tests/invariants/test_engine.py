@@ -821,44 +821,60 @@ class TestConcurrentStreams:
 # --------------------------------------------------------------------------------------------
 
 
-class TestCheckList:
-    def test_every_task_of_a_list_is_normalized(self):
+class TestListTasks:
+    """A ListTasks answer is judged task by task, each as a GetTask answer for it
+    (gateway/exchange/judge.py ``judge_list``)."""
+
+    def test_every_task_of_a_list_is_normalized(self, book):
         result = {"tasks": [task("t-1", "c-1", "working"),
                             task("t-2", "c-2", "TASK_STATE_COMPLETED"),
                             task("t-3", "c-3", "Input-Required")],
                   "nextPageToken": "", "pageSize": 3, "totalSize": 3}
-        out = engine.check_list(exchange("ListTasks", {}), result)
+        out = book.answer(exchange("ListTasks", {}), result)
         assert out.action is Action.FORWARD
         assert [t["status"]["state"] for t in out.result["tasks"]] == [
             "TASK_STATE_WORKING", "TASK_STATE_COMPLETED", "TASK_STATE_INPUT_REQUIRED"]
         assert {k: v for k, v in out.result.items() if k != "tasks"} == \
             {"nextPageToken": "", "pageSize": 3, "totalSize": 3}
-        assert kinds(out.findings, "normalization") == ["v03_kebab", "case_variant"]
-        assert result["tasks"][0]["status"]["state"] == "working"  # input untouched
+        assert kinds(book.all_findings, "normalization") == ["v03_kebab", "case_variant"]
+        assert [book.record(t).state for t in ("t-1", "t-2", "t-3")] == [
+            TaskState.WORKING, TaskState.COMPLETED, TaskState.INPUT_REQUIRED]  # observed, stored
 
-    def test_a_canonical_list_is_forwarded_as_is(self):
+    def test_a_canonical_list_is_forwarded_as_is(self, book):
         result = {"tasks": [task("t-1", "c-1", "TASK_STATE_WORKING")], "nextPageToken": ""}
-        out = engine.check_list(exchange("ListTasks", {}), result)
+        out = book.answer(exchange("ListTasks", {}), result)
         assert out.result is result
-        assert out.findings == []
+        assert book.all_findings == []
 
-    def test_an_unknown_state_in_a_list_is_refused(self):
+    def test_a_poisoned_task_is_listed_with_its_recorded_terminal_status(self, book):
+        book.seed(TaskRecord(UPSTREAM, "t-5", "c-5", TaskState.COMPLETED, 1.0))
+        result = {"tasks": [task("t-4", "c-4", "TASK_STATE_WORKING"), task("t-5", "c-5", "Working")]}
+        out = book.answer(exchange("ListTasks", {}), result)
+        assert out.action is Action.FORWARD
+        listed = out.result["tasks"]
+        assert listed[0] is result["tasks"][0]
+        assert listed[1]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert listed[1]["metadata"][engine.CORRECTED_KEY]["reason"] == "terminal_regression"
+        assert "terminal_regression" in kinds(book.all_findings, "divergence")
+        assert book.record("t-5").state is TaskState.COMPLETED
+
+    def test_an_unknown_state_in_a_list_is_refused(self, book):
         result = {"tasks": [task("t-1", "c-1", "TASK_STATE_WORKING"), task("t-2", "c-2", "paused")]}
-        out = engine.check_list(exchange("ListTasks", {}), result)
+        out = book.answer(exchange("ListTasks", {}), result)
         assert out.action is Action.REJECT
         assert out.error is not None and out.error[0] == INVALID_AGENT_RESPONSE
-        assert kinds(out.findings, "divergence") == ["unknown_state"]
+        assert kinds(book.all_findings, "divergence") == ["unknown_state"]
 
-    def test_observe_mode_forwards_the_list_unchanged(self):
+    def test_observe_mode_forwards_the_list_unchanged(self, book):
         result = {"tasks": [task("t-1", "c-1", "working")]}
-        out = engine.check_list(exchange("ListTasks", {}, mode=Mode.OBSERVE), result)
+        out = book.answer(exchange("ListTasks", {}, mode=Mode.OBSERVE), result)
         assert out.result is result
-        assert kinds(out.findings, "normalization") == ["v03_kebab"]
+        assert kinds(book.all_findings, "normalization") == ["v03_kebab"]
 
     @pytest.mark.parametrize("result", [None, {}, {"tasks": "none"}, []])
-    def test_a_result_without_a_task_list_is_forwarded(self, result):
-        out = engine.check_list(exchange("ListTasks", {}), result)
-        assert (out.action, out.result, out.findings) == (Action.FORWARD, result, [])
+    def test_a_result_without_a_task_list_is_forwarded(self, book, result):
+        out = book.answer(exchange("ListTasks", {}), result)
+        assert (out.action, out.result) == (Action.FORWARD, result) and book.all_findings == []
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import httpx
 import orjson
 import pytest
 
+from gateway.a2a.states import TaskState
 from gateway.invariants.engine import CORRECTED_KEY
 from tests.proxy.conftest import Harness, frames
 from tests.support.scripted_worker import Event, Gate, Sse
@@ -262,6 +263,23 @@ def test_f05a_follow_up_to_terminal_task_is_answered_by_gateway(h: Harness) -> N
                             "domain": "a2a-protocol.org", "metadata": {"taskId": "t-5"}}]
     assert h.worker.calls("SendMessage") == []
     assert h.metric("a2a_gateway_local_rejections_total", method="SendMessage", reason="terminal_task") == 1
+
+
+def test_f05_list_answer_keeps_a_terminal_task_terminal_and_the_follow_up_refused(h: Harness) -> None:
+    """A ListTasks answer that shows a recorded-terminal task as working again is corrected
+    like a GetTask snapshot; a task first seen in a list is tracked like any observation."""
+    complete_task(h, "t-5")
+    listed = {"tasks": [task("t-5", "Working"), task("t-6", "working")], "nextPageToken": ""}
+    h.worker.on("ListTasks", json_result=listed)
+    r = h.rpc({"jsonrpc": "2.0", "id": "l", "method": "ListTasks", "params": {}}, headers=V1)
+    tasks = r.json()["result"]["tasks"]
+    assert [t["status"]["state"] for t in tasks] == ["TASK_STATE_COMPLETED", "TASK_STATE_WORKING"]
+    assert tasks[0]["metadata"][CORRECTED_KEY]["reason"] == "terminal_regression"
+    assert h.divergences("terminal_regression") == 1
+    stored = h.on_gateway_loop(h.runtime.ledger.get("worker", "t-6"))
+    assert stored is not None and stored.record.state is TaskState.WORKING
+    r = h.rpc(send_msg(12, task_id="t-5"), headers=V1)
+    assert r.json()["error"]["code"] == -32004 and h.worker.calls("SendMessage") == []
 
 
 def test_f05b_subscribe_to_terminal_task_gets_plain_json_not_a_stream(h: Harness) -> None:
