@@ -567,10 +567,10 @@ async def test_end_to_end_and_hop_by_hop_headers(stack: Stack, card: AgentCard, 
     assert all("x-custom" not in v.lower() for v in seen.header_values("connection")), seen.headers
 
 
-# --------------------------------------------------------------------------- REST passthrough
+# --------------------------------------------------------------------------- REST binding
 
 
-async def test_v10_rest_send_is_relayed(stack: Stack, trace: str) -> None:
+async def test_v10_rest_send_is_judged_and_relayed_byte_for_byte(stack: Stack, trace: str) -> None:
     before = await stack.scrape()
     payload = {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "rest call"}]}}
     raw_body = json.dumps(payload).encode()
@@ -592,7 +592,9 @@ async def test_v10_rest_send_is_relayed(stack: Stack, trace: str) -> None:
     assert seen.header_values("a2a-version") == ["1.0"]
 
     after = await stack.scrape()
-    assert delta(before, after, REQUESTS, method="rest", outcome="ok") == 1
+    assert delta(before, after, REQUESTS, binding="rest", method="SendMessage", outcome="ok") == 1
+    record = await stack.ledger_record(task["id"])
+    assert record is not None and record.state.value == "TASK_STATE_COMPLETED"  # tracked
 
 
 # --------------------------------------------------------------------------- terminal tasks, more methods
