@@ -19,29 +19,12 @@ from gateway.a2a.card import (
     rewrite_card,
     unguarded_interfaces,
 )
+from tests.support.cards import GRPC_IFACE, TOCK_CARD, TOCK_V03, WS_IFACE
 
 UPSTREAM = "http://worker-a.internal:8080/a2a/tock/"
 PUBLIC = "https://gw.example.net/a2a/tick/"
 SIG = {"protected": "eyJhbGciOiJFUzI1NiJ9", "signature": "c2ln"}
-GRPC = {"url": "worker-a.internal:50051", "protocolBinding": "GRPC", "protocolVersion": "1.0"}
-CUSTOM = {"url": "wss://localhost:8080/a2a/tock/ws", "protocolBinding": "urn:example:websocket",
-          "protocolVersion": "1.0"}
-
-V10 = {
-    "name": "Tock", "description": "scheduler", "version": "1.2.0",
-    "supportedInterfaces": [
-        {"url": "http://localhost:8080/a2a/tock/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-        {"url": "http://localhost:8080/a2a/tock/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}],
-    "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"],
-    "defaultOutputModes": ["text/plain"], "skills": [],
-}
-V03 = {
-    "protocolVersion": "0.3.0", "name": "Tock", "description": "scheduler", "version": "1.2.0",
-    "url": "http://localhost:8080/a2a/tock/", "preferredTransport": "JSONRPC",
-    "additionalInterfaces": [{"url": "http://localhost:8080/a2a/tock/", "transport": "JSONRPC"}],
-    "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"],
-    "defaultOutputModes": ["text/plain"], "skills": [],
-}
+GRPC, CUSTOM, V10, V03 = GRPC_IFACE, WS_IFACE, TOCK_CARD, TOCK_V03
 
 
 def rewrite(doc: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

@@ -19,26 +19,12 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from gateway.a2a.card import HEARTBEAT_EXTENSION
 from gateway.observability.logging import LOGGER_NAME
 from tests.proxy.conftest import Harness, frames
+from tests.support.cards import GRPC_IFACE, TOCK_CARD, TOCK_V03, WS_IFACE
 from tests.support.scripted_worker import Event, Gate, default_card
 from tests.support.servers import wait_until
 
 V1 = {"A2A-Version": "1.0"}
 
-TOCK_CARD = {
-    "name": "Tock", "description": "scheduler", "version": "1.2.0",
-    "supportedInterfaces": [
-        {"url": "http://localhost:8080/a2a/tock/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-        {"url": "http://localhost:8080/a2a/tock/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}],
-    "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"],
-    "defaultOutputModes": ["text/plain"], "skills": [],
-}
-TOCK_V03 = {
-    "protocolVersion": "0.3.0", "name": "Tock", "description": "scheduler", "version": "1.2.0",
-    "url": "http://localhost:8080/a2a/tock/", "preferredTransport": "JSONRPC",
-    "additionalInterfaces": [{"url": "http://localhost:8080/a2a/tock/", "transport": "JSONRPC"}],
-    "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"],
-    "defaultOutputModes": ["text/plain"], "skills": [],
-}
 
 
 def send(h: Harness, req_id: Any, *, task_id: str | None = None, method: str = "SendMessage",
@@ -118,9 +104,6 @@ def test_signed_card_is_served_verbatim_by_default_and_stripped_on_request(make_
 # ------------------------------------------------------------------------------ docs/protocol.md §4.5
 
 SIG = {"protected": "eyJhbGciOiJFUzI1NiJ9", "signature": "c2ln"}
-GRPC_IFACE = {"url": "worker-a.internal:50051", "protocolBinding": "GRPC", "protocolVersion": "1.0"}
-WS_IFACE = {"url": "wss://localhost:8080/a2a/tock/ws", "protocolBinding": "urn:example:websocket",
-            "protocolVersion": "1.0"}
 CARD_PATH = "/.well-known/agent-card.json"
 
 
