@@ -2,9 +2,10 @@
 
 ``/healthz`` (alive), ``/readyz`` (accepting traffic) and ``/metrics`` (Prometheus text) belong
 to the gateway; every other path is matched to an upstream mount by longest prefix. A POST to
-the mount's ``jsonrpc_path`` is an A2A JSON-RPC exchange, a REST (HTTP+JSON) operation path
-below the mount a REST exchange — both checked by the same exchange layer; anything else is
-relayed transparently. A path no mount covers gets 404.
+the mount's ``jsonrpc_path`` (or a JSON-RPC path its card advertises) is an A2A JSON-RPC
+exchange, a REST (HTTP+JSON) operation path below the mount a REST exchange — both checked by
+the same exchange layer; anything else is relayed transparently. A path no mount covers gets
+404.
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ class ProxyApp:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
 
+    def _is_jsonrpc(self, route: ProxyRoute) -> bool:
+        """A POST to the mount's ``jsonrpc_path``, or to a path its served card advertises
+        JSON-RPC at: a client that follows the card is guarded there too."""
+        path = route.path.rstrip("/")
+        if path == route.upstream.jsonrpc_path.rstrip("/"):
+            return True
+        return path in self.rt.card_cache(route.upstream).jsonrpc_paths()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
@@ -71,7 +80,7 @@ class ProxyApp:
                              scope, receive, send)
             return
         method = scope["method"]
-        if method == "POST" and route.path.rstrip("/") == route.upstream.jsonrpc_path.rstrip("/"):
+        if method == "POST" and self._is_jsonrpc(route):
             await JsonRpcHandler(self.rt, route, scope, receive, send).run()
             return
         call = _rest_call(method, route, scope)

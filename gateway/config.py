@@ -76,7 +76,8 @@ class UpstreamConfig(_Frozen):
     """One A2A worker mounted at a path prefix of the gateway.
 
     A request under ``prefix`` goes to ``url`` with the rest of its path appended. POSTs to
-    ``jsonrpc_path`` (relative to the mount) are A2A JSON-RPC, the REST operation paths below
+    ``jsonrpc_path`` (relative to the mount) — or to any path the worker's card advertises a
+    JSON-RPC interface at — are A2A JSON-RPC, the REST operation paths below
     the mount (docs/protocol.md §1.3) A2A REST: both pass the invariant engine. The Agent Card
     is served rewritten; every other request under the mount is relayed transparently.
     """

@@ -211,19 +211,41 @@ def advertised_urls(doc: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(u for u in urls if isinstance(u, str)))
 
 
+def _below(url: str, upstream_path: str) -> str:
+    """The path of an advertised URL below the upstream's own path (the whole path when it is
+    not below it); its scheme and host are never used (F11)."""
+    path = urlsplit(url).path or "/"
+    base = upstream_path.rstrip("/")
+    if base and (path == base or path.startswith(base + "/")):
+        return path[len(base):]
+    return path
+
+
 def _rewrite_url(url: str, upstream_path: str, public_base: str) -> str:
     """Map one advertised URL to the gateway: public base + what follows the upstream's path.
 
     Only the path of the advertised URL is used; its scheme and host (often ``localhost``,
     ``0.0.0.0`` or a pod address) are discarded (F10, F11).
     """
-    path = urlsplit(url).path or "/"
-    base = upstream_path.rstrip("/")
-    if base and (path == base or path.startswith(base + "/")):
-        rest = path[len(base):]
-    else:
-        rest = path
-    return public_base.rstrip("/") + "/" + rest.lstrip("/")
+    return public_base.rstrip("/") + "/" + _below(url, upstream_path).lstrip("/")
+
+
+def jsonrpc_paths(doc: dict[str, Any], upstream_url: str) -> frozenset[str]:
+    """The paths below the mount at which the card advertises JSON-RPC (v1.0
+    ``supportedInterfaces`` with ``protocolBinding`` JSONRPC, the v0.3 ``url`` when its
+    ``preferredTransport`` is JSONRPC or absent, v0.3 ``additionalInterfaces``), without a
+    trailing ``/`` (``""`` for the mount itself): the served card sends clients there, so the
+    gateway guards them as JSON-RPC endpoints whatever ``jsonrpc_path`` says."""
+    upstream_path = urlsplit(upstream_url).path
+    urls: list[object] = []
+    if str(doc.get("preferredTransport") or "JSONRPC").upper() == "JSONRPC":
+        urls.append(doc.get("url"))
+    for member, key in (("supportedInterfaces", "protocolBinding"), ("additionalInterfaces", "transport")):
+        entries = doc.get(member)
+        for iface in entries if isinstance(entries, list) else []:
+            if isinstance(iface, dict) and str(iface.get(key) or "").upper() == "JSONRPC":
+                urls.append(iface.get("url"))
+    return frozenset(_below(u, upstream_path).rstrip("/") for u in urls if isinstance(u, str))
 
 
 def rewrite_card(doc: dict[str, Any], *, upstream_url: str, public_base: str,

@@ -43,6 +43,7 @@ from gateway.a2a.card import (
     content_etag,
     drop_unguarded,
     heartbeat_interval,
+    jsonrpc_paths,
     is_signed,
     rewrite_card,
     unguarded_interfaces,
@@ -132,6 +133,7 @@ class CardCache:
         self._stale = False
         self._retry_at = 0.0  # monotonic: while unreachable, no refetch before this
         self._heartbeat_of: CachedCard | None = None  # the card _heartbeat was read from
+        self._jsonrpc_paths: frozenset[str] = frozenset()
         self._heartbeat: float | None = None
 
     def _variant(self, a2a_version: str) -> str:
@@ -160,6 +162,12 @@ class CardCache:
             declared = heartbeat_interval(card.doc) if card is not None else None
             self._heartbeat_of, self._heartbeat = card, declared
         return self._heartbeat or self.upstream.heartbeat_seconds
+
+    def jsonrpc_paths(self) -> frozenset[str]:
+        """The paths below the mount where the cached card(s) advertise JSON-RPC
+        (:func:`gateway.a2a.card.jsonrpc_paths`), so a POST there is guarded as JSON-RPC
+        even when ``jsonrpc_path`` names another path."""
+        return self._jsonrpc_paths
 
     async def current(self, a2a_version: str = "") -> CardView:
         """The card view after revalidating it if stale (single flight per upstream)."""
@@ -222,6 +230,8 @@ class CardCache:
         card = self._build(doc, response, now)
         self._varies = "a2a-version" in (card.vary or "").lower()
         self._cards[self._variant(a2a_version)] = card
+        self._jsonrpc_paths = frozenset().union(
+            *(jsonrpc_paths(c.doc, self.upstream.url) for c in self._cards.values()))
         if old is None or card.etag != old.etag:
             self._report_served(card)
         if old is None:

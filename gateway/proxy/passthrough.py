@@ -78,8 +78,6 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
         rt.metrics.upstream_errors.labels(route.upstream.name, err.reason).inc()
         await _error(send, err.http_status, f"upstream error: {err}")
         return "upstream_error"
-    if response.status_code in (401, 403, 404) and route.path.startswith("/tasks"):
-        rt.card_cache(route.upstream).mark_stale()  # admission only; task state is untouched
     try:
         headers = client_response_headers(response.headers)
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})

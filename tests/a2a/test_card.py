@@ -16,6 +16,7 @@ from gateway.a2a.card import (
     drop_unguarded,
     is_guarded,
     is_signed,
+    jsonrpc_paths,
     rewrite_card,
     unguarded_interfaces,
 )
@@ -171,3 +172,17 @@ def test_rewrite_is_pure_and_deterministic() -> None:
     assert first == second and card == before
     assert {k: v for k, v in first.items() if k not in ("supportedInterfaces", "signatures")} == \
         {k: v for k, v in card.items() if k not in ("supportedInterfaces", "signatures")}
+
+
+# ------------------------------------------------------------------------------ JSON-RPC paths
+
+def test_jsonrpc_paths_are_the_advertised_json_rpc_paths_below_the_upstream() -> None:
+    card = {**V10, "supportedInterfaces": [
+        *V10["supportedInterfaces"],
+        {"url": "http://pod-7:9000/a2a/tock/a2a/jsonrpc/", "protocolBinding": "jsonrpc", "protocolVersion": "1.0"},
+        {"url": "http://pod-7:9000/elsewhere", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        GRPC]}
+    assert jsonrpc_paths(card, UPSTREAM) == {"", "/a2a/jsonrpc", "/elsewhere"}
+    assert jsonrpc_paths(V03, UPSTREAM) == {""}
+    rest_only = {**V03, "preferredTransport": "HTTP+JSON", "additionalInterfaces": []}
+    assert jsonrpc_paths(rest_only, UPSTREAM) == frozenset()

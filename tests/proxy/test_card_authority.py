@@ -526,3 +526,22 @@ def test_extended_card_is_rewritten_per_request_and_never_cached(make_harness: A
     asked = [r for r in h.worker.requests if r.path.endswith(("/extendedAgentCard", "/card"))
              or r.method == road]
     assert [r.headers.get("authorization") for r in asked] == ["Bearer alice", "Bearer bob"]
+
+
+def test_a_jsonrpc_path_the_card_advertises_is_guarded_whatever_jsonrpc_path_says(make_harness: Any) -> None:
+    """No road around the gateway: a worker whose card puts JSON-RPC at /a2a/jsonrpc (the
+    @a2a-js/sdk examples do) is guarded there although the mount's jsonrpc_path is "/"."""
+    card = {**TOCK_CARD, "supportedInterfaces": [
+        {"url": "http://localhost:8080/a2a/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}
+    h = make_harness(card=card)
+    assert h.http.get(h.gateway.url + CARD_PATH).json()["supportedInterfaces"][0]["url"] == \
+        h.gateway.url + "/a2a/jsonrpc"
+    h.worker.on("GetTask", json_result={"id": "t-1", "contextId": "c", "status": {"state": "completed"}})
+    r = h.http.post(h.gateway.url + "/a2a/jsonrpc", headers=V1,
+                    json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1"}})
+    assert r.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED"  # normalized: judged
+    r = h.http.post(h.gateway.url + "/a2a/jsonrpc/", headers=V1, json={
+        "jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": {
+            "messageId": "m", "role": "ROLE_USER", "parts": [{"text": "again"}], "taskId": "t-1"}}})
+    assert r.json()["error"]["code"] == -32004 and h.worker.calls("SendMessage") == []
+    assert h.metric("a2a_gateway_requests_total", binding="jsonrpc", method="GetTask") == 1
