@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import time
+from urllib.parse import parse_qsl
 from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
@@ -91,17 +92,24 @@ class ProxyApp:
 
 
 def _rest_call(method: str, route: ProxyRoute, scope: Scope) -> RestCall | None:
-    """The REST operation a request is (matched on its raw path, then on the decoded one:
-    some clients percent-encode the ``:`` of ``/message:send``)."""
+    """The REST operation a request is, matched on its raw path (a client that
+    percent-encodes the ``:`` of ``/message:send`` is read as if it had not). The client's
+    version is its ``A2A-Version`` header, else the ``A2A-Version`` query parameter
+    (docs/protocol.md §5)."""
     if method not in _REST_METHODS:
         return None
     version = None
     for name, value in scope["headers"]:
         if name.lower() == b"a2a-version":
             version = value.decode("latin-1")
-    call = rest.match(method, route.raw_path or route.path, version)
-    if call is None and route.raw_path is not None and route.raw_path != route.path:
-        call = rest.match(method, route.path, version)
+    if version is None and b"a2a-version=" in scope.get("query_string", b"").lower():
+        for key, value in parse_qsl(scope["query_string"].decode("latin-1")):
+            if key.lower() == "a2a-version":
+                version = value
+    path = route.raw_path or route.path
+    call = rest.match(method, path, version)
+    if call is None and "%3" in path:
+        call = rest.match(method, path.replace("%3A", ":").replace("%3a", ":"), version)
     return call
 
 

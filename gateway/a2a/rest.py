@@ -76,6 +76,25 @@ REASONS: dict[int, str] = {
 }
 """The ``ErrorInfo.reason`` of each code (the a2a-sdk's names for the JSON-RPC codes)."""
 _CODES = {reason: code for code, reason in REASONS.items() if code != jsonrpc.PARSE_ERROR}
+# v0.3 REST (the a2a-js 0.3 server's mapping, as in v1.0.0): only these differ from _HTTP.
+_HTTP_V03 = {jsonrpc.TASK_NOT_CANCELABLE: 409, jsonrpc.CONTENT_TYPE_NOT_SUPPORTED: 415,
+             jsonrpc.INVALID_AGENT_RESPONSE: 502}
+_TYPES = {
+    jsonrpc.TASK_NOT_FOUND: "TaskNotFoundError",
+    jsonrpc.TASK_NOT_CANCELABLE: "TaskNotCancelableError",
+    jsonrpc.PUSH_NOTIFICATION_NOT_SUPPORTED: "PushNotificationNotSupportedError",
+    jsonrpc.UNSUPPORTED_OPERATION: "UnsupportedOperationError",
+    jsonrpc.CONTENT_TYPE_NOT_SUPPORTED: "ContentTypeNotSupportedError",
+    jsonrpc.INVALID_AGENT_RESPONSE: "InvalidAgentResponseError",
+    jsonrpc.EXTENDED_AGENT_CARD_NOT_CONFIGURED: "AuthenticatedExtendedCardNotConfiguredError",
+    jsonrpc.PARSE_ERROR: "JSONParseError",
+    jsonrpc.INVALID_REQUEST: "InvalidRequestError",
+    jsonrpc.INVALID_PARAMS: "InvalidParamsError",
+    jsonrpc.METHOD_NOT_FOUND: "MethodNotFoundError",
+    jsonrpc.INTERNAL_ERROR: "InternalError",
+}
+"""The v0.3 error names (the ``type`` of a v0.3 REST error body)."""
+_CODE_OF_TYPE = {name: code for code, name in _TYPES.items()}
 _CODE_OF_STATUS = {404: jsonrpc.TASK_NOT_FOUND, 400: jsonrpc.INVALID_PARAMS,
                    409: jsonrpc.TASK_NOT_CANCELABLE, 500: jsonrpc.INTERNAL_ERROR}
 
@@ -142,22 +161,33 @@ def match(http_method: str, path: str, a2a_version: str | None = None) -> RestCa
 
 
 def _major_1(value: str | None) -> bool:
-    return bool(value) and value.strip().split(".")[0] not in ("", "0")
+    """True for an ``A2A-Version`` of major version 1 or later (``1.0``, ``1.1``, ``2.0``)."""
+    major = (value or "").strip().split(".")[0]
+    return major.isdigit() and int(major) >= 1
 
 
-def http_status(code: int) -> int:
-    """The HTTP status of an A2A or JSON-RPC error code (500 for an unknown one)."""
+def http_status(code: int, version: ProtocolVersion = ProtocolVersion.V1_0) -> int:
+    """The HTTP status of an A2A or JSON-RPC error code in ``version``'s REST binding (500 for
+    an unknown one)."""
+    if version is ProtocolVersion.V0_3:
+        return _HTTP_V03.get(code, _HTTP.get(code, (500, ""))[0])
     return _HTTP.get(code, (500, "INTERNAL"))[0]
 
 
 def error_body(code: int, message: str, *, metadata: dict[str, str] | None = None,
-               status: int | None = None) -> dict[str, Any]:
-    """A ``google.rpc.Status`` error body for an A2A error ``code`` (docs/protocol.md §6.3):
-    ``{"error": {"code": <HTTP status>, "status", "message", "details": [ErrorInfo]}}``.
+               status: int | None = None,
+               version: ProtocolVersion = ProtocolVersion.V1_0) -> dict[str, Any]:
+    """The REST error body for an A2A error ``code`` (docs/protocol.md §6.3).
 
+    v1.0: a ``google.rpc.Status``, ``{"error": {"code": <HTTP status>, "status", "message",
+    "details": [ErrorInfo]}}``; the ``ErrorInfo`` carries the code's reason and ``metadata``.
+    v0.3: ``{"code": <A2A code>, "message", "type": <error name>}``, what v0.3 REST clients
+    read (@a2a-js/sdk 0.3 reads ``code``, a2a-sdk's v0.3 transport ``type``; §6.3).
     ``status`` overrides the code's HTTP status (503 for "not now", 502/504 for a worker
-    transport failure); the ``ErrorInfo`` carries the code's reason and ``metadata``.
+    transport failure).
     """
+    if version is ProtocolVersion.V0_3:
+        return {"code": code, "message": message, "type": _TYPES.get(code, "InternalError")}
     http, name = _HTTP.get(code, (500, "INTERNAL"))
     if status is not None and status != http:
         http, name = status, _STATUS_NAMES.get(status, name)
@@ -174,13 +204,22 @@ def transport_error_body(status: int, message: str) -> dict[str, Any]:
 
 def error_code(status: int, body: object) -> int | None:
     """The A2A (or JSON-RPC) error code a worker's REST error answer stands for: the
-    ``ErrorInfo.reason`` in ``error.details`` when there is one, else the HTTP status
-    (404 → -32001, 400 → -32602, 409 → -32002, 500 → -32603), else ``None``."""
+    ``ErrorInfo.reason`` in ``error.details`` when there is one; in a v0.3 body the numeric
+    ``code`` or the error name in ``type``; else the HTTP status (404 → -32001, 400 →
+    -32602, 409 → -32002, 500 → -32603); else ``None``."""
+    if isinstance(body, dict):
+        code = body.get("code")
+        if isinstance(code, int) and not isinstance(code, bool) and code in _TYPES:
+            return code
+        name = body.get("type")
+        if isinstance(name, str) and name in _CODE_OF_TYPE:
+            return _CODE_OF_TYPE[name]
     error = body.get("error") if isinstance(body, dict) else None
     details = error.get("details") if isinstance(error, dict) else None
     for detail in details if isinstance(details, list) else []:
         if isinstance(detail, dict) and detail.get("@type") == jsonrpc.ERROR_INFO_TYPE:
-            code = _CODES.get(detail.get("reason"))  # type: ignore[arg-type]
+            reason = detail.get("reason")  # the worker's: any JSON value, hashable or not
+            code = _CODES.get(reason) if isinstance(reason, str) else None
             if code is not None:
                 return code
     return _CODE_OF_STATUS.get(status)

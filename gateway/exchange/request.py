@@ -100,6 +100,11 @@ class RequestExchange:
         """The gateway's own ``SubscribeToTask`` for ``task_id`` (a resubscribe after a cut)."""
         raise NotImplementedError
 
+    def resubscribe(self, task_id: str) -> Generator[Any, Any, Any]:
+        """Open :meth:`subscribe_request` upstream; returns the reply (:data:`OPENED` or the
+        worker's :class:`Answer`). Throws :class:`~gateway.errors.UpstreamError`."""
+        return (yield self.subscribe_request(task_id))
+
     def error(self, status: int, code: int, message: str, *, task_id: str | None = None) -> Respond:
         """A refusal of the gateway's own: A2A error ``code`` in the binding's form. ``status``
         is 200 for an A2A refusal (the binding picks its HTTP status) or 503 for "not now"."""

@@ -78,12 +78,25 @@ class RestExchange(RequestExchange):
     def subscribe_request(self, task_id: str) -> Open:
         return Open(b"", "POST", self.call.subscribe_target(task_id))
 
+    def resubscribe(self, task_id: str) -> Generator[Any, Any, Any]:
+        """POST ``…/tasks/{id}:subscribe``, and GET when the worker answers 405: the spec
+        and the proto disagree on the verb (docs/protocol.md §1.3)."""
+        reply = yield self.subscribe_request(task_id)
+        if isinstance(reply, Answer) and reply.status == 405:
+            reply = yield Open(b"", "GET", self.call.subscribe_target(task_id))
+        return reply
+
     # --- answers to the client -----------------------------------------------------------------
 
     def error(self, status: int, code: int, message: str, *, task_id: str | None = None) -> Respond:
+        """A REST error of the gateway's own, in the client's version's form
+        (:func:`gateway.a2a.rest.error_body`), with the code's HTTP status (or 503)."""
         meta = {"taskId": task_id} if task_id else None
-        body = rest.error_body(code, message, metadata=meta, status=None if status == 200 else status)
-        return Respond(body["error"]["code"], orjson.dumps(body))
+        version = self.ex.version
+        body = rest.error_body(code, message, metadata=meta, version=version,
+                               status=None if status == 200 else status)
+        http = status if status != 200 else rest.http_status(code, version)
+        return Respond(http, orjson.dumps(body))
 
     def transport_error(self, exc: UpstreamError) -> Respond:
         body = rest.transport_error_body(exc.http_status, f"upstream error: {exc}")
@@ -151,7 +164,8 @@ class RestExchange(RequestExchange):
         return encode_event(orjson.dumps(result))
 
     def error_frame(self, code: int, message: str) -> bytes:
-        return encode_event(orjson.dumps(rest.error_body(code, message)), event="error")
+        body = rest.error_body(code, message, version=self.ex.version)
+        return encode_event(orjson.dumps(body), event="error")
 
     def snapshot(self, task: dict[str, Any]) -> Any:
         """``{"task": Task}``: a StreamResponse in both versions (v0.3 REST is ProtoJSON)."""

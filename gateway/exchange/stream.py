@@ -71,7 +71,7 @@ class RequestSide(Protocol):
 
     def open_stream(self) -> Open: ...
 
-    def subscribe_request(self, task_id: str) -> Open: ...
+    def resubscribe(self, task_id: str) -> Generator[Any, Any, Any]: ...
 
     def fail_upstream(self, exc: UpstreamError) -> Steps: ...
 
@@ -251,7 +251,7 @@ class StreamExchange:
     def _resubscribe(self, task_id: str) -> Generator[Any, Any, bool]:
         """Open ``SubscribeToTask`` upstream for the stream's task; True when it streams."""
         try:
-            reply = yield self.owner.subscribe_request(task_id)
+            reply = yield from self.owner.resubscribe(task_id)
         except UpstreamError:
             return False
         if isinstance(reply, Answer):

@@ -180,12 +180,14 @@ class Driver:
     def _request(self, cmd: Post | Open) -> tuple[str, list[tuple[bytes, bytes]], bytes | None]:
         """URL, headers and body of a request to the worker: the client's own path and query
         (``target`` ``None``) or the exchange's ``target`` below the upstream's base URL."""
-        if cmd.target is None:
-            url = self.route.url(self.scope.get("query_string", b""))
-        else:
-            url = self.route.upstream.url.rstrip("/") + cmd.target
         headers = upstream_request_headers(
             self.scope, identity=True, trusted_proxies=self.rt.config.public.trusted_proxies)
+        if cmd.target is None:
+            url = self.route.url(self.scope.get("query_string", b""))
+        else:  # the gateway's own request (a REST probe or resubscribe): its own Accept
+            url = self.route.upstream.url.rstrip("/") + cmd.target
+            accept = b"text/event-stream" if type(cmd) is Open else b"application/json"
+            headers = [h for h in headers if h[0] != b"accept"] + [(b"accept", accept)]
         if cmd.method in _BODILESS:  # a probe GET made from the client's POST has no body
             return url, [h for h in headers if h[0] != b"content-type"], None
         return url, headers, cmd.body

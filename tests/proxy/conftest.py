@@ -63,6 +63,19 @@ class Harness:
             raw = b"".join(r.iter_raw())
         return r, raw
 
+    def rest(self, method: str, path: str, *, json: Any = None, content: bytes | None = None,
+             headers: dict[str, str] | None = None) -> tuple[httpx.Response, bytes]:
+        """Send a REST request (``json``: a body to encode, ``content``: raw bytes) to the
+        gateway's ``path``; return the response and its whole raw body (an SSE stream included)."""
+        hdrs = dict(headers or {})
+        if json is not None:
+            content = orjson.dumps(json)
+        if content is not None:
+            hdrs.setdefault("content-type", "application/json")
+        with self.http.stream(method, self.gateway.url + path, content=content, headers=hdrs) as r:
+            raw = b"".join(r.iter_raw())
+        return r, raw
+
     def divergences(self, kind: str) -> float:
         """``a2a_gateway_divergences_total`` for one kind, all upstreams and actions."""
         return self.metric("a2a_gateway_divergences_total", kind=kind)
@@ -166,3 +179,4 @@ def on_client_writes(monkeypatch: pytest.MonkeyPatch, record: Any) -> None:
         self.client_send = logged
 
     monkeypatch.setattr(Driver, "__init__", init)
+
