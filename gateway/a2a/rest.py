@@ -182,7 +182,7 @@ def error_body(code: int, message: str, *, metadata: dict[str, str] | None = Non
     v1.0: a ``google.rpc.Status``, ``{"error": {"code": <HTTP status>, "status", "message",
     "details": [ErrorInfo]}}``; the ``ErrorInfo`` carries the code's reason and ``metadata``.
     v0.3: ``{"code": <A2A code>, "message", "type": <error name>}``, what v0.3 REST clients
-    read (@a2a-js/sdk 0.3 reads ``code``, a2a-sdk's v0.3 transport ``type``; §6.3).
+    read (@a2a-js/sdk 0.3 reads ``code``, a2a-sdk's v0.3 transport ``type``; docs/protocol.md §1.5).
     ``status`` overrides the code's HTTP status (503 for "not now", 502/504 for a worker
     transport failure).
     """
