@@ -8,10 +8,11 @@ REST's form:
 * a worker answer with HTTP 2xx is the result itself (a Task, ``{"task"|"message": …}``,
   ``{"tasks": […]}``); an HTTP 4xx/5xx with a ``google.rpc.Status`` body is an A2A error,
   classified by its ``ErrorInfo`` reason (else its HTTP status);
-* refusals of the gateway's own are ``google.rpc.Status`` bodies with the error's HTTP status
-  (docs/protocol.md §6.1; 503 while the card or the ledger is unavailable);
+* refusals of the gateway's own have the error's HTTP status (docs/protocol.md §6.1; 503
+  while the card or the ledger is unavailable) and the client's version's body: a
+  ``google.rpc.Status`` for v1.0, ``{"code", "message", "type"}`` for v0.3 (§1.5);
 * stream events are bare StreamResponses (``data: {"task": …}``), errors ``event: error``
-  with a ``google.rpc.Status``;
+  with the same error body;
 * the gateway's own ``GetTask`` and resubscribe go on the client's road: the same base path
   (tenant, the worker's REST prefix) and version (``/v1`` for v0.3).
 """
@@ -23,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from gateway.a2a import rest
+from gateway.a2a import jsonrpc, rest
 from gateway.a2a.rest import RestCall
 from gateway.a2a.sse import Event, encode_event
 from gateway.a2a.version import Binding
@@ -33,6 +34,7 @@ from gateway.exchange.model import Policy, Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import Exchange
+
 
 class RestExchange(RequestExchange):
     """One client REST request for an A2A operation, from admission to the last byte.
@@ -96,11 +98,11 @@ class RestExchange(RequestExchange):
         body = rest.error_body(code, message, metadata=meta, version=version,
                                status=None if status == 200 else status)
         http = status if status != 200 else rest.http_status(code, version)
-        return Respond(http, orjson.dumps(body))
+        return Respond(http, jsonrpc.dumps(body))
 
     def transport_error(self, exc: UpstreamError) -> Respond:
         body = rest.transport_error_body(exc.http_status, f"upstream error: {exc}")
-        return Respond(exc.http_status, orjson.dumps(body))
+        return Respond(exc.http_status, jsonrpc.dumps(body))
 
     def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
         """HTTP 2xx: ``{"result": <body>}`` (``None`` for an empty body); HTTP 4xx/5xx with a
@@ -129,7 +131,7 @@ class RestExchange(RequestExchange):
         return rest.error_code(answer.status, error)
 
     def reply(self, answer: Answer, doc: dict[str, Any], changed: bool, result: Any) -> Respond:
-        body = answer.content if result is doc["result"] else orjson.dumps(result)
+        body = answer.content if result is doc["result"] else jsonrpc.dumps(result)
         return Respond(answer.status, body, "raw", answer)
 
     def reply_error(self, answer: Answer, code: int, message: str, *,
@@ -154,18 +156,18 @@ class RestExchange(RequestExchange):
 
     def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]:
         yield from ()  # nothing to report: REST has no ids to fix
-        data: bytes | str = event.data if result is doc["result"] else orjson.dumps(result)
+        data: bytes | str = event.data if result is doc["result"] else jsonrpc.dumps(result)
         return encode_event(data, event=event.event, id=event.id, retry=event.retry)
 
     def worker_error_frame(self, event: Event, doc: dict[str, Any]) -> bytes:
         return encode_event(event.data, event=event.event or "error", id=event.id)
 
     def result_frame(self, result: Any) -> bytes:
-        return encode_event(orjson.dumps(result))
+        return encode_event(jsonrpc.dumps(result))
 
     def error_frame(self, code: int, message: str) -> bytes:
         body = rest.error_body(code, message, version=self.ex.version)
-        return encode_event(orjson.dumps(body), event="error")
+        return encode_event(jsonrpc.dumps(body), event="error")
 
     def snapshot(self, task: dict[str, Any]) -> Any:
         """``{"task": Task}``: a StreamResponse in both versions (v0.3 REST is ProtoJSON)."""
