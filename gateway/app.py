@@ -93,7 +93,8 @@ class ProxyApp:
 
 def _rest_call(method: str, route: ProxyRoute, scope: Scope) -> RestCall | None:
     """The REST operation a request is, matched on its raw path (a client that
-    percent-encodes the ``:`` of ``/message:send`` is read as if it had not). The client's
+    percent-encodes the ``:`` of ``/message:send``, or doubles a ``/``, is read as if it had
+    not). The client's
     version is its ``A2A-Version`` header, else the ``A2A-Version`` query parameter
     (docs/protocol.md §5)."""
     if method not in _REST_METHODS:
@@ -107,6 +108,8 @@ def _rest_call(method: str, route: ProxyRoute, scope: Scope) -> RestCall | None:
             if key.lower() == "a2a-version":
                 version = value
     path = route.raw_path or route.path
+    while "//" in path:  # a worker (or a proxy before it) may merge slashes: read it as it would
+        path = path.replace("//", "/")
     call = rest.match(method, path, version)
     if call is None and "%3" in path:
         call = rest.match(method, path.replace("%3A", ":").replace("%3a", ":"), version)

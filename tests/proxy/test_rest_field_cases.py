@@ -1073,3 +1073,13 @@ def test_rest_encoded_colon_and_percent_in_an_id_is_decoded_once(h: Harness) -> 
     assert r.status_code == 400
     assert_status_error(orjson.loads(raw), 400, "TASK_NOT_CANCELABLE", task_id="a%41")
     assert worker_saw(h, "POST", "/tasks/a%41:cancel") == []
+
+
+def test_rest_path_with_doubled_slashes_is_still_guarded(h: Harness) -> None:
+    """``/acme//tasks/t-5:cancel`` reaches a worker that merges slashes as a cancel: the
+    gateway reads it the same way, so the terminal task's cancel is refused here."""
+    rest_get_completed(h, "t-5")
+    r, raw = h.rest("POST", "/acme//tasks/t-5:cancel", headers=V1)
+    assert r.status_code == 400
+    assert_status_error(orjson.loads(raw), 400, "TASK_NOT_CANCELABLE", task_id="t-5")
+    assert forwarded(h)[-1] == ("GET", "/tasks/t-5")  # only the setup reached the worker
