@@ -15,6 +15,7 @@ import pytest
 from gateway.a2a.states import TaskState
 from gateway.invariants.engine import CORRECTED_KEY
 from tests.proxy.conftest import Harness, frames
+from tests.support.objects import artifact_update, status_update, task
 from tests.support.scripted_worker import Event, Gate, Sse
 from tests.support.servers import await_until, wait_until
 
@@ -34,20 +35,6 @@ def send_msg_v03(req_id: Any, task_id: str | None = None, method: str = "message
     if task_id:
         message["taskId"] = task_id
     return {"jsonrpc": "2.0", "id": req_id, "method": method, "params": {"message": message}}
-
-
-def task(tid: str, state: str | None, **extra: Any) -> dict[str, Any]:
-    status = {} if state is None else {"state": state}
-    return {"id": tid, "contextId": tid.replace("t-", "c-"), "status": status, **extra}
-
-
-def status_update(tid: str, state: str) -> dict[str, Any]:
-    return {"statusUpdate": {"taskId": tid, "contextId": tid.replace("t-", "c-"), "status": {"state": state}}}
-
-
-def artifact_update(tid: str, aid: str, text: str, **flags: bool) -> dict[str, Any]:
-    art = {"artifactId": aid, "parts": [{"text": text}]}
-    return {"artifactUpdate": {"taskId": tid, "contextId": tid.replace("t-", "c-"), "artifact": art, **flags}}
 
 
 def results(raw: bytes) -> list[Any]:

@@ -21,6 +21,7 @@ import pytest
 
 from gateway.invariants.engine import CORRECTED_KEY
 from tests.proxy.conftest import Harness, frames
+from tests.support.objects import artifact_update, status_update, task
 from tests.support.scripted_worker import Data, Gate, default_card
 from tests.support.servers import await_until, free_port, wait_until
 
@@ -37,20 +38,6 @@ def message(text: str = "hi", task_id: str | None = None, **extra: Any) -> dict[
     if task_id:
         msg.update(taskId=task_id, contextId=task_id.replace("t-", "c-"))
     return {"message": msg, **extra}
-
-
-def task(tid: str, state: str | None, **extra: Any) -> dict[str, Any]:
-    status = {} if state is None else {"state": state}
-    return {"id": tid, "contextId": tid.replace("t-", "c-"), "status": status, **extra}
-
-
-def status_update(tid: str, state: str) -> dict[str, Any]:
-    return {"statusUpdate": {"taskId": tid, "contextId": tid.replace("t-", "c-"), "status": {"state": state}}}
-
-
-def artifact_update(tid: str, aid: str, text: str, **flags: bool) -> dict[str, Any]:
-    art = {"artifactId": aid, "parts": [{"text": text}]}
-    return {"artifactUpdate": {"taskId": tid, "contextId": tid.replace("t-", "c-"), "artifact": art, **flags}}
 
 
 def status_body(http: int, status: str, reason: str, message_text: str = "worker says no") -> dict[str, Any]:
