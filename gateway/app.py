@@ -92,11 +92,11 @@ class ProxyApp:
 
 
 def _rest_call(method: str, route: ProxyRoute, scope: Scope) -> RestCall | None:
-    """The REST operation a request is, matched on its raw path (a client that
-    percent-encodes the ``:`` of ``/message:send``, or doubles a ``/``, is read as if it had
-    not). The client's
+    """The REST operation a request is, read as the worker may read it: on its raw path, then
+    — because most servers route on the decoded path — on the percent-decoded one
+    (``/rest/%6Dessage:send``, an encoded ``:``); a doubled ``/`` is read as one. The client's
     version is its ``A2A-Version`` header, else the ``A2A-Version`` query parameter
-    (docs/protocol.md §5)."""
+    (docs/protocol.md §1.5, §5)."""
     if method not in _REST_METHODS:
         return None
     version = None
@@ -107,13 +107,17 @@ def _rest_call(method: str, route: ProxyRoute, scope: Scope) -> RestCall | None:
         for key, value in parse_qsl(scope["query_string"].decode("latin-1")):
             if key.lower() == "a2a-version":
                 version = value
-    path = route.raw_path or route.path
-    while "//" in path:  # a worker (or a proxy before it) may merge slashes: read it as it would
-        path = path.replace("//", "/")
-    call = rest.match(method, path, version)
-    if call is None and "%3" in path:
-        call = rest.match(method, path.replace("%3A", ":").replace("%3a", ":"), version)
+    raw = route.raw_path or route.path
+    call = rest.match(method, _single_slashes(raw), version)
+    if call is None and route.raw_path is not None and "%" in raw:
+        call = rest.match(method, _single_slashes(route.path), version, decoded=True)
     return call
+
+
+def _single_slashes(path: str) -> str:
+    while "//" in path:  # a worker (or a proxy before it) may merge slashes
+        path = path.replace("//", "/")
+    return path
 
 
 class GatewayApp:

@@ -267,24 +267,42 @@ def subscribe_request(req_id: JsonId, task_id: str, version: ProtocolVersion) ->
             "params": {"id": task_id}}
 
 
+def request_message(params: object) -> dict[str, Any] | None:
+    """The Message a send carries: ``params.message`` — or ``params.request``, the v0.3 proto
+    field name a2a-sdk's v0.3 REST transport writes (docs/protocol.md §11 pitfall 11)."""
+    if not isinstance(params, dict):
+        return None
+    message = params.get("message", params.get("request"))
+    return message if isinstance(message, dict) else None
+
+
+def member(obj: dict[str, Any], camel: str, snake: str) -> str | None:
+    """A non-empty string member by its JSON name (``taskId``) or its proto field name
+    (``task_id``): ProtoJSON parsers accept both, so a worker reads both."""
+    value = obj.get(camel)
+    if value is None:
+        value = obj.get(snake)
+    return value if isinstance(value, str) and value else None
+
+
 def request_task_id(info: MethodInfo, params: object) -> str | None:
     """The task a request names, or ``None`` when it may create a new task.
 
-    Messages: ``params.message.taskId``; GetTask, CancelTask, SubscribeToTask (both versions)
-    and v0.3 push-config methods: ``params.id``; v1.0 push-config methods: ``params.taskId``
-    (docs/protocol.md §11 pitfall 14).
+    Messages: ``params.message.taskId`` (:func:`request_message`); GetTask, CancelTask,
+    SubscribeToTask (both versions) and v0.3 push-config methods: ``params.id``; v1.0
+    push-config methods: ``params.taskId`` (docs/protocol.md §11 pitfall 14). Proto field
+    names (``task_id``) count like JSON names (:func:`member`).
     """
     if not isinstance(params, dict):
         return None
     op = info.operation
     if op in (Operation.SEND, Operation.STREAM):
-        message = params.get("message")
-        value = message.get("taskId") if isinstance(message, dict) else None
-    elif op in (Operation.GET, Operation.CANCEL, Operation.SUBSCRIBE):
-        value = params.get("id")
-    elif op.name.startswith("PUSH_"):
-        key = "id" if info.version is ProtocolVersion.V0_3 and op is not Operation.PUSH_CREATE else "taskId"
-        value = params.get(key)
-    else:
-        value = None
-    return value if isinstance(value, str) and value else None
+        message = request_message(params)
+        return member(message, "taskId", "task_id") if message is not None else None
+    if op in (Operation.GET, Operation.CANCEL, Operation.SUBSCRIBE):
+        return member(params, "id", "id")
+    if op.name.startswith("PUSH_"):
+        if info.version is ProtocolVersion.V0_3 and op is not Operation.PUSH_CREATE:
+            return member(params, "id", "id")
+        return member(params, "taskId", "task_id")
+    return None

@@ -41,6 +41,7 @@ _V03_KINDS = {
     "status-update": Kind.STATUS,
     "artifact-update": Kind.ARTIFACT,
 }
+_EVENT_KINDS = ("status-update", "artifact-update")
 _TASK = Kind.TASK
 _STATUS = Kind.STATUS
 
@@ -103,16 +104,16 @@ def classify(result: object) -> tuple[Kind, dict[str, Any], str | None]:
                 inner = result[member]
                 if isinstance(inner, dict):
                     return kind, inner, member
-    if "kind" not in result and "id" not in result:
+    if "id" not in result:  # a wrapper next to other members (a stray ``kind``) still counts
         for member, kind in _WRAPPERS:
             inner = result.get(member)
             if isinstance(inner, dict):
                 return kind, inner, member
+    elif "status" in result and result.get("kind") not in _EVENT_KINDS:
+        return Kind.TASK, result, None  # id and status: a Task (a ``"kind": "message"`` too)
     v03 = result.get("kind")
     if isinstance(v03, str) and v03 in _V03_KINDS:
         return _V03_KINDS[v03], result, None
-    if "status" in result and "id" in result:
-        return Kind.TASK, result, None
     if "taskId" in result and "status" in result:
         return Kind.STATUS, result, None
     if "taskId" in result and "artifact" in result:

@@ -31,7 +31,7 @@ _OP_PATTERNS: tuple[tuple[str, str, Operation | None], ...] = (
     ("GET POST", r"/tasks/(?P<id>[^/]+):subscribe", Operation.SUBSCRIBE),
     ("GET POST", r"/tasks/(?P<id>[^/]+)/pushNotificationConfigs", None),
     ("GET DELETE", r"/tasks/(?P<id>[^/]+)/pushNotificationConfigs/(?P<cid>[^/]+)", None),
-    ("GET", r"/tasks/(?P<id>[^/:]+)", Operation.GET),
+    ("GET", r"/tasks/(?P<id>[^/]+)", Operation.GET),  # ids may hold ':' (urn:uuid:…)
     ("GET", r"/extendedAgentCard", Operation.EXTENDED_CARD),
     ("GET", r"/card", Operation.EXTENDED_CARD),  # v0.3 only: /v1/card
 )
@@ -134,14 +134,17 @@ class RestCall:
         return self.target(f"/tasks/{quote(task_id, safe='')}:subscribe")
 
 
-def match(http_method: str, path: str, a2a_version: str | None = None) -> RestCall | None:
+def match(http_method: str, path: str, a2a_version: str | None = None, *,
+          decoded: bool = False) -> RestCall | None:
     """The REST operation of a request, or ``None`` for a path and verb no A2A version defines.
 
     Args:
         http_method: the request method (``GET``, ``POST``, ``DELETE``).
-        path: the raw (percent-encoded) path below the mount, starting with ``/``.
+        path: the raw (percent-encoded) path below the mount, starting with ``/``; with
+            ``decoded``, the path already percent-decoded (its ids are taken as they are).
         a2a_version: the ``A2A-Version`` header, if any (decides what a ``/v1`` segment is).
     """
+    ids = _as_is if decoded else unquote
     for methods, pattern, op, tail in _COMPILED:
         m = pattern.fullmatch(path)
         if m is None or http_method not in methods:
@@ -151,13 +154,17 @@ def match(http_method: str, path: str, a2a_version: str | None = None) -> RestCa
             continue
         base = m["base"] if v03 else m["base"] + (m["v1"] or "")
         groups = m.groupdict()
-        task_id = unquote(groups["id"]) if groups.get("id") else None
-        config_id = unquote(groups["cid"]) if groups.get("cid") else None
+        task_id = ids(groups["id"]) if groups.get("id") else None
+        config_id = ids(groups["cid"]) if groups.get("cid") else None
         if op is None:
             op = _PUSH_OPS[(http_method, config_id is not None)]
         version = ProtocolVersion.V0_3 if v03 else ProtocolVersion.V1_0
         return RestCall(op, version, base, task_id, config_id)
     return None
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 def _major_1(value: str | None) -> bool:

@@ -75,10 +75,9 @@ class JsonRpcExchange(RequestExchange):
         task_id = jsonrpc.request_task_id(info, req.params)
         ex = Exchange(policy.upstream, info.operation, info.version, task_id, policy.mode,
                       card_etag=card.etag)
-        message = req.params.get("message") if isinstance(req.params, dict) else None
-        context_id = message.get("contextId") if isinstance(message, dict) else None
-        summary = Summary(info.name, task_id=task_id,
-                          context_id=context_id if isinstance(context_id, str) else None)
+        message = jsonrpc.request_message(req.params)
+        context_id = jsonrpc.member(message, "contextId", "context_id") if message else None
+        summary = Summary(info.name, task_id=task_id, context_id=context_id)
         super().__init__(ex, req.params, summary, card, policy, rewrite_card)
         self.req = req
         self.body = body

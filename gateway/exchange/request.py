@@ -208,6 +208,8 @@ class RequestExchange:
                                    heartbeat_seconds=self.policy.heartbeat_seconds)
         if reason is not None and record is not None:
             record = yield from self.forced_get(loaded, reason)
+        if record is not None:  # the log line names the task's context even when the client did not
+            self.summary.context_id = self.summary.context_id or record.context_id
         admission = engine.check_request(ex, record)
         if admission.findings:
             yield Found(tuple(admission.findings), ex.task_id, self.summary.method)

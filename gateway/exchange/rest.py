@@ -27,7 +27,7 @@ import orjson
 from gateway.a2a import jsonrpc, rest
 from gateway.a2a.rest import RestCall
 from gateway.a2a.sse import Event, encode_event
-from gateway.a2a.version import Binding
+from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import UpstreamError
 from gateway.exchange.commands import Answer, Open, Post, Respond
 from gateway.exchange.model import Policy, Summary
@@ -50,15 +50,15 @@ class RestExchange(RequestExchange):
 
     def __init__(self, call: RestCall, http_method: str, body: bytes, params: dict[str, Any],
                  card: CardView, policy: Policy, rewrite_card: CardRewrite | None = None) -> None:
+        message = jsonrpc.request_message(params)
         task_id = call.task_id
-        message = params.get("message")
-        if isinstance(message, dict) and isinstance(message.get("taskId"), str) and message["taskId"]:
-            task_id = message["taskId"]
-        context_id = message.get("contextId") if isinstance(message, dict) else None
+        context_id = None
+        if message is not None:
+            task_id = jsonrpc.member(message, "taskId", "task_id") or task_id
+            context_id = jsonrpc.member(message, "contextId", "context_id")
         ex = Exchange(policy.upstream, call.operation, call.version, task_id, policy.mode,
                       card_etag=card.etag, binding=Binding.REST)
-        summary = Summary(call.operation.value, task_id=task_id,
-                          context_id=context_id if isinstance(context_id, str) else None,
+        summary = Summary(call.operation.value, task_id=task_id, context_id=context_id,
                           binding=Binding.REST)
         super().__init__(ex, params, summary, card, policy, rewrite_card)
         self.call = call
@@ -101,7 +101,11 @@ class RestExchange(RequestExchange):
         return Respond(http, jsonrpc.dumps(body))
 
     def transport_error(self, exc: UpstreamError) -> Respond:
-        body = rest.transport_error_body(exc.http_status, f"upstream error: {exc}")
+        message = f"upstream error: {exc}"
+        if self.ex.version is ProtocolVersion.V0_3:
+            body = rest.error_body(jsonrpc.INTERNAL_ERROR, message, version=ProtocolVersion.V0_3)
+        else:
+            body = rest.transport_error_body(exc.http_status, message)
         return Respond(exc.http_status, jsonrpc.dumps(body))
 
     def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
@@ -116,6 +120,9 @@ class RestExchange(RequestExchange):
         content = answer.content
         if answer.status < 300 and not content.strip():
             return {"result": None}, False
+        if 300 <= answer.status < 400:  # relayed, it would send the client round the gateway
+            raise UpstreamError("status", f"worker answered HTTP {answer.status}, a redirect; the "
+                                          "gateway neither follows nor relays it (is the REST path right?)")
         try:
             doc = orjson.loads(content)
         except orjson.JSONDecodeError:

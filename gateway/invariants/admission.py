@@ -101,7 +101,7 @@ def admit(
 def _metadata_skill(params: Any, key: str | None) -> str | None:
     if key is None or not isinstance(params, dict):
         return None
-    for holder in (params.get("message"), params):
+    for holder in (jsonrpc.request_message(params), params):
         meta = holder.get("metadata") if isinstance(holder, dict) else None
         if isinstance(meta, dict) and isinstance(meta.get(key), str):
             return str(meta[key])

@@ -330,11 +330,18 @@ def public_base(public: PublicConfig, route: Route, scope: Scope) -> str:
 async def serve_card(cache: CardCache, public: PublicConfig, route: Route, scope: Scope,
                      receive: Receive, send: Send) -> None:
     """Answer a well-known Agent Card GET/HEAD for a mount from ``cache`` (counted as
-    ``a2a_gateway_requests_total{method="card"}``); interface URLs point at
-    :func:`public_base`."""
+    ``a2a_gateway_requests_total{binding="http", method="card"}``, with a ``request`` log line
+    like every request's); interface URLs point at :func:`public_base`."""
+    started = time.perf_counter()
     status = await _serve_card(cache, public, route, scope, send)
     outcome = "ok" if status < 400 else "unavailable"
-    cache.metrics.requests.labels(route.upstream.name, "http", "card", outcome).inc()
+    duration = time.perf_counter() - started
+    name = route.upstream.name
+    cache.metrics.requests.labels(name, "http", "card", outcome).inc()
+    cache.metrics.duration.labels(name, "http", "card").observe(duration)
+    cache.log.info("request", extra={"upstream": name, "binding": "http", "method": "card",
+                                     "path": scope["path"], "status": status, "outcome": outcome,
+                                     "duration_s": round(duration, 6)})
 
 
 async def _serve_card(cache: CardCache, public: PublicConfig, route: Route, scope: Scope,

@@ -50,8 +50,7 @@ class RestHandler(ExchangeHandler):
                 return
             except BodyTooLargeError:
                 self.summary.outcome = "too_large"
-                await send_json(self.send, 413, rest.transport_error_body(
-                    413, f"request body exceeds {limit} bytes"))
+                await self._refuse(413, jsonrpc.INVALID_REQUEST, f"request body exceeds {limit} bytes")
                 return
         doc: object = None
         if call.operation in _JSON_BODY:
@@ -72,4 +71,10 @@ class RestHandler(ExchangeHandler):
     async def _malformed(self, message: str) -> None:
         self.summary.outcome = "malformed"
         self.reporter.report(Count("rejections", (self.summary.method, "rest_malformed", "enforced")))
-        await send_json(self.send, 400, rest.error_body(jsonrpc.INVALID_REQUEST, message))
+        await self._refuse(400, jsonrpc.INVALID_REQUEST, message)
+
+    async def _refuse(self, status: int, code: int, message: str) -> None:
+        """An error of the gateway's own in the client's version's REST form (docs/protocol.md
+        §1.5), with HTTP ``status``."""
+        version = self.call.version
+        await send_json(self.send, status, rest.error_body(code, message, status=status, version=version))

@@ -384,8 +384,15 @@ def _request(
     timeout: TimeoutConfig, content: bytes | AsyncIterator[bytes] | None,
 ) -> httpx.Request:
     """The ``httpx.Request`` as the proxy built it: ``stream=`` is given, so httpx adds no
-    ``Host`` or ``Content-Length`` of its own (aiohttp writes both)."""
-    parsed, target = _parse(url)
+    ``Host`` or ``Content-Length`` of its own (aiohttp writes both).
+
+    Raises:
+        UpstreamError: a URL httpx refuses (over 64 KiB, malformed): ``protocol``, HTTP 502.
+    """
+    try:
+        parsed, target = _parse(url)
+    except httpx.InvalidURL as exc:  # not an httpx.HTTPError: map it here, before sending
+        raise UpstreamError("protocol", f"worker request URL refused ({exc})") from None
     if isinstance(headers, dict):  # UTF-8, as aiohttp writes str values (httpx would insist on ASCII)
         headers = [(k.encode(), v.encode()) for k, v in headers.items()]
     stream: httpx.AsyncByteStream | httpx.ByteStream

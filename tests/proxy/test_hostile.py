@@ -997,3 +997,17 @@ def test_worker_upstream_silence_is_504_and_connection_released(make_harness: An
         assert r.status_code == 504 and r.json()["error"]["status"] == "DEADLINE_EXCEEDED"
         wait_until(lambda: up.peer_closed == 2)
         assert in_flight_upstream(h) == 0
+
+
+def test_rest_probe_url_over_the_upstream_clients_limit_is_no_500(h: Harness) -> None:
+    """A task id (in a send's body) that makes the gateway's own probe URL longer than the
+    upstream client takes (64 KiB) is a failed probe, not a 500. (uvicorn refuses request
+    lines that long from clients before the gateway sees them.)"""
+    h.worker.on_path("POST", "/message:send", json_body={"error": {"code": 404, "status": "NOT_FOUND",
+                                                                   "message": "no"}}, status=404)
+    long_id = "b" * 66_000
+    body = orjson.dumps({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}],
+                                     "taskId": long_id}})
+    resp = raw_http(h.gateway.port, request_bytes("POST", "/message:send", body, V1))
+    assert resp.status == 404  # the probe failed: the worker's own answer is relayed, no 500
+    no_leaks(h)

@@ -730,6 +730,28 @@ def test_f15_rest_body_over_cap_is_413_never_forwarded(make_harness: Any) -> Non
                                 outcome="too_large") == 1)
 
 
+def test_f15_rest_v03_malformed_and_oversized_bodies_get_the_v03_error_form(make_harness: Any) -> None:
+    """The gateway's own refusals of a v0.3 REST call are in the v0.3 form, like its
+    terminal-task refusals (docs/protocol.md §1.5)."""
+    h = make_harness(limits={"max_body_bytes": 1024})
+    r, raw = h.rest("POST", "/rest/v1/message:send", content=b"[1]")
+    assert r.status_code == 400
+    assert orjson.loads(raw) == {"code": -32600, "message": "request body must be a JSON object",
+                                 "type": "InvalidRequestError"}
+    r, raw = h.rest("POST", "/rest/v1/message:send", json=message("x" * 4096))
+    assert r.status_code == 413 and orjson.loads(raw)["type"] == "InvalidRequestError"
+    assert forwarded(h) == []
+
+
+def test_rest_worker_redirect_is_a_502_that_says_so(h: Harness) -> None:
+    """A redirect would send the client round the gateway: neither followed nor relayed, and
+    the answer says what happened (a wrong REST path is the usual cause)."""
+    h.worker.on_path("POST", "/message:send", raw=(307, {"location": "http://worker:9999/message:send/"}, b""))
+    r, raw = h.rest("POST", "/message:send", json=message(), headers=V1)
+    assert r.status_code == 502 and "location" not in r.headers
+    assert "redirect" in orjson.loads(raw)["error"]["message"]
+
+
 @pytest.mark.parametrize("status,ctype,body", [
     (500, "text/html", b"Traceback (most recent call last):\n  File secret.py\nKeyError: 'db_password'"),
     (200, "text/html", b"<html>oops</html>"),
@@ -954,15 +976,18 @@ def test_rest_request_log_line_carries_binding_task_and_context(h: Harness, capl
     try:
         h.rest("POST", "/message:send", json=message(), headers=V1)
         h.rest("POST", "/tasks/t-8:cancel", headers=V1)
-        wait_until(lambda: len([r for r in dict.fromkeys(caplog.records) if r.getMessage() == "request"]) >= 2)
+        follow_up = {"message": {"messageId": "m-9", "role": "ROLE_USER", "parts": [{"text": "x"}], "taskId": "t-8"}}
+        h.rest("POST", "/message:send", json=follow_up, headers=V1)  # names no context
+        wait_until(lambda: len([r for r in dict.fromkeys(caplog.records) if r.getMessage() == "request"]) >= 3)
     finally:
         logger.removeHandler(caplog.handler)
         logger.setLevel(old_level)
     lines = [rec for rec in dict.fromkeys(caplog.records) if rec.getMessage() == "request"]
-    send, cancel = lines[-2], lines[-1]
+    send, cancel, refused = lines[-3:]
     assert (send.binding, send.method, send.task_id, send.context_id, send.outcome) == (
         "rest", "SendMessage", "t-8", "c-8", "ok")
     assert (cancel.binding, cancel.method, cancel.task_id) == ("rest", "CancelTask", "t-8")
+    assert (refused.outcome, refused.task_id, refused.context_id) == ("rejected", "t-8", "c-8")  # from the ledger
     wait_until(lambda: h.metric("a2a_gateway_requests_total", binding="rest", method="SendMessage", outcome="ok") == 1)
     wait_until(lambda: h.metric("a2a_gateway_requests_total", binding="rest", method="CancelTask", outcome="ok") == 1)
 
@@ -1070,3 +1095,56 @@ def test_rest_path_with_doubled_slashes_is_still_guarded(h: Harness) -> None:
     assert r.status_code == 400
     assert_status_error(orjson.loads(raw), 400, "TASK_NOT_CANCELABLE", task_id="t-5")
     assert forwarded(h)[-1] == ("GET", "/tasks/t-5")  # only the setup reached the worker
+
+
+# ------------------------------------------------------------------------------ no road around (hostile trial)
+
+@pytest.mark.parametrize("path", ["/rest/%6Dessage:send", "/rest/message:s%65nd", "/rest%2Fmessage:send"])
+def test_rest_path_with_percent_encoded_letters_is_guarded_as_the_worker_reads_it(h: Harness, path: str) -> None:
+    """Most servers route on the decoded path: ``/rest/%6Dessage:send`` is a send to them, so
+    it is one to the gateway too — a follow-up to a terminal task is refused here."""
+    rest_get_completed(h, "t-5", base="/rest")
+    r, raw = h.rest("POST", path, json=message(task_id="t-5"), headers=V1)
+    assert r.status_code == 400
+    assert_status_error(orjson.loads(raw), 400, "UNSUPPORTED_OPERATION", task_id="t-5")
+    assert forwarded(h) == [("GET", "/rest/tasks/t-5")]  # only the setup reached the worker
+
+
+@pytest.mark.parametrize("body", [
+    {"message": {"message_id": "m", "role": "ROLE_USER", "parts": [{"text": "x"}], "task_id": "t-5"}},
+    {"request": {"message_id": "m", "role": "ROLE_USER", "content": [{"text": "x"}], "task_id": "t-5"},
+     "configuration": {}},
+], ids=["v1.0-proto-field-names", "v0.3-proto-request"])
+def test_rest_send_naming_its_task_by_proto_field_names_is_checked(h: Harness, body: dict[str, Any]) -> None:
+    """ProtoJSON parsers accept ``task_id`` as well as ``taskId``, and a2a-sdk's v0.3 REST
+    transport sends ``{"request": {…, "task_id"}}``: the gateway reads the task either way."""
+    path = "/v1/message:send" if "request" in body else "/message:send"
+    rest_get_completed(h, "t-5", base="/v1" if "request" in body else "", headers={} if "request" in body else V1)
+    r, raw = h.rest("POST", path, json=body, headers={} if "request" in body else V1)
+    assert r.status_code == 400, raw
+    assert forwarded(h)[-1][0] == "GET"  # the send never reached the worker
+
+
+def test_rest_task_with_a_stray_kind_is_still_judged(h: Harness) -> None:
+    """``"kind": "message"`` on a GetTask answer does not hide its state from the engine."""
+    rest_get_completed(h, "t-5")
+    h.worker.on_path("GET", "/tasks/t-5", json_body=task("t-5", "TASK_STATE_WORKING", kind="message"))
+    r, raw = h.rest("GET", "/tasks/t-5", headers=V1)
+    doc = orjson.loads(raw)
+    assert doc["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert doc["metadata"][CORRECTED_KEY]["reason"] == "terminal_regression"
+
+
+def test_rest_get_of_an_id_with_colons_is_judged(h: Harness) -> None:
+    rest_get_completed(h, "urn:uuid:t-7")
+    h.worker.on_path("GET", "/tasks/urn:uuid:t-7", json_body=task("urn:uuid:t-7", "TASK_STATE_WORKING"))
+    r, raw = h.rest("GET", "/tasks/urn:uuid:t-7", headers=V1)
+    assert orjson.loads(raw)["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def test_rest_v03_transport_failure_is_in_the_v03_form(make_harness: Any) -> None:
+    h = make_harness(upstream={"url": f"http://127.0.0.1:{free_port()}/"})
+    r, raw = h.rest("GET", "/v1/tasks/t-1")
+    assert r.status_code == 502
+    doc = orjson.loads(raw)
+    assert (doc["code"], doc["type"]) == (-32603, "InternalError") and "upstream error" in doc["message"]
