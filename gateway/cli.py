@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="a2a-gateway",
         description="A2A gateway: a reverse proxy for A2A (Agent2Agent) workers that keeps "
-        "task state true (one normalization boundary, absorbing terminal states, metrics).",
+        "task state true (one normalization boundary, absorbing terminal states, metrics) on "
+        "both bindings, JSON-RPC and REST (HTTP+JSON), v1.0 and v0.3.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -57,7 +58,11 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the gateway",
                            description="Run the gateway. Give --config FILE, or --upstream URL "
-                           "for the no-file sidecar form (one worker mounted at /).")
+                           "for the no-file sidecar form (one worker mounted at /). It serves "
+                           "the worker's Agent Card rewritten to point at itself, guards "
+                           "JSON-RPC and REST alike, and answers GET /healthz, /readyz and "
+                           "/metrics itself; logs are JSON lines on stderr; SIGHUP reloads "
+                           "--config.")
     source = serve.add_mutually_exclusive_group()
     source.add_argument("--config", metavar="FILE", default=_env("CONFIG"),
                         help="YAML configuration file [A2A_GATEWAY_CONFIG]")
