@@ -16,7 +16,11 @@ e. ``SendMessage "ask ..."`` -> INPUT_REQUIRED, ``SubscribeToTask`` and print
    question on the same task -> COMPLETED;
 f. the same send + get with a **v0.3** client, checking on the wire that it
    sends ``message/send`` / ``tasks/get`` with ``A2A-Version: 0.3`` and gets
-   the v0.3 state ``completed`` back.
+   the v0.3 state ``completed`` back;
+g. the **REST** (HTTP+JSON) binding: send + get over ``.../rest``, then a
+   follow-up message to that completed task, which must fail with
+   ``UnsupportedOperationError`` (through the gateway it is the gateway's own
+   refusal: its message says a retry must start a new task).
 
 Why the card URLs are rewritten
 -------------------------------
@@ -72,6 +76,7 @@ from a2a.client import (
 )
 from a2a.compat.v0_3.versions import is_legacy_version
 from a2a.helpers import get_artifact_text, new_text_message
+from a2a.utils.errors import UnsupportedOperationError
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -196,7 +201,7 @@ class WireRecorder:
         record.content_type = response.headers.get('content-type', '')
         # Only plain JSON bodies are read here: reading an SSE body in a hook
         # would buffer the whole (possibly endless) stream.
-        if record.content_type.startswith('application/json'):
+        if record.content_type.startswith(('application/json', 'application/a2a+json')):
             await response.aread()
             with contextlib.suppress(ValueError):
                 record.body = response.json()
@@ -374,11 +379,12 @@ class _Demo:
         lines = []
         for rec in self.wire.records[start:]:
             state = None
-            if isinstance(rec.body, dict) and isinstance(
-                rec.body.get('result'), dict
-            ):
-                result = rec.body['result']
-                state = (result.get('status') or {}).get('state')
+            body = rec.body if isinstance(rec.body, dict) else {}
+            result = body.get('result', body)  # JSON-RPC envelope, or a bare REST answer
+            if isinstance(result, dict):
+                task = result.get('task', result)  # {"task": …} (SendMessage) or a Task
+                if isinstance(task, dict) and isinstance(task.get('status'), dict):
+                    state = task['status'].get('state')
             lines.append(
                 f'    wire: {rec.http_method} {urlsplit(rec.url).path} '
                 f'method={rec.rpc_method} '
@@ -481,6 +487,11 @@ async def run_demo(
                 'f',
                 'SendMessage + GetTask with a v0.3 client',
                 lambda: _step_f(demo, http, card),
+            )
+            await demo.step(
+                'g',
+                'SendMessage + GetTask over REST, then a refused follow-up',
+                lambda: _step_g(demo, http, card),
             )
         finally:
             await blocking.close()
@@ -686,6 +697,46 @@ async def _step_f(
     _expect(got.status.state == TaskState.TASK_STATE_COMPLETED, 'not COMPLETED')
 
 
+async def _step_g(
+    demo: _Demo, http: httpx.AsyncClient, card: AgentCard
+) -> None:
+    client = await create_client(
+        card,
+        ClientConfig(
+            streaming=False,
+            supported_protocol_bindings=['HTTP+JSON'],
+            httpx_client=http,
+        ),
+    )
+    start = len(demo.wire.records)
+    try:
+        task = await _single_task(client, _user_message('over rest'))
+        demo.say(f'    send: task {task.id} {_state(task)}')
+        got = await client.get_task(GetTaskRequest(id=task.id))
+        demo.say(f'    get:  task {got.id} {_state(got)}')
+        follow_up = _user_message(
+            'one more', task_id=task.id, context_id=task.context_id
+        )
+        refusal = ''
+        try:
+            await _single_task(client, follow_up)
+        except UnsupportedOperationError as exc:
+            refusal = str(exc)
+        demo.say(f'    follow-up refused: {refusal or "NOT refused"}')
+    finally:
+        await client.close()
+    for line in demo.wire_lines_since(start):
+        demo.say(line)
+    paths = [urlsplit(r.url).path for r in demo.wire.records[start:]]
+    _expect(
+        all(p.endswith(('/rest/message:send', f'/rest/tasks/{task.id}')) for p in paths),
+        f'REST paths on wire {paths}',
+    )
+    _expect(task.status.state == TaskState.TASK_STATE_COMPLETED, 'not COMPLETED')
+    _expect(got.status.state == TaskState.TASK_STATE_COMPLETED, 'not COMPLETED')
+    _expect(bool(refusal), 'the follow-up to a completed task was not refused')
+
+
 # --------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------
@@ -702,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         description=(
-            'Drive real a2a-sdk clients (v1.0 and v0.3 JSON-RPC) through '
+            'Drive real a2a-sdk clients (v1.0 and v0.3 JSON-RPC, v1.0 REST) through '
             'send, stream, get, cancel and subscribe against an A2A base URL '
             '(normally the gateway in front of demo.worker).'
         ),

@@ -229,8 +229,8 @@ def summarize_metrics(text: str) -> list[str]:
     families = parse_metrics(text)
     out: list[str] = []
 
-    out.append('  requests by method and outcome:')
-    out += _table(_grouped(families, 'a2a_gateway_requests', ('method', 'outcome')))
+    out.append('  requests by binding, method and outcome:')
+    out += _table(_grouped(families, 'a2a_gateway_requests', ('binding', 'method', 'outcome')))
 
     out.append('  SSE events received from the worker, by kind:')
     out += _table(_grouped(families, 'a2a_gateway_sse_events', ('kind',)))
