@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import time
-from urllib.parse import parse_qsl
 from collections.abc import AsyncIterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
@@ -58,9 +58,13 @@ class ProxyApp:
 
     def _is_jsonrpc(self, route: ProxyRoute) -> bool:
         """A POST to the mount's ``jsonrpc_path``, or to a path its served card advertises
-        JSON-RPC at: a client that follows the card is guarded there too."""
+        JSON-RPC at: a client that follows the card is guarded there too. Compared in any
+        letter case and with a doubled ``/`` as one, as some workers' routers read paths."""
         path = route.path.rstrip("/")
         if path == route.upstream.jsonrpc_path.rstrip("/"):
+            return True  # the hot path: as configured, exactly
+        path = _single_slashes(path).lower()  # as a slash-merging, case-blind router reads it
+        if path == route.upstream.jsonrpc_path.rstrip("/").lower():
             return True
         return path in self.rt.card_cache(route.upstream).jsonrpc_paths()
 
@@ -92,26 +96,23 @@ class ProxyApp:
 
 
 def _rest_call(method: str, route: ProxyRoute, scope: Scope) -> RestCall | None:
-    """The REST operation a request is, read as the worker may read it: on its raw path, then
-    — because most servers route on the decoded path — on the percent-decoded one
-    (``/rest/%6Dessage:send``, an encoded ``:``); a doubled ``/`` is read as one. The client's
-    version is its ``A2A-Version`` header, else the ``A2A-Version`` query parameter
-    (docs/protocol.md §1.5, §5)."""
+    """The REST operation a request is, read as the worker may read it (docs/protocol.md
+    §1.5): on its raw path and — because most servers route on the decoded path — on the
+    percent-decoded one (``/rest/%6Dessage:send``, an encoded ``:``), the decoded reading
+    winning when the two differ; a doubled ``/`` is read as one. The call keeps the query
+    parameters the gateway's own calls must carry (``tenant``, ``A2A-Version``)."""
     if method not in _REST_METHODS:
         return None
-    version = None
-    for name, value in scope["headers"]:
-        if name.lower() == b"a2a-version":
-            version = value.decode("latin-1")
-    if version is None and b"a2a-version=" in scope.get("query_string", b"").lower():
-        for key, value in parse_qsl(scope["query_string"].decode("latin-1")):
-            if key.lower() == "a2a-version":
-                version = value
+    query = scope.get("query_string", b"")
+    version = rest.client_version(scope["headers"], query)
     raw = route.raw_path or route.path
     call = rest.match(method, _single_slashes(raw), version)
-    if call is None and route.raw_path is not None and "%" in raw:
-        call = rest.match(method, _single_slashes(route.path), version, decoded=True)
-    return call
+    if route.raw_path is not None and "%" in raw:
+        decoded = rest.match(method, _single_slashes(route.path), version, decoded=True)
+        if decoded is not None and (call is None or decoded.operation is not call.operation):
+            call = decoded
+    carried = rest.carried_query(query)
+    return dataclasses.replace(call, query=carried) if call is not None and carried else call
 
 
 def _single_slashes(path: str) -> str:

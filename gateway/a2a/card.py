@@ -125,12 +125,13 @@ def _top_level_transport(doc: dict[str, Any]) -> object:
 
 
 def binding_label(binding: object) -> str:
-    """A metric label for a binding: the core ones upper-cased (``GRPC``), a custom URI as
-    written, ``unspecified`` when the interface names none."""
+    """A bounded metric label for a binding (docs/architecture.md, convention 10): the core
+    ones upper-cased (``GRPC``), ``other`` for a custom URI (the worker's card writes it:
+    never a label), ``unspecified`` when the interface names none."""
     if not isinstance(binding, str) or not binding:
         return "unspecified"
     upper = binding.upper()
-    return upper if upper in (*GUARDED_BINDINGS, "GRPC") else binding
+    return upper if upper in (*GUARDED_BINDINGS, "GRPC") else "other"
 
 
 def _legacy_version(iface: dict[str, Any]) -> bool:
@@ -234,8 +235,9 @@ def jsonrpc_paths(doc: dict[str, Any], upstream_url: str) -> frozenset[str]:
     """The paths below the mount at which the card advertises JSON-RPC (v1.0
     ``supportedInterfaces`` with ``protocolBinding`` JSONRPC, the v0.3 ``url`` when its
     ``preferredTransport`` is JSONRPC or absent, v0.3 ``additionalInterfaces``), without a
-    trailing ``/`` (``""`` for the mount itself): the served card sends clients there, so the
-    gateway guards them as JSON-RPC endpoints whatever ``jsonrpc_path`` says."""
+    trailing ``/`` and in lower case (``""`` for the mount itself): the served card sends
+    clients there, so the gateway guards them as JSON-RPC endpoints whatever
+    ``jsonrpc_path`` says."""
     upstream_path = urlsplit(upstream_url).path
     urls: list[object] = []
     if str(doc.get("preferredTransport") or "JSONRPC").upper() == "JSONRPC":
@@ -245,7 +247,7 @@ def jsonrpc_paths(doc: dict[str, Any], upstream_url: str) -> frozenset[str]:
         for iface in entries if isinstance(entries, list) else []:
             if isinstance(iface, dict) and str(iface.get(key) or "").upper() == "JSONRPC":
                 urls.append(iface.get("url"))
-    return frozenset(_below(u, upstream_path).rstrip("/") for u in urls if isinstance(u, str))
+    return frozenset(_below(u, upstream_path).rstrip("/").lower() for u in urls if isinstance(u, str))
 
 
 def rewrite_card(doc: dict[str, Any], *, upstream_url: str, public_base: str,

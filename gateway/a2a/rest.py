@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import parse_qsl, quote, unquote
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
@@ -35,8 +35,9 @@ _OP_PATTERNS: tuple[tuple[str, str, Operation | None], ...] = (
     ("GET", r"/extendedAgentCard", Operation.EXTENDED_CARD),
     ("GET", r"/card", Operation.EXTENDED_CARD),  # v0.3 only: /v1/card
 )
-_COMPILED = tuple(
-    (frozenset(methods.split()), re.compile(r"(?P<base>(?:/[^/]+)*?)(?P<v1>/v1)?" + tail), op, tail)
+_COMPILED = tuple(  # any letter case: express (the @a2a-js/sdk server) routes case-insensitively
+    (frozenset(methods.split()),
+     re.compile(r"(?P<base>(?:/[^/]+)*?)(?P<v1>/v1)?" + tail, re.IGNORECASE), op, tail)
     for methods, tail, op in _OP_PATTERNS
 )
 _PUSH_OPS = {
@@ -113,6 +114,9 @@ class RestCall:
     base: str
     task_id: str | None = None
     config_id: str | None = None
+    query: str = ""
+    """Query parameters of the client's request the gateway's own calls carry on
+    (:func:`carried_query`: ``tenant``, ``A2A-Version``), raw."""
 
     @property
     def streaming(self) -> bool:
@@ -127,11 +131,13 @@ class RestCall:
     def task_get_target(self, task_id: str) -> str:
         """The path and query of the gateway's ``GetTask`` probe for ``task_id``, asking for
         no history (docs/protocol.md §1.3)."""
-        return self.target(f"/tasks/{quote(task_id, safe='')}?historyLength=0")
+        carried = f"&{self.query}" if self.query else ""
+        return self.target(f"/tasks/{quote(task_id, safe='')}?historyLength=0{carried}")
 
     def subscribe_target(self, task_id: str) -> str:
         """The path of ``SubscribeToTask`` for ``task_id`` (sent as POST: SPEC §11.3.2)."""
-        return self.target(f"/tasks/{quote(task_id, safe='')}:subscribe")
+        carried = f"?{self.query}" if self.query else ""
+        return self.target(f"/tasks/{quote(task_id, safe='')}:subscribe{carried}")
 
 
 def match(http_method: str, path: str, a2a_version: str | None = None, *,
@@ -142,9 +148,13 @@ def match(http_method: str, path: str, a2a_version: str | None = None, *,
         http_method: the request method (``GET``, ``POST``, ``DELETE``).
         path: the raw (percent-encoded) path below the mount, starting with ``/``; with
             ``decoded``, the path already percent-decoded (its ids are taken as they are).
+            The operation is read in any letter case and with or without a trailing ``/``,
+            as the workers' routers read it (docs/protocol.md §1.5).
         a2a_version: the ``A2A-Version`` header, if any (decides what a ``/v1`` segment is).
     """
     ids = _as_is if decoded else unquote
+    if len(path) > 1 and path.endswith("/"):  # non-strict routers take /message:send/ too
+        path = path[:-1]
     for methods, pattern, op, tail in _COMPILED:
         m = pattern.fullmatch(path)
         if m is None or http_method not in methods:
@@ -161,6 +171,33 @@ def match(http_method: str, path: str, a2a_version: str | None = None, *,
         version = ProtocolVersion.V0_3 if v03 else ProtocolVersion.V1_0
         return RestCall(op, version, base, task_id, config_id)
     return None
+
+
+_CARRIED = ("tenant", "a2a-version")
+
+
+def client_version(headers: list[tuple[bytes, bytes]], query: bytes) -> str | None:
+    """The client's A2A version: its first ``A2A-Version`` header, else an ``A2A-Version``
+    query parameter (docs/protocol.md §5), else ``None`` (which means 0.3)."""
+    for name, value in headers:
+        if name.lower() == b"a2a-version":
+            return value.decode("latin-1")
+    if b"a2a-version=" in query.lower():
+        for key, value in parse_qsl(query.decode("latin-1")):
+            if key.lower() == "a2a-version":
+                return value
+    return None
+
+
+def carried_query(query: bytes) -> str:
+    """The query parameters the gateway's own calls for a REST request keep (raw, in order):
+    ``tenant`` (@a2a-js/sdk reads the tenant there when the path has none) and
+    ``A2A-Version``; ``""`` for none."""
+    if not query:
+        return ""
+    kept = [part for part in query.decode("latin-1").split("&")
+            if part.split("=", 1)[0].lower() in _CARRIED]
+    return "&".join(kept)
 
 
 def _as_is(text: str) -> str:

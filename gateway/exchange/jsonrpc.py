@@ -81,7 +81,6 @@ class JsonRpcExchange(RequestExchange):
         super().__init__(ex, req.params, summary, card, policy, rewrite_card)
         self.req = req
         self.body = body
-        self.info = info
         self.streaming = info.streaming
 
     # --- requests to the worker ----------------------------------------------------------------
@@ -128,6 +127,9 @@ class JsonRpcExchange(RequestExchange):
         doc = decode_answer(answer)
         fixed = yield from self.client_id(doc)
         return fixed, fixed is not doc
+
+    def decode_own(self, answer: Answer) -> dict[str, Any]:
+        return decode_answer(answer)  # the probe's own id, never the client's
 
     def error_code(self, answer: Answer, error: Any) -> object:
         return error.get("code") if isinstance(error, dict) else None

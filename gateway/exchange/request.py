@@ -123,6 +123,15 @@ class RequestExchange:
         """
         raise NotImplementedError
 
+    def decode_own(self, answer: Answer) -> dict[str, Any]:
+        """The worker's answer to a request of the gateway's own (its ``GetTask`` probe), as
+        :meth:`decode` reads it but with no check that concerns the client (its id).
+
+        Raises:
+            UpstreamError: as :meth:`decode`.
+        """
+        raise NotImplementedError
+
     def error_code(self, answer: Answer, error: Any) -> object:
         """The A2A / JSON-RPC code of a worker error (for the terminal-task rewrite)."""
         raise NotImplementedError
@@ -256,7 +265,7 @@ class RequestExchange:
         task = None
         try:
             answer = yield self.probe_request(task_id)
-            doc, _ = yield from self.decode(answer)
+            doc = self.decode_own(answer)
         except UpstreamError as exc:
             yield Count("upstream_errors", (exc.reason,))
             doc = {}
@@ -279,8 +288,8 @@ class RequestExchange:
     def answer(self, answer: Answer) -> Steps:
         """Judge a buffered worker answer and send it to the client (also a streaming request
         answered with plain JSON, F09)."""
-        if answer.status in (401, 403, 404):  # may mean a changed card: re-check admission
-            yield MarkCardStale()
+        if answer.status in (401, 403) or (answer.status == 404 and not answer.json):
+            yield MarkCardStale()  # may mean a changed card (a REST 404 in JSON is TaskNotFound)
         if 400 <= answer.status < 500 and not answer.json:
             self.summary.outcome = "upstream_status"
             yield Respond(answer.status, answer.content, "raw", answer)

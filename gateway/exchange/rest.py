@@ -109,17 +109,21 @@ class RestExchange(RequestExchange):
         return Respond(exc.http_status, jsonrpc.dumps(body))
 
     def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
-        """HTTP 2xx: ``{"result": <body>}`` (``None`` for an empty body); HTTP 4xx/5xx with a
-        ``google.rpc.Status`` object: ``{"error": <body>}``.
+        """HTTP 2xx: ``{"result": <body>}`` (``None`` for an empty body); HTTP 4xx with a JSON
+        body, or 5xx with an A2A error body (a ``google.rpc.Status``, or the v0.3
+        ``{code, message, type}``): ``{"error": <body>}``.
 
         Raises:
-            UpstreamError: a body that is not JSON (``invalid_response``; ``status`` for
-                HTTP 5xx), or an error status without a ``google.rpc.Status`` object.
+            UpstreamError: a redirect or a body that is not JSON (``status`` for HTTP 3xx and
+                5xx, else ``invalid_response``), or a 5xx that is no A2A error (``status``).
         """
         yield from ()  # nothing to report: REST has no ids to fix
+        return self.decode_own(answer), False
+
+    def decode_own(self, answer: Answer) -> dict[str, Any]:
         content = answer.content
         if answer.status < 300 and not content.strip():
-            return {"result": None}, False
+            return {"result": None}
         if 300 <= answer.status < 400:  # relayed, it would send the client round the gateway
             raise UpstreamError("status", f"worker answered HTTP {answer.status}, a redirect; the "
                                           "gateway neither follows nor relays it (is the REST path right?)")
@@ -129,10 +133,12 @@ class RestExchange(RequestExchange):
             reason = "status" if answer.status >= 500 else "invalid_response"
             raise UpstreamError(reason, f"worker answered HTTP {answer.status} with a body that is not JSON") from None
         if answer.status < 300:
-            return {"result": doc}, False
-        if answer.status >= 500 and not (isinstance(doc, dict) and isinstance(doc.get("error"), dict)):
+            return {"result": doc}
+        a2a_error = isinstance(doc, dict) and (isinstance(doc.get("error"), dict)
+                                               or rest.error_code(0, doc) is not None)
+        if answer.status >= 500 and not a2a_error:
             raise UpstreamError("status", f"worker answered HTTP {answer.status}")
-        return {"error": doc}, False
+        return {"error": doc}
 
     def error_code(self, answer: Answer, error: Any) -> object:
         return rest.error_code(answer.status, error)

@@ -25,7 +25,7 @@ from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
 
 _JSON_BODY = (Operation.SEND, Operation.STREAM, Operation.PUSH_CREATE)
-_BODILESS = ("GET", "HEAD", "DELETE")
+_BODILESS = ("GET", "DELETE")
 
 
 class RestHandler(ExchangeHandler):

@@ -65,7 +65,7 @@ def test_guarded_bindings_are_jsonrpc_and_http_json_in_any_case(binding: Any, gu
 
 
 @pytest.mark.parametrize(("binding", "label"), [
-    ("grpc", "GRPC"), ("GRPC", "GRPC"), ("urn:example:websocket", "urn:example:websocket"),
+    ("grpc", "GRPC"), ("GRPC", "GRPC"), ("urn:example:websocket", "other"),
     (None, "unspecified"), ("", "unspecified")])
 def test_binding_labels(binding: Any, label: str) -> None:
     assert binding_label(binding) == label
@@ -78,7 +78,7 @@ def test_v10_unguarded_interfaces_are_dropped_by_default() -> None:
         {"url": PUBLIC, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
         {"url": PUBLIC + "rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}]
     assert unguarded_interfaces(served) == {}
-    assert unguarded_interfaces(card) == {"GRPC": 1, "urn:example:websocket": 1}
+    assert unguarded_interfaces(card) == {"GRPC": 1, "other": 1}
 
 
 def test_v10_unguarded_interfaces_are_kept_untouched_on_request() -> None:
@@ -89,7 +89,7 @@ def test_v10_unguarded_interfaces_are_kept_untouched_on_request() -> None:
         {"url": PUBLIC, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
         {"url": PUBLIC + "rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
         CUSTOM]  # the custom binding's URL names the worker's path, and stays as it was
-    assert unguarded_interfaces(served) == {"GRPC": 1, "urn:example:websocket": 1}
+    assert unguarded_interfaces(served) == {"GRPC": 1, "other": 1}
 
 
 def test_lower_case_guarded_bindings_are_rewritten_not_dropped() -> None:

@@ -118,6 +118,21 @@ class TestPercentEncoding:
         assert call.task_get_target("t/1") == "/ac%20me/tasks/t%2F1?historyLength=0"
 
 
+class TestAsTheWorkersRoutersReadIt:
+    """Letter case and one trailing ``/`` do not hide an operation: express (the @a2a-js/sdk
+    server) routes case-insensitively and non-strictly (docs/protocol.md §1.5); ids keep
+    their case."""
+
+    @pytest.mark.parametrize(("verb", "path", "op", "tid"), [
+        ("POST", "/Message:Send", Operation.SEND, None), ("POST", "/message:send/", Operation.SEND, None),
+        ("GET", "/tasks/", Operation.LIST, None), ("GET", "/tasks/T-1/", Operation.GET, "T-1"),
+        ("POST", "/rest/TASKS/Ab:CANCEL", Operation.CANCEL, "Ab"),
+        ("GET", "/V1/Tasks/t-1", Operation.GET, "t-1")])
+    def test_case_and_a_trailing_slash(self, verb, path, op, tid):
+        call = match(verb, path, None)
+        assert call is not None and (call.operation, call.task_id) == (op, tid)
+
+
 class TestIdsWithColons:
     """A GET of ``/tasks/{id}`` takes any id without ``/`` (``urn:uuid:…``, as SDK clients
     send them unencoded): the workers' routers read ``GET /tasks/t-1:cancel`` as the task
@@ -149,10 +164,10 @@ class TestNotRest:
         assert match(verb, "/acme" + path, None) is None
 
     @pytest.mark.parametrize("path", [
-        "/", "", "/message", "/message:frobnicate", "/messages:send", "/message:send/", "/tasks/",
-        "/tasks/t-1/", "/tasks/t-1/artifacts", "/tasks/t-1:cancel/x",
+        "/", "", "/message", "/message:frobnicate", "/messages:send",
+        "/tasks/t-1/artifacts", "/tasks/t-1:cancel/x",
         "/tasks/t-1/pushNotificationConfigs/p-1/x", "/.well-known/agent-card.json", "/v1", "/v1/",
-        "//message:send", "/acme//message:send", "/tasks//pushNotificationConfigs", "/Message:Send",
+        "//message:send", "/acme//message:send", "/tasks//pushNotificationConfigs",
         "message:send",
     ])
     @pytest.mark.parametrize("verb", ["GET", "POST", "DELETE"])

@@ -172,19 +172,17 @@ def test_unguarded_v10_interfaces_kept_on_request_are_untouched_warned_and_gauge
         {"url": "https://gw.example.net/a2a/tock/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
         GRPC_IFACE, WS_IFACE]
     assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker", binding="GRPC") == 1
-    assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker",
-                    binding="urn:example:websocket") == 1
+    assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker", binding="other") == 1
     assert h.metric("a2a_gateway_card_fetches_total", outcome="not_modified") >= 2
     [warning] = gateway_warnings("card_unguarded_interfaces")
     assert (warning.upstream, warning.bindings, warning.reason) == (  # type: ignore[attr-defined]
-        "worker", ["GRPC", "urn:example:websocket"], "keep")
+        "worker", ["GRPC", "other"], "keep")
     # the worker stops advertising gRPC: the gauge follows the new card
     h.worker.default_card = {**card, "supportedInterfaces": [*TOCK_CARD["supportedInterfaces"], WS_IFACE]}
     cache.mark_stale()
     h.http.get(h.gateway.url + CARD_PATH)
     assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker", binding="GRPC") == 0
-    assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker",
-                    binding="urn:example:websocket") == 1
+    assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker", binding="other") == 1
     assert len(gateway_warnings("card_unguarded_interfaces")) == 2  # once per card
 
 

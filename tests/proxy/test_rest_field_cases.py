@@ -1148,3 +1148,80 @@ def test_rest_v03_transport_failure_is_in_the_v03_form(make_harness: Any) -> Non
     assert r.status_code == 502
     doc = orjson.loads(raw)
     assert (doc["code"], doc["type"]) == (-32603, "InternalError") and "upstream error" in doc["message"]
+
+
+# ------------------------------------------------------------------------------ review findings
+
+def test_the_gateways_own_probe_is_no_id_mismatch(h: Harness) -> None:
+    """The probe's answer carries the probe's id, not the client's: never a divergence."""
+    h.worker.on("SendMessage", json_error={"code": -32001, "message": "no such task"})
+    h.worker.on("GetTask", json_result=task("t-5", "TASK_STATE_WORKING"))
+    r = h.rpc({"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {"message": {
+        "messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}], "taskId": "t-5"}}}, headers=V1)
+    assert r.json()["error"]["code"] == -32001 and len(h.worker.calls("GetTask")) == 1
+    assert h.divergences("jsonrpc_id_mismatch") == 0
+
+
+def test_rest_probe_and_resubscribe_carry_the_clients_tenant_and_version_query(h: Harness) -> None:
+    """@a2a-js/sdk reads the tenant from ``?tenant=``, and a client may give its version as
+    ``?A2A-Version=``: the gateway's own calls on that request keep both."""
+    h.worker.on_path("POST", "/message:stream", sse=[Data({"task": task("t-9", "TASK_STATE_WORKING")})])
+    h.worker.on_path("GET", "/tasks/t-9", json_body=task("t-9", "TASK_STATE_WORKING"))
+    h.worker.on_path("POST", "/tasks/t-9:subscribe", sse=[
+        Data({"task": task("t-9", "TASK_STATE_WORKING")}), Data(status_update("t-9", "TASK_STATE_COMPLETED"))])
+    _, raw = h.rest("POST", "/message:stream?tenant=acme&A2A-Version=1.0&x=1", json=message(), headers=SSE_ACCEPT)
+    assert events(raw)[-1] == status_update("t-9", "TASK_STATE_COMPLETED")
+    [probe] = worker_saw(h, "GET", "/tasks/t-9")
+    [sub] = worker_saw(h, "POST", "/tasks/t-9:subscribe")
+    assert probe.query == "historyLength=0&tenant=acme&A2A-Version=1.0"
+    assert sub.query == "tenant=acme&A2A-Version=1.0"
+
+
+def test_rest_v03_worker_500_in_the_v03_form_is_its_error_not_a_502(h: Harness) -> None:
+    body = {"code": -32603, "message": "worker broke", "type": "InternalError"}
+    h.worker.on_path("GET", "/v1/tasks/t-1", json_body=body, status=500)
+    r, raw = h.rest("GET", "/v1/tasks/t-1")
+    assert r.status_code == 500 and orjson.loads(raw) == body
+    assert h.metric("a2a_gateway_upstream_errors_total") == 0
+
+
+def test_rest_encoded_colon_is_read_as_the_decoding_worker_reads_it(h: Harness) -> None:
+    """``GET /tasks/t-5%3Asubscribe`` is a subscribe to a worker that routes the decoded path:
+    for a terminal task the gateway refuses it instead of reading a GetTask of 't-5:subscribe'."""
+    rest_get_completed(h, "t-5")
+    r, raw = h.rest("GET", "/tasks/t-5%3Asubscribe", headers={**V1, **SSE_ACCEPT})
+    assert r.status_code == 400
+    assert_status_error(orjson.loads(raw), 400, "UNSUPPORTED_OPERATION", task_id="t-5")
+
+
+@pytest.mark.parametrize("path", ["/Message:Send", "/message:send/", "/REST/message:SEND"])
+def test_rest_operation_in_another_letter_case_or_with_a_trailing_slash_is_guarded(h: Harness, path: str) -> None:
+    rest_get_completed(h, "t-5")
+    r, raw = h.rest("POST", path, json=message(task_id="t-5"), headers=V1)
+    assert r.status_code == 400 and forwarded(h) == [("GET", "/tasks/t-5")]
+
+
+def test_rest_task_not_found_does_not_revalidate_the_card(h: Harness) -> None:
+    h.worker.on_path("GET", "/tasks/t-0", json_body=status_body(404, "NOT_FOUND", "TASK_NOT_FOUND"), status=404)
+    before = len([r for r in h.worker.requests if "/.well-known/" in r.path])
+    h.rest("GET", "/tasks/t-0", headers=V1)
+    h.rest("POST", "/message:send", json=message(), headers=V1)  # an admission: would revalidate
+    assert len([r for r in h.worker.requests if "/.well-known/" in r.path]) == before
+
+
+def test_jsonrpc_path_in_another_case_or_with_doubled_slashes_is_guarded(make_harness: Any) -> None:
+    h = make_harness(upstream={"jsonrpc_path": "/a2a/jsonrpc"})
+    rpc_complete_at(h, "t-5", "/a2a/jsonrpc")
+    for path in ("/A2A/JSONRPC", "/a2a//jsonrpc"):
+        r = h.http.post(h.gateway.url + path, headers=V1, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                        "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}],
+                                               "taskId": "t-5"}}})
+        assert r.json()["error"]["code"] == -32004, path
+    assert h.worker.calls("SendMessage") == []
+
+
+def rpc_complete_at(h: Harness, tid: str, path: str) -> None:
+    h.worker.on("GetTask", json_result=task(tid, "TASK_STATE_COMPLETED"))
+    r = h.http.post(h.gateway.url + path, headers=V1,
+                    json={"jsonrpc": "2.0", "id": "s", "method": "GetTask", "params": {"id": tid}})
+    assert r.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
