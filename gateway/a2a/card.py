@@ -240,7 +240,7 @@ def jsonrpc_paths(doc: dict[str, Any], upstream_url: str) -> frozenset[str]:
     ``jsonrpc_path`` says."""
     upstream_path = urlsplit(upstream_url).path
     urls: list[object] = []
-    if str(doc.get("preferredTransport") or "JSONRPC").upper() == "JSONRPC":
+    if str(_top_level_transport(doc)).upper() == "JSONRPC":
         urls.append(doc.get("url"))
     for member, key in (("supportedInterfaces", "protocolBinding"), ("additionalInterfaces", "transport")):
         entries = doc.get(member)
