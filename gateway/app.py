@@ -221,7 +221,7 @@ def build_app(
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks)
-    http = UpstreamClient()
+    http = UpstreamClient(max_answer_bytes=config.limits.max_answer_bytes)
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
     runtime.apply_config(config)
     ready = {"value": False}

@@ -115,6 +115,9 @@ class LimitsConfig(_Frozen):
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     max_event_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    max_answer_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    """A worker answer read whole (unary answers, Agent Cards), counted after decompression;
+    past it the client gets a transport-class error (HTTP 502). Read at start-up."""
     post_terminal_drain_seconds: float = Field(default=2.0, ge=0)
 
 

@@ -206,7 +206,7 @@ class Driver:
                                              timeout=self.route.upstream.timeouts)
         self._responses.append(response)
         if response.status_code >= 300 or not is_event_stream(response.headers):
-            content = await response.aread()
+            content = await self.rt.client.read(response)
             return _answer(response.status_code, content, response.headers)
         if self._head_headers is None:
             self._head_headers = response.headers

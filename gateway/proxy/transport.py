@@ -297,6 +297,10 @@ class UpstreamAnswer:
     content: bytes
 
 
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The default bound on a worker answer read whole (``limits.max_answer_bytes``)."""
+
+
 class UpstreamClient:
     """Sends one request to a worker through :class:`AiohttpTransport` and returns the answer
     (:meth:`fetch`) or the streaming ``httpx.Response`` (:meth:`send`) — nothing more.
@@ -310,10 +314,14 @@ class UpstreamClient:
 
     Args:
         max_connections: the pool's bound on open connections to all upstreams.
+        max_answer_bytes: the bound on a whole answer read into memory (:meth:`fetch`,
+            :meth:`read`), counted after ``Content-Encoding`` is undone, so a compressed body
+            that inflates past it is cut off too (``limits.max_answer_bytes``).
     """
 
-    def __init__(self, max_connections: int = 1000) -> None:
+    def __init__(self, max_connections: int = 1000, *, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.transport = AiohttpTransport(max_connections)
+        self.max_answer_bytes = max_answer_bytes
 
     @property
     def in_flight(self) -> int:
@@ -361,22 +369,45 @@ class UpstreamClient:
             UpstreamError: the transport failed, or the body does not decode.
         """
         response = await self.transport.handle_async_request(_request(method, url, headers, timeout, content))
+        return UpstreamAnswer(response.status_code, response.headers, await self.read(response))
+
+    async def read(self, response: httpx.Response) -> bytes:
+        """The whole body of a response from :meth:`send`, decoded per its
+        ``Content-Encoding``, and close the response.
+
+        Raises:
+            UpstreamError: the transport failed, the body does not decode, or it is longer
+                than ``max_answer_bytes`` (``answer_too_large``, HTTP 502; nothing more is
+                read).
+        """
+        limit = self.max_answer_bytes
         stream = response.stream
-        if isinstance(stream, _Body) and not stream.encoded:  # the common case, in one read
-            try:
-                body = await stream.read()
-            finally:
-                await stream.aclose()  # (``response`` never leaves this method)
-        else:
-            try:
-                body = await response.aread()  # decoded by httpx per Content-Encoding
-            finally:
-                await response.aclose()
-        return UpstreamAnswer(response.status_code, response.headers, body)
+        try:
+            plain = isinstance(stream, _Body) and not stream.encoded
+            declared = response.headers.get("content-length", "")
+            if plain and declared.isdigit():
+                if int(declared) > limit:
+                    raise _too_large(limit)
+                return await stream.read()  # the common case, in one read
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in (stream if plain else response.aiter_bytes()):  # decoded by httpx
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            await response.aclose()
 
     async def aclose(self) -> None:
         """Close every pooled connection."""
         await self.transport.aclose()
+
+
+def _too_large(limit: int) -> UpstreamError:
+    return UpstreamError("answer_too_large",
+                         f"worker answer exceeds {limit} bytes (limits.max_answer_bytes)")
 
 
 def _request(

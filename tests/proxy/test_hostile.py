@@ -1011,3 +1011,45 @@ def test_rest_probe_url_over_the_upstream_clients_limit_is_no_500(h: Harness) ->
     resp = raw_http(h.gateway.port, request_bytes("POST", "/message:send", body, V1))
     assert resp.status == 404  # the probe failed: the worker's own answer is relayed, no 500
     no_leaks(h)
+
+
+# ------------------------------------------------------------------------------ worker answer size
+
+def test_worker_answer_over_the_cap_is_a_502_in_the_clients_binding(make_harness: Any) -> None:
+    """A whole worker answer past ``limits.max_answer_bytes`` is refused as a transport-class
+    error in the client's binding (JSON-RPC with its id, REST a Status), never taken in whole."""
+    h = make_harness(limits={"max_answer_bytes": 4096})
+    big = task("t-1", WORKING, metadata={"pad": "x" * 8192})
+    h.worker.on("GetTask", json_result=big)
+    r = h.rpc(rpc("r", "GetTask", {"id": "t-1"}), headers=V1)
+    assert r.status_code == 502 and r.json()["id"] == "r" and r.json()["error"]["code"] == -32603
+    assert "4096" in r.json()["error"]["message"]
+    h.worker.on_path("GET", "/tasks/t-1", json_body=big)
+    r = h.http.get(h.gateway.url + "/tasks/t-1", headers=V1)
+    assert r.status_code == 502 and r.json()["error"]["status"] == "UNAVAILABLE"
+    h.worker.on("SendStreamingMessage", json_result={"task": big})  # a stream answered with JSON
+    r, _ = h.stream(send_msg(2, method="SendStreamingMessage"), headers=V1)
+    assert r.status_code == 502
+    assert h.metric("a2a_gateway_upstream_errors_total", reason="answer_too_large") == 3
+    no_leaks(h)
+
+
+def test_gzip_bomb_is_cut_off_after_the_cap_not_inflated_whole(make_harness: Any) -> None:
+    """A small gzip body that inflates far past the cap (chunked, no length) is read only up
+    to the cap: 502, and the gateway's memory never holds the inflated body."""
+    h = make_harness(limits={"max_answer_bytes": 65536})
+    bomb = gzip.compress(b'{"jsonrpc":"2.0","id":1,"result":{"id":"t-1","metadata":"' + b"0" * 20_000_000)
+    assert len(bomb) < 64 * 1024
+    h.worker.on("GetTask", raw=(200, {"content-type": "application/json", "content-encoding": "gzip"}, bomb))
+    r = h.rpc(rpc(1, "GetTask", {"id": "t-1"}), headers=V1)
+    assert r.status_code == 502 and r.json()["id"] == 1
+    assert h.metric("a2a_gateway_upstream_errors_total", reason="answer_too_large") == 1
+    no_leaks(h)
+
+
+def test_agent_card_over_the_cap_is_never_cached(make_harness: Any) -> None:
+    h = make_harness(limits={"max_answer_bytes": 4096}, card={**default_card(), "description": "x" * 8192})
+    r = h.http.get(h.gateway.url + "/.well-known/agent-card.json")
+    assert r.status_code == 502
+    r = h.rpc(send_msg(1), headers=V1)  # a new task: no card, not admitted
+    assert r.status_code == 503 and r.json()["error"]["code"] == -32603
