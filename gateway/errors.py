@@ -14,7 +14,8 @@ they are :class:`~gateway.invariants.model.Finding` values (docs/architecture.md
     │   └── BadPathError         a path that would leave its mount (HTTP 400)
     ├── ProtocolError            a payload that breaks the A2A wire format
     │   ├── UnknownStateError    a taskState outside the spelling table: refused, never guessed
-    │   └── EventTooLargeError   an SSE event over ``limits.max_event_bytes``
+    │   ├── EventTooLargeError   an SSE event over ``limits.max_event_bytes``
+    │   └── UnencodableError     a JSON value nested deeper than the gateway can write
     └── TranscriptError          a replay transcript line is malformed
 
 ``BadPathError``, ``ProtocolError`` and ``TranscriptError`` are also ``ValueError``\\ s. Pure:
@@ -89,6 +90,11 @@ class UnknownStateError(ProtocolError):
 
 class EventTooLargeError(ProtocolError):
     """The SSE event being assembled passed the decoder's ``max_event_bytes`` cap (F09)."""
+
+
+class UnencodableError(ProtocolError):
+    """A JSON value the gateway had to write (a worker payload it changed) is nested deeper
+    than its encoders go; the payload is refused as an invalid agent response, never a 500."""
 
 
 class TranscriptError(GatewayError, ValueError):

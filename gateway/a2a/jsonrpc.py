@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from gateway.a2a.version import ProtocolVersion
+from gateway.errors import UnencodableError
 
 JsonId = str | int | float | None
 
@@ -167,7 +168,10 @@ def parse_request(body: bytes) -> Request | ParseFailure:
     except orjson.JSONDecodeError:
         return _fail(PARSE_ERROR, "Parse error: request body is not valid JSON", None)
     if isinstance(doc, dict) and isinstance(doc.get("id"), float):
-        doc = json.loads(body)  # keep integer ids beyond 64 bits exact (orjson makes floats)
+        try:
+            doc = json.loads(body)  # keep integer ids beyond 64 bits exact (orjson makes floats)
+        except RecursionError:  # too deep for the exact re-parse: keep orjson's reading
+            pass
     if isinstance(doc, list):
         return _fail(INVALID_REQUEST, "Invalid Request: batch requests are not supported", None)
     if not isinstance(doc, dict):
@@ -245,11 +249,19 @@ def error_response(
 
 def dumps(obj: Any) -> bytes:
     """Serialize a JSON value (UTF-8 bytes): orjson, or the standard library for what orjson
-    cannot write (integers beyond 64 bits, kept exact in client ids)."""
+    cannot write (integers beyond 64 bits, kept exact in client ids; nesting past orjson's
+    depth).
+
+    Raises:
+        UnencodableError: the value is nested deeper than either encoder goes.
+    """
     try:
         return orjson.dumps(obj)
     except orjson.JSONEncodeError:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+        try:
+            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+        except RecursionError:
+            raise UnencodableError("JSON value nested too deeply to write") from None
 
 
 def task_get_request(task_id: str, version: ProtocolVersion) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.payloads import locate
 from gateway.a2a.sse import Event
-from gateway.errors import LedgerError, UpstreamError
+from gateway.errors import LedgerError, UnencodableError, UpstreamError
 from gateway.exchange.commands import Answer, Count, Found, Loaded, Log, MarkCardStale, Open, Post, Respond
 from gateway.exchange.judge import Steps, clear_resync, judge, load
 from gateway.exchange.model import Policy, Summary
@@ -303,7 +303,7 @@ class RequestExchange:
             rewrite = yield from self.rewrite_error(self.error_code(answer, doc["error"]))
             if rewrite is None:
                 self.summary.outcome = "worker_error"
-                yield self.relay_error(answer, doc, changed)
+                yield self._encodable(answer, lambda: self.relay_error(answer, doc, changed))
             else:
                 code, message, task_id = rewrite
                 yield self.reply_error(answer, code, message, task_id=task_id)
@@ -321,7 +321,16 @@ class RequestExchange:
         if self.ex.operation is Operation.EXTENDED_CARD and self.rewrite_card is not None \
                 and isinstance(judged, dict):
             judged = self.rewrite_card(judged)
-        yield self.reply(answer, doc, changed, judged)
+        yield self._encodable(answer, lambda: self.reply(answer, doc, changed, judged))
+
+    def _encodable(self, answer: Answer, respond: Callable[[], Respond]) -> Respond:
+        """``respond()``, or — when the worker's payload, once changed, is nested too deeply
+        to write — a refusal as an invalid agent response (-32006), never a 500."""
+        try:
+            return respond()
+        except UnencodableError as exc:
+            self.summary.outcome = "invalid_agent_response"
+            return self.reply_error(answer, jsonrpc.INVALID_AGENT_RESPONSE, f"worker answer refused: {exc}")
 
     def rewrite_error(self, code: object) -> Generator[Any, Any, tuple[int, str, str] | None]:
         """F05 (c) / F15: a worker error (A2A ``code``) to an action on a task that is in fact

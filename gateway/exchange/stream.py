@@ -39,7 +39,7 @@ from gateway.a2a.payloads import Item, Kind, locate
 from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment
 from gateway.a2a.states import TaskState, UnknownStateError, normalize_state
 from gateway.a2a.version import ProtocolVersion
-from gateway.errors import EventTooLargeError, LedgerError, UpstreamError
+from gateway.errors import EventTooLargeError, LedgerError, UnencodableError, UpstreamError
 from gateway.exchange.commands import (
     ENDED,
     Answer,
@@ -230,7 +230,10 @@ class StreamExchange:
             yield Count("forced_gets", ("upstream_eof",))
             task, record = yield from self.owner.probe_task(task_id)
             if record is not None and record.terminal and isinstance(task, dict):
-                yield Emit(self.owner.result_frame(self.owner.snapshot(task)))
+                try:
+                    yield Emit(self.owner.result_frame(self.owner.snapshot(task)))
+                except UnencodableError as exc:
+                    yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker task refused: {exc}")
                 self.stream = dataclasses.replace(self.stream, terminal=True)
                 yield from self._done_after_cut("terminal_snapshot")
                 return Next.CLOSE
@@ -274,7 +277,11 @@ class StreamExchange:
             yield Count("sse_events", ("error",))
             self.summary.outcome = "worker_error"
             if deliver:
-                yield Emit(self.owner.worker_error_frame(event, doc))
+                try:
+                    yield Emit(self.owner.worker_error_frame(event, doc))
+                except UnencodableError as exc:
+                    yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker event refused: {exc}")
+                    return Next.CLOSE
             return Next.CONTINUE
         result = doc["result"]
         item = locate(result)
@@ -296,7 +303,13 @@ class StreamExchange:
             return Next.CONTINUE  # the unchanged snapshot a resubscribe starts with (F08 (ii))
         if state is not None and state is not TaskState.UNSPECIFIED:
             self._last_state = state
-        yield Emit((yield from self.owner.event_frame(event, doc, outcome.result)))
+        try:
+            frame = yield from self.owner.event_frame(event, doc, outcome.result)
+        except UnencodableError as exc:
+            self.summary.close_reason = "refused"
+            yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker event refused: {exc}")
+            return Next.CLOSE
+        yield Emit(frame)
         if outcome.close:
             self.summary.close_reason = "terminal"
             return Next.CLOSE_AND_DRAIN

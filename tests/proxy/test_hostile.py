@@ -1053,3 +1053,45 @@ def test_agent_card_over_the_cap_is_never_cached(make_harness: Any) -> None:
     assert r.status_code == 502
     r = h.rpc(send_msg(1), headers=V1)  # a new task: no card, not admitted
     assert r.status_code == 503 and r.json()["error"]["code"] == -32603
+
+
+# ------------------------------------------------------------------------------ deep nesting
+
+DEEP = 1010
+"""Nesting orjson still reads (its limit is 1024) but neither encoder writes back, and the
+standard library's parser cannot re-read: the window where a 500 used to come from."""
+
+
+def test_deeply_nested_client_body_with_a_float_id_is_answered_not_a_500(h: Harness) -> None:
+    """A float id makes the gateway re-read the body exactly; too deep for that, the fast
+    reading stands and the request is answered as any other."""
+    answer = orjson.dumps({"jsonrpc": "2.0", "id": 1.5, "result": task("t-1", WORKING)})
+    h.worker.on_path("POST", "/", raw=(200, {"content-type": "application/json"}, answer))
+    body = b'{"jsonrpc":"2.0","id":1.5,"method":"GetTask","params":{"id":"t-1","x":' + \
+        b"[" * DEEP + b"]" * DEEP + b"}}"
+    r = h.rpc(body, headers=V1)
+    assert r.status_code == 200 and r.json()["id"] == 1.5
+    assert r.json()["result"]["status"]["state"] == WORKING
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+def test_worker_answer_too_deep_to_re_encode_is_refused_as_32006_not_a_500(h: Harness, binding: str) -> None:
+    """A worker answer the gateway must change (a state to re-spell) but cannot write back is
+    an invalid agent response in the client's binding, unary and streamed."""
+    deep = b"[" * DEEP + b"]" * DEEP  # written by hand: no encoder writes it either
+    deep_task = b'{"id":"t-1","contextId":"c-1","status":{"state":"working"},"metadata":{"x":' + deep + b"}}"
+    if binding == "jsonrpc":
+        answer = b'{"jsonrpc":"2.0","id":"d","result":' + deep_task + b"}"
+        h.worker.on_path("POST", "/", raw=(200, {"content-type": "application/json"}, answer))
+        r = h.rpc(rpc("d", "GetTask", {"id": "t-1"}), headers=V1)
+        assert r.status_code == 200 and r.json()["id"] == "d" and r.json()["error"]["code"] == -32006
+        event = b'data: {"jsonrpc":"2.0","id":2,"result":{"task":' + deep_task + b"}}\n\n"
+        h.worker.on_path("POST", "/", raw=(200, {"content-type": "text/event-stream"}, event))
+        _, raw = h.stream(send_msg(2, method="SendStreamingMessage"), headers=V1)
+        [last] = [f for f in frames(raw) if f["event"] == "error"]
+        assert last["data"]["id"] == 2 and last["data"]["error"]["code"] == -32006
+    else:
+        h.worker.on_path("GET", "/tasks/t-1", raw=(200, {"content-type": "application/json"}, deep_task))
+        r = h.http.get(h.gateway.url + "/tasks/t-1", headers=V1)
+        assert r.status_code == 500 and r.json()["error"]["details"][0]["reason"] == "INVALID_AGENT_RESPONSE"
+    no_leaks(h)

@@ -515,7 +515,7 @@ class ScriptedWorker:
         try:
             parsed = _loads(body) if body.strip() else None
             parse_ok = parsed is not None or body.strip() == b"null"
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
             parsed, parse_ok = None, False
         rpc_method = parsed.get("method") if isinstance(parsed, dict) else None
         request = ReceivedRequest(
