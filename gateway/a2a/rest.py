@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, quote, unquote
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
-from gateway.a2a.version import ProtocolVersion
+from gateway.a2a.version import ProtocolVersion, version_family
 
 _OP_PATTERNS: tuple[tuple[str, str, Operation | None], ...] = (
     # (HTTP methods, path below the base, operation; None: decided by the method)
@@ -159,7 +159,7 @@ def match(http_method: str, path: str, a2a_version: str | None = None, *,
         m = pattern.fullmatch(path)
         if m is None or http_method not in methods:
             continue
-        v03 = m["v1"] is not None and not _major_1(a2a_version)
+        v03 = m["v1"] is not None and version_family(a2a_version or "") != "1.0"
         if tail == "/card" and not v03:
             continue
         base = m["base"] if v03 else m["base"] + (m["v1"] or "")
@@ -202,12 +202,6 @@ def carried_query(query: bytes) -> str:
 
 def _as_is(text: str) -> str:
     return text
-
-
-def _major_1(value: str | None) -> bool:
-    """True for an ``A2A-Version`` of major version 1 or later (``1.0``, ``1.1``, ``2.0``)."""
-    major = (value or "").strip().split(".")[0]
-    return major.isdigit() and int(major) >= 1
 
 
 def http_status(code: int, version: ProtocolVersion = ProtocolVersion.V1_0) -> int:

@@ -23,3 +23,15 @@ class Binding(enum.StrEnum):
 
     JSONRPC = "jsonrpc"
     REST = "rest"
+
+
+def version_family(a2a_version: str) -> str:
+    """``"1.0"`` for a client of major version 1 or later, ``"0.3"`` for an explicit 0.x,
+    ``""`` for none (which means 0.3 too, sent without the header) or an unreadable value —
+    only the major version decides (docs/protocol.md §5), so whatever clients send maps to
+    one of three values (the card cache keeps at most that many variants per upstream)."""
+    text = a2a_version.strip()
+    major = text.split(".")[0]
+    if major.isdigit() and int(major) >= 1:
+        return "1.0"
+    return "0.3" if major == "0" else ""

@@ -48,6 +48,7 @@ from gateway.a2a.card import (
     rewrite_card,
     unguarded_interfaces,
 )
+from gateway.a2a.version import version_family
 from gateway.config import CardConfig, PublicConfig, UpstreamConfig
 from gateway.errors import UpstreamError
 from gateway.invariants.admission import CardView
@@ -137,7 +138,9 @@ class CardCache:
         self._heartbeat: float | None = None
 
     def _variant(self, a2a_version: str) -> str:
-        return a2a_version if self._varies else ""
+        """The cache key of a client's ``A2A-Version``: its version family when the worker
+        varies its card by it, else ``""`` (one card). Bounded whatever clients send."""
+        return version_family(a2a_version) if self._varies else ""
 
     def _url(self, path: str) -> str:
         return self.upstream.url.rstrip("/") + path
@@ -204,8 +207,9 @@ class CardCache:
         key = self._variant(a2a_version)
         old = self._cards.get(key)
         headers = {"accept": "application/json"}
-        if a2a_version:
-            headers["a2a-version"] = a2a_version
+        family = version_family(a2a_version)
+        if family:
+            headers["a2a-version"] = family
         if old is not None and old.worker_etag:
             headers["if-none-match"] = old.worker_etag
         try:

@@ -543,3 +543,18 @@ def test_a_jsonrpc_path_the_card_advertises_is_guarded_whatever_jsonrpc_path_say
             "messageId": "m", "role": "ROLE_USER", "parts": [{"text": "again"}], "taskId": "t-1"}}})
     assert r.json()["error"]["code"] == -32004 and h.worker.calls("SendMessage") == []
     assert h.metric("a2a_gateway_requests_total", binding="jsonrpc", method="GetTask") == 1
+
+
+def test_a_card_that_varies_by_a2a_version_is_cached_per_version_family_only(make_harness: Any) -> None:
+    """A worker that sends ``Vary: A2A-Version`` gets one fetch per version family (none,
+    0.x, 1.x and later), however many distinct values clients send: the cache stays bounded."""
+    h = make_harness(card=None)
+    h.worker.on_path("GET", CARD_PATH, json_body=TOCK_CARD, headers={"vary": "A2A-Version"}, times=None)
+    h.runtime.cards["worker"].mark_stale()  # the start-up card came without Vary
+    for value in ["1.0", "1.0.2", "1.1", "2.0", "0.3", "0.3.0", "junk", "", *(f"1.{n}" for n in range(40))]:
+        r = h.http.get(h.gateway.url + CARD_PATH, headers={"A2A-Version": value} if value else {})
+        assert r.status_code == 200
+    sent = [r.headers.get("a2a-version") for r in h.worker.requests if r.path == CARD_PATH]
+    assert sorted(set(sent), key=str) == sorted({None, "0.3", "1.0"}, key=str)
+    assert len(sent) <= 5  # the start-up fetch, the revalidation, then one per family
+    assert len(h.runtime.cards["worker"]._cards) <= 3
