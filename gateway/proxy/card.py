@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -303,11 +304,19 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))"
+                   r"(?::(?:[0-9]|[1-9][0-9]{1,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?")
+"""A Host value that may shape a served URL: a name or an IPv4/[IPv6] address, optional port."""
+
+
 def public_base(public: PublicConfig, route: Route, scope: Scope) -> str:
     """The public URL of a mount, as clients must reach it (never an upstream address).
 
     ``public.url`` when configured; else ``Forwarded`` / ``X-Forwarded-Proto`` /
     ``X-Forwarded-Host`` when the peer is a trusted proxy; else the request's scheme and Host.
+    A host that is not a host name or address with an optional port (userinfo, a path, a
+    port out of range) is replaced by the address the gateway listens on; a scheme other
+    than http/https by http.
     """
     prefix = route.upstream.prefix.rstrip("/") + "/"
     configured = public.url
@@ -328,6 +337,11 @@ def public_base(public: PublicConfig, route: Route, scope: Scope) -> str:
                     host = value.strip('"')
         host = (_header(scope, b"x-forwarded-host") or host).split(",")[0].strip()
         scheme = (_header(scope, b"x-forwarded-proto") or scheme).split(",")[0].strip()
+    if not _HOST.fullmatch(host):  # userinfo, a path, odd ports: never into a served URL
+        server = scope.get("server") or ("localhost", None)
+        host = server[0] if server[1] is None else f"{server[0]}:{server[1]}"
+    if scheme not in ("http", "https"):
+        scheme = "http"
     return f"{scheme}://{host}{prefix}"
 
 

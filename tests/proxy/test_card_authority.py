@@ -558,3 +558,16 @@ def test_a_card_that_varies_by_a2a_version_is_cached_per_version_family_only(mak
     assert sorted(set(sent), key=str) == sorted({None, "0.3", "1.0"}, key=str)
     assert len(sent) <= 5  # the start-up fetch, the revalidation, then one per family
     assert len(h.runtime.cards["worker"]._cards) <= 3
+
+
+@pytest.mark.parametrize("headers", [
+    {"Host": "alice@evil.example"}, {"Host": "evil.example/x?y"}, {"Host": "gw.example:99999"},
+    {"X-Forwarded-Host": "evil.example/phish", "X-Forwarded-Proto": "javascript"}])
+def test_a_host_that_is_no_host_never_shapes_the_served_urls(make_harness: Any, headers: dict[str, str]) -> None:
+    """Userinfo, a path or an impossible port in ``Host`` (or from a trusted proxy's
+    ``X-Forwarded-*``) is replaced by the gateway's own listening address; an odd scheme by
+    http."""
+    h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/", public={"trusted_proxies": ["127.0.0.1"]})
+    served = h.http.get(h.gateway.url + CARD_PATH, headers=headers).json()
+    urls = [i["url"] for i in served["supportedInterfaces"]]
+    assert urls == [h.gateway.url + "/", h.gateway.url + "/rest"]
