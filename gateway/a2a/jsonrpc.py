@@ -311,10 +311,10 @@ def request_task_id(info: MethodInfo, params: object) -> str | None:
     if op in (Operation.SEND, Operation.STREAM):
         message = request_message(params)
         return member(message, "taskId", "task_id") if message is not None else None
-    if op in (Operation.GET, Operation.CANCEL, Operation.SUBSCRIBE):
-        return member(params, "id", "id")
+    v03_push = info.version is ProtocolVersion.V0_3 and op is not Operation.PUSH_CREATE
+    if op in (Operation.GET, Operation.CANCEL, Operation.SUBSCRIBE) or (op.name.startswith("PUSH_") and v03_push):
+        value = params.get("id")
+        return value if isinstance(value, str) and value else None
     if op.name.startswith("PUSH_"):
-        if info.version is ProtocolVersion.V0_3 and op is not Operation.PUSH_CREATE:
-            return member(params, "id", "id")
         return member(params, "taskId", "task_id")
     return None
