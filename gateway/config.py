@@ -30,6 +30,36 @@ class ListenConfig(_Frozen):
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     """After SIGTERM, in-flight requests and open streams get this long to finish; streams
     still open then are closed cleanly (an SSE comment, then the end of the body)."""
+    max_connections: int = Field(default=10_000, gt=0)
+    """Open client connections per gateway process (idle keep-alive ones and streams
+    included); a connection beyond it is answered HTTP 503 and closed at once."""
+    header_timeout_seconds: Seconds = 10.0
+    """A request's head (request line and headers) must arrive within this many seconds of
+    the connection's accept, or of the request's first byte; else the connection is closed."""
+    idle_timeout_seconds: Seconds = 60.0
+    """A keep-alive connection with no request in flight is closed after this many seconds."""
+    probes: bool = False
+    """Also answer ``GET /healthz`` and ``/readyz`` on the traffic port (for probes that can
+    only reach it); ``/metrics`` is on the admin listener only."""
+    pid_file: str | None = None
+    """A pid file the gateway (the supervisor under ``--workers``) holds locked while it runs;
+    a second gateway with the same file refuses to start. Default: beside a SQLite ledger."""
+
+
+class AdminConfig(_Frozen):
+    """The admin listener: ``/metrics``, ``/healthz`` and ``/readyz`` on an address and port
+    of their own, apart from the traffic port (``port: 0`` picks a free port, logged at
+    start). ``token_file``: a file whose content (stripped) every admin request must present
+    as ``Authorization: Bearer <token>``; ``/healthz`` and ``/readyz`` stay open to probes
+    unless ``protect_probes``. ``tracked_refresh_seconds``: how often the tracked-task gauge
+    is refreshed from the ledger in the background (a scrape never waits on the ledger)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=8081, ge=0, le=65535)
+    token_file: str | None = None
+    protect_probes: bool = False
+    tracked_refresh_seconds: Seconds = 15.0
 
 
 class TimeoutConfig(_Frozen):
@@ -119,6 +149,10 @@ class LimitsConfig(_Frozen):
     """A worker answer read whole (unary answers, Agent Cards), counted after decompression;
     past it the client gets a transport-class error (HTTP 502). Read at start-up."""
     post_terminal_drain_seconds: float = Field(default=2.0, ge=0)
+    max_json_depth: int = Field(default=128, ge=8, le=512)
+    """Deepest nesting of objects and arrays accepted in a JSON body, from a client (refused
+    as -32600 / HTTP 400) or a worker (a transport-class error); checked before any
+    recursive code reads the body."""
 
 
 DEFAULT_LEDGER_URL = "sqlite:.a2a-gateway/ledger.db"
@@ -188,12 +222,17 @@ class LogConfig(_Frozen):
     flush_seconds: Annotated[float, Field(ge=0)] = 1.0
     """INFO/DEBUG lines are written in batches at most this late (one write per batch, not
     per request); WARNING and above at once; 0 writes every line at once."""
+    repeat_window_seconds: Annotated[float, Field(ge=0)] = 10.0
+    """An error line identical to one written less than this long ago (same event, upstream
+    and error) is held back and counted; the next one after the window carries
+    ``repeated`` (how many were held back). 0 writes every line."""
 
 
 class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
     listen: ListenConfig = ListenConfig()
+    admin: AdminConfig = AdminConfig()
     mode: Literal["enforce", "observe"] = "enforce"
     upstreams: list[UpstreamConfig] = Field(min_length=1)
     limits: LimitsConfig = LimitsConfig()
@@ -211,6 +250,9 @@ class GatewayConfig(_Frozen):
             dupes = sorted({v for v in values if values.count(v) > 1})
             if dupes:
                 raise ValueError(f"upstreams: duplicate {label} {', '.join(dupes)}")
+        if self.admin.enabled and self.admin.port and self.admin.port == self.listen.port:
+            raise ValueError("admin.port: must differ from listen.port (the admin listener is "
+                             "apart from the traffic port; admin.enabled: false to have none)")
         return self
 
 
