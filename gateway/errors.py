@@ -15,6 +15,7 @@ they are :class:`~gateway.invariants.model.Finding` values (docs/architecture.md
     ├── ProtocolError            a payload that breaks the A2A wire format
     │   ├── UnknownStateError    a taskState outside the spelling table: refused, never guessed
     │   ├── EventTooLargeError   an SSE event over ``limits.max_event_bytes``
+    │   ├── NestingTooDeepError  a JSON body nested deeper than ``limits.max_json_depth``
     │   └── UnencodableError     a JSON value nested deeper than the gateway can write
     └── TranscriptError          a replay transcript line is malformed
 
@@ -90,6 +91,15 @@ class UnknownStateError(ProtocolError):
 
 class EventTooLargeError(ProtocolError):
     """The SSE event being assembled passed the decoder's ``max_event_bytes`` cap (F09)."""
+
+
+class NestingTooDeepError(ProtocolError):
+    """A JSON body (a client's request or a worker's answer) nests objects and arrays deeper
+    than ``limits.max_json_depth``; refused before any recursive code reads it."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"JSON nested deeper than {limit} levels (limits.max_json_depth)")
+        self.limit = limit
 
 
 class UnencodableError(ProtocolError):

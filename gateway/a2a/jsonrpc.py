@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from gateway.a2a.version import ProtocolVersion
-from gateway.errors import UnencodableError
+from gateway.errors import NestingTooDeepError, UnencodableError
 
 JsonId = str | int | float | None
 
@@ -56,6 +56,10 @@ KNOWN_CODES = frozenset(
 )
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 ERROR_DOMAIN = "a2a-protocol.org"
+
+
+MAX_JSON_DEPTH = 128
+"""The default of ``limits.max_json_depth``: objects and arrays nested deeper are refused."""
 
 
 class Operation(enum.StrEnum):
@@ -154,19 +158,27 @@ def _valid_id(value: object) -> bool:
     return value is None or (isinstance(value, str | int | float) and not isinstance(value, bool))
 
 
-def parse_request(body: bytes) -> Request | ParseFailure:
+def parse_request(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> Request | ParseFailure:
     """Parse and validate one JSON-RPC request body (F15).
 
     Returns:
         :class:`Request`, or :class:`ParseFailure` holding: -32700 (id null) for invalid JSON;
         -32600 for a batch array, a non-object, a missing/wrong ``jsonrpc``, a non-string
-        ``method`` or a non-scalar ``id`` (id null in that last case); -32602 when ``params`` is
-        present but not an object for a known A2A method (an absent ``params`` is allowed).
+        ``method`` or a non-scalar ``id`` (id null in that last case), or a body nested deeper
+        than ``max_depth`` (``limits.max_json_depth``; with the client's id when it could be
+        read); -32602 when ``params`` is present but not an object for a known A2A method (an
+        absent ``params`` is allowed).
     """
     try:
         doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            return _fail(INVALID_REQUEST, f"Invalid Request: {NestingTooDeepError(max_depth)}", None)
         return _fail(PARSE_ERROR, "Parse error: request body is not valid JSON", None)
+    if _too_deep(body, doc, max_depth):
+        raw_id = doc.get("id") if isinstance(doc, dict) else None
+        return _fail(INVALID_REQUEST, f"Invalid Request: {NestingTooDeepError(max_depth)}",
+                     raw_id if _valid_id(raw_id) and not isinstance(raw_id, float) else None)
     if isinstance(doc, dict) and isinstance(doc.get("id"), float):
         try:
             doc = json.loads(body)  # keep integer ids beyond 64 bits exact (orjson makes floats)
@@ -245,6 +257,54 @@ def error_response(
     """A whole JSON-RPC error response object with the client's ``id``."""
     err = error_object(code, message, version=version, metadata=metadata)
     return {"jsonrpc": "2.0", "id": req_id, "error": err}
+
+
+def loads(data: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse a JSON body (orjson) and bound its nesting: an object or array counts one level,
+    the top level included (``{"a": [1]}`` is 2 deep). The parse itself never recurses in
+    Python (orjson stops at 1024 levels on its own); the depth walk below is iterative and
+    runs only when the body holds more ``{`` and ``[`` than ``max_depth``.
+
+    Raises:
+        orjson.JSONDecodeError: not JSON.
+        NestingTooDeepError: nested deeper than ``max_depth``.
+    """
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            raise NestingTooDeepError(max_depth) from None
+        raise
+    if _too_deep(data, doc, max_depth):
+        raise NestingTooDeepError(max_depth)
+    return doc
+
+
+def _too_deep(data: bytes | str, doc: object, max_depth: int) -> bool:
+    """``doc`` (parsed from ``data``) nests deeper than ``max_depth``; counting brackets in
+    ``data`` first (in C) spares the walk for almost every body."""
+    if not isinstance(doc, dict | list):
+        return False
+    if isinstance(data, bytes):
+        brackets = data.count(b"{") + data.count(b"[")
+    else:
+        brackets = data.count("{") + data.count("[")
+    return brackets > max_depth and nesting_exceeds(doc, max_depth)
+
+
+def nesting_exceeds(doc: object, limit: int) -> bool:
+    """True when ``doc`` nests objects and arrays deeper than ``limit`` levels (iterative;
+    stops at the first container past the limit)."""
+    stack: list[tuple[object, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:  # type: ignore[union-attr]
+            if isinstance(child, dict | list):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def dumps(obj: Any) -> bytes:

@@ -26,7 +26,7 @@ from gateway.a2a.jsonrpc import MethodInfo, Request
 from gateway.a2a.payloads import snapshot_result
 from gateway.a2a.sse import Event, encode_event
 from gateway.a2a.version import ProtocolVersion
-from gateway.errors import UpstreamError
+from gateway.errors import NestingTooDeepError, UpstreamError
 from gateway.exchange.commands import Answer, Found, Open, Post, Respond
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
@@ -34,19 +34,21 @@ from gateway.invariants.admission import CardView
 from gateway.invariants.model import Exchange, Finding
 
 
-def decode_answer(answer: Answer) -> dict[str, Any]:
+def decode_answer(answer: Answer, max_depth: int) -> dict[str, Any]:
     """The worker's JSON-RPC response object (exactly one of ``result`` / ``error``).
 
     Raises:
         UpstreamError: HTTP 5xx (``status``), or a body that is not a JSON-RPC response
-            object (``invalid_response``).
+            object or is nested deeper than ``max_depth`` (``invalid_response``).
     """
     if answer.status >= 500:
         raise UpstreamError("status", f"worker answered HTTP {answer.status}")
     try:
-        doc = orjson.loads(answer.content)
+        doc = jsonrpc.loads(answer.content, max_depth)
     except orjson.JSONDecodeError:
         raise UpstreamError("invalid_response", "worker answered with a body that is not JSON") from None
+    except NestingTooDeepError as exc:
+        raise UpstreamError("invalid_response", f"worker answer: {exc}") from None
     clean = jsonrpc.clean_response(doc)
     if clean is None:
         raise UpstreamError("invalid_response", "worker answered with a non-JSON-RPC body")
@@ -124,12 +126,12 @@ class JsonRpcExchange(RequestExchange):
         return Respond(exc.http_status, jsonrpc.dumps(doc))
 
     def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
-        doc = decode_answer(answer)
+        doc = decode_answer(answer, self.policy.max_json_depth)
         fixed = yield from self.client_id(doc)
         return fixed, fixed is not doc
 
     def decode_own(self, answer: Answer) -> dict[str, Any]:
-        return decode_answer(answer)  # the probe's own id, never the client's
+        return decode_answer(answer, self.policy.max_json_depth)  # the probe's own id, never the client's
 
     def error_code(self, answer: Answer, error: Any) -> object:
         return error.get("code") if isinstance(error, dict) else None
@@ -162,8 +164,8 @@ class JsonRpcExchange(RequestExchange):
 
     def event_doc(self, event: Event) -> dict[str, Any] | None:
         try:
-            return jsonrpc.clean_response(orjson.loads(event.data))
-        except orjson.JSONDecodeError:
+            return jsonrpc.clean_response(jsonrpc.loads(event.data, self.policy.max_json_depth))
+        except (orjson.JSONDecodeError, NestingTooDeepError):
             return None
 
     def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]:

@@ -17,7 +17,7 @@ class Policy:
     ``skill_key`` are the card admission settings; ``heartbeat_seconds`` the silence after
     which a live task is probed. The stream settings are seconds (``drain_seconds``,
     ``resubscribe_backoff_seconds``), a count (``resubscribe_attempts``) and bytes
-    (``max_event_bytes``).
+    (``max_event_bytes``); ``max_json_depth`` bounds the nesting of a worker's JSON.
     """
 
     upstream: str
@@ -31,6 +31,7 @@ class Policy:
     resubscribe_attempts: int = 3
     resubscribe_backoff_seconds: float = 0.2
     max_event_bytes: int = 8 * 1024 * 1024
+    max_json_depth: int = 128
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from gateway.a2a import jsonrpc, rest
 from gateway.a2a.rest import RestCall
 from gateway.a2a.sse import Event, encode_event
 from gateway.a2a.version import Binding, ProtocolVersion
-from gateway.errors import UpstreamError
+from gateway.errors import NestingTooDeepError, UpstreamError
 from gateway.exchange.commands import Answer, Open, Post, Respond
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
@@ -128,10 +128,12 @@ class RestExchange(RequestExchange):
             raise UpstreamError("status", f"worker answered HTTP {answer.status}, a redirect; the "
                                           "gateway neither follows nor relays it (is the REST path right?)")
         try:
-            doc = orjson.loads(content)
+            doc = jsonrpc.loads(content, self.policy.max_json_depth)
         except orjson.JSONDecodeError:
             reason = "status" if answer.status >= 500 else "invalid_response"
             raise UpstreamError(reason, f"worker answered HTTP {answer.status} with a body that is not JSON") from None
+        except NestingTooDeepError as exc:
+            raise UpstreamError("invalid_response", f"worker answer: {exc}") from None
         if answer.status < 300:
             return {"result": doc}
         a2a_error = isinstance(doc, dict) and (isinstance(doc.get("error"), dict)
@@ -158,8 +160,8 @@ class RestExchange(RequestExchange):
 
     def event_doc(self, event: Event) -> dict[str, Any] | None:
         try:
-            doc = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
+            doc = jsonrpc.loads(event.data, self.policy.max_json_depth)
+        except (orjson.JSONDecodeError, NestingTooDeepError):
             return None
         if not isinstance(doc, dict):
             return None

@@ -32,7 +32,7 @@ class JsonRpcHandler(ExchangeHandler):
             msg = f"request body exceeds {limits.max_body_bytes} bytes"
             await send_json(self.send, 413, jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, msg))
             return
-        parsed = jsonrpc.parse_request(body)
+        parsed = jsonrpc.parse_request(body, limits.max_json_depth)
         if isinstance(parsed, jsonrpc.ParseFailure):
             self.summary.outcome = "malformed"
             self.reporter.report(Count("rejections", ("invalid", f"jsonrpc_{-parsed.code}", "enforced")))

@@ -16,7 +16,7 @@ from gateway.a2a import jsonrpc, rest
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.rest import RestCall
 from gateway.a2a.version import Binding
-from gateway.errors import BodyTooLargeError, ClientGoneError
+from gateway.errors import BodyTooLargeError, ClientGoneError, NestingTooDeepError
 from gateway.exchange.commands import Count
 from gateway.exchange.rest import RestExchange
 from gateway.proxy.endpoint import ExchangeHandler, send_json
@@ -55,9 +55,12 @@ class RestHandler(ExchangeHandler):
         doc: object = None
         if call.operation in _JSON_BODY:
             try:
-                doc = orjson.loads(body)
+                doc = jsonrpc.loads(body, self.rt.config.limits.max_json_depth)
             except orjson.JSONDecodeError:
                 doc = None
+            except NestingTooDeepError as exc:
+                await self._malformed(str(exc))
+                return
             if not isinstance(doc, dict):
                 await self._malformed("request body must be a JSON object")
                 return

@@ -102,7 +102,8 @@ class Runtime:
                 drain_seconds=cfg.limits.post_terminal_drain_seconds,
                 resubscribe_attempts=cfg.streams.resubscribe_attempts,
                 resubscribe_backoff_seconds=cfg.streams.resubscribe_backoff_seconds,
-                max_event_bytes=cfg.limits.max_event_bytes)
+                max_event_bytes=cfg.limits.max_event_bytes,
+                max_json_depth=cfg.limits.max_json_depth)
         return policy
 
     def reporter(self, upstream: str) -> Reporter:

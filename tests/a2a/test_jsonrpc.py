@@ -341,3 +341,22 @@ class TestErrorResponse:
         assert (jsonrpc.TASK_NOT_FOUND, jsonrpc.TASK_NOT_CANCELABLE,
                 jsonrpc.UNSUPPORTED_OPERATION, jsonrpc.INVALID_AGENT_RESPONSE,
                 jsonrpc.VERSION_NOT_SUPPORTED) == (-32001, -32002, -32004, -32006, -32009)
+
+
+def test_loads_bounds_nesting_counting_the_top_level() -> None:
+    import orjson as _orjson
+
+    from gateway.a2a.jsonrpc import loads, nesting_exceeds
+    from gateway.errors import NestingTooDeepError
+
+    assert loads(b'{"a": [1]}', 2) == {"a": [1]}
+    with pytest.raises(NestingTooDeepError):
+        loads(b'{"a": [[1]]}', 2)
+    with pytest.raises(NestingTooDeepError):  # past orjson's own limit: still "too deep"
+        loads(b"[" * 2000 + b"]" * 2000, 128)
+    with pytest.raises(_orjson.JSONDecodeError):
+        loads(b"[", 128)
+    # brackets inside strings count for the quick test only, never as depth
+    assert loads(b'["' + b"[" * 300 + b'"]', 8) == ["[" * 300]
+    assert loads('{"a": {"b": {}}}', 3) == {"a": {"b": {}}}
+    assert not nesting_exceeds([1, "x", None], 1) and nesting_exceeds([[]], 1)

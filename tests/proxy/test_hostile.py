@@ -287,9 +287,12 @@ MALFORMED: list[tuple[str, bytes, int, Any]] = [
     ("latin1", '{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"é"}}'.encode("latin-1"), -32700, None),
     ("bom", b'\xef\xbb\xbf{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"t"}}', -32700, None),
     ("utf16", '{"jsonrpc":"2.0","id":1}'.encode("utf-16"), -32700, None),
-    ("deep-array", b"[" * 100_000 + b"]" * 100_000, -32700, None),
+    # nested past limits.max_json_depth (128): -32600, with the id when it could be read
+    ("deep-array", b"[" * 100_000 + b"]" * 100_000, -32600, None),
     ("deep-params", b'{"jsonrpc":"2.0","id":3,"method":"GetTask","params":' + b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"}",
-     -32700, None),
+     -32600, None),
+    ("deep-params-id", b'{"jsonrpc":"2.0","id":3,"method":"GetTask","params":' + b'{"a":' * 200 + b"1" + b"}" * 200 + b"}",
+     -32600, 3),
     ("empty", b"", -32700, None),
     ("whitespace", b" \r\n\t ", -32700, None),
     ("nul", b"\x00", -32700, None),
@@ -1059,39 +1062,69 @@ def test_agent_card_over_the_cap_is_never_cached(make_harness: Any) -> None:
 
 DEEP = 1010
 """Nesting orjson still reads (its limit is 1024) but neither encoder writes back, and the
-standard library's parser cannot re-read: the window where a 500 used to come from."""
+standard library's parser cannot re-read: the window where a 500 used to come from. Past
+``limits.max_json_depth`` (128) now, so refused before anything recursive reads it."""
 
 
-def test_deeply_nested_client_body_with_a_float_id_is_answered_not_a_500(h: Harness) -> None:
-    """A float id makes the gateway re-read the body exactly; too deep for that, the fast
-    reading stands and the request is answered as any other."""
-    answer = orjson.dumps({"jsonrpc": "2.0", "id": 1.5, "result": task("t-1", WORKING)})
-    h.worker.on_path("POST", "/", raw=(200, {"content-type": "application/json"}, answer))
+def test_deeply_nested_client_body_with_a_float_id_is_refused_not_forwarded(h: Harness) -> None:
+    """A float id used to make the gateway re-read the body exactly (RecursionError, a 500).
+    Past ``limits.max_json_depth`` the body is refused as -32600 first; its float id is not
+    echoed (orjson may have rounded it), and nothing reaches the worker."""
     body = b'{"jsonrpc":"2.0","id":1.5,"method":"GetTask","params":{"id":"t-1","x":' + \
         b"[" * DEEP + b"]" * DEEP + b"}}"
     r = h.rpc(body, headers=V1)
-    assert r.status_code == 200 and r.json()["id"] == 1.5
-    assert r.json()["result"]["status"]["state"] == WORKING
+    assert r.status_code == 200 and r.json()["id"] is None
+    assert r.json()["error"]["code"] == -32600 and "limits.max_json_depth" in r.json()["error"]["message"]
+    assert h.rpc_calls() == []
 
 
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
-def test_worker_answer_too_deep_to_re_encode_is_refused_as_32006_not_a_500(h: Harness, binding: str) -> None:
-    """A worker answer the gateway must change (a state to re-spell) but cannot write back is
-    an invalid agent response in the client's binding, unary and streamed."""
+def test_worker_answer_nested_too_deep_is_a_transport_error_not_a_500(h: Harness, binding: str) -> None:
+    """A worker answer nested past ``limits.max_json_depth`` is unusable: unary, a
+    transport-class error (HTTP 502, ``upstream_errors{reason="invalid_response"}``) in the
+    client's binding with its id; streamed, an -32006 error event."""
     deep = b"[" * DEEP + b"]" * DEEP  # written by hand: no encoder writes it either
     deep_task = b'{"id":"t-1","contextId":"c-1","status":{"state":"working"},"metadata":{"x":' + deep + b"}}"
+    before = h.metric("a2a_gateway_upstream_errors_total", reason="invalid_response")
     if binding == "jsonrpc":
         answer = b'{"jsonrpc":"2.0","id":"d","result":' + deep_task + b"}"
         h.worker.on_path("POST", "/", raw=(200, {"content-type": "application/json"}, answer))
         r = h.rpc(rpc("d", "GetTask", {"id": "t-1"}), headers=V1)
-        assert r.status_code == 200 and r.json()["id"] == "d" and r.json()["error"]["code"] == -32006
+        assert r.status_code == 502 and r.json()["id"] == "d" and r.json()["error"]["code"] == -32603
+        assert "limits.max_json_depth" in r.json()["error"]["message"]
         event = b'data: {"jsonrpc":"2.0","id":2,"result":{"task":' + deep_task + b"}}\n\n"
         h.worker.on_path("POST", "/", raw=(200, {"content-type": "text/event-stream"}, event))
         _, raw = h.stream(send_msg(2, method="SendStreamingMessage"), headers=V1)
         [last] = [f for f in frames(raw) if f["event"] == "error"]
         assert last["data"]["id"] == 2 and last["data"]["error"]["code"] == -32006
+        assert h.metric("a2a_gateway_upstream_errors_total", reason="invalid_response") == before + 2
     else:
         h.worker.on_path("GET", "/tasks/t-1", raw=(200, {"content-type": "application/json"}, deep_task))
         r = h.http.get(h.gateway.url + "/tasks/t-1", headers=V1)
-        assert r.status_code == 500 and r.json()["error"]["details"][0]["reason"] == "INVALID_AGENT_RESPONSE"
+        assert r.status_code == 502 and r.json()["error"]["status"] == "UNAVAILABLE"
+        assert h.metric("a2a_gateway_upstream_errors_total", reason="invalid_response") == before + 1
     no_leaks(h)
+
+
+def _nested(depth: int) -> bytes:
+    """A JSON value ``depth`` levels deep (arrays and objects alternating)."""
+    return b'{"a":[' * (depth // 2) + (b'{}' if depth % 2 else b'1') + b']}' * (depth // 2)
+
+
+def test_nesting_up_to_the_bound_is_forwarded_one_more_level_refused(h: Harness) -> None:
+    """``limits.max_json_depth`` (128) counts the envelope itself: a body exactly 128 levels
+    deep reaches the worker, 129 is -32600 with the client's id, over REST HTTP 400."""
+    h.worker.on_path("POST", "/", raw=(200, {"content-type": "application/json"},
+                                       orjson.dumps({"jsonrpc": "2.0", "id": 4, "result": task("t-1", WORKING)})))
+    def body(depth: int) -> bytes:  # envelope (1) + params (2) + x: depth - 2 levels
+        return b'{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"t-1","x":' + _nested(depth - 2) + b"}}"
+    assert orjson.loads(body(128)) and h.rpc(body(128), headers=V1).json()["result"]["id"] == "t-1"
+    assert len(h.rpc_calls()) == 1
+    r = h.rpc(body(129), headers=V1)
+    assert r.json()["id"] == 4 and r.json()["error"]["code"] == -32600
+    rest_body = b'{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x"}],"metadata":{"x":' + \
+        _nested(200) + b"}}}"
+    r = h.http.post(h.gateway.url + "/message:send", content=rest_body,
+                    headers={**V1, "content-type": "application/json"})
+    assert r.status_code == 400 and "limits.max_json_depth" in r.json()["error"]["message"]
+    assert len(h.rpc_calls()) == 1
