@@ -31,8 +31,8 @@ The transport behaves as a proxy must:
   ``Content-Type``) are added, repeated headers stay separate, redirects are not followed, no
   environment proxy is used, no cookie is kept;
 * aiohttp decompresses nothing: a body the gateway reads (``aread``, ``aiter_bytes``: a unary
-  answer, an SSE stream) is decoded by httpx per its ``Content-Encoding``; a relayed REST body
-  stays as sent (``aiter_raw``);
+  answer, an SSE stream) is decoded per its ``Content-Encoding`` in bounded pieces
+  (:data:`INFLATE_PIECE`); a relayed REST body stays as sent (``aiter_raw``);
 * bodies stream both ways (``iter_any``: an SSE event is handed on as soon as it arrives);
 * every transport failure — at connect or send time, while the body streams, or an
   undecodable ``Content-Encoding`` body — is raised as an :class:`UpstreamError` made by :func:`upstream_error`: ``reason`` ``connect``,
@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,17 +164,78 @@ class _Body(httpx.AsyncByteStream):
             self._owner = None
 
 
+INFLATE_PIECE = 64 * 1024
+"""The most a decoded read of a compressed body yields at once (bytes): whatever the
+compression ratio, the reader sees the body in pieces this size, so its own bound (the answer
+and event caps) stops the inflation within one piece of the bound."""
+
+
+class _Inflate:
+    """One ``Content-Encoding`` stage, ``gzip`` or ``deflate`` (zlib-wrapped, else raw, as
+    httpx reads it), undone in pieces of at most :data:`INFLATE_PIECE` bytes.
+
+    Raises from :meth:`feed` and :meth:`end`: ``zlib.error`` for a body that does not decode.
+    """
+
+    def __init__(self, coding: str) -> None:
+        self._deflate = coding == "deflate"
+        self._z = zlib.decompressobj(zlib.MAX_WBITS if self._deflate else zlib.MAX_WBITS | 16)
+        self._started = False
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        while True:
+            try:
+                out = self._z.decompress(data, INFLATE_PIECE)
+            except zlib.error:
+                if not (self._deflate and not self._started):
+                    raise
+                self._z = zlib.decompressobj(-zlib.MAX_WBITS)  # deflate without the zlib header
+                self._started = True
+                continue
+            self._started = True
+            if out:
+                yield out
+            data = self._z.unconsumed_tail
+            if not data and len(out) < INFLATE_PIECE:
+                return  # all input taken, no output pending
+
+    def end(self) -> Iterator[bytes]:
+        rest = self._z.flush()
+        for start in range(0, len(rest), INFLATE_PIECE):
+            yield rest[start:start + INFLATE_PIECE]
+
+
+def _through(stages: list[_Inflate], data: bytes, first: int = 0) -> Iterator[bytes]:
+    """``data`` decoded by ``stages[first:]`` in turn, piece by piece."""
+    if first == len(stages):
+        yield data
+        return
+    for piece in stages[first].feed(data):
+        yield from _through(stages, piece, first + 1)
+
+
 class _DecodedResponse(httpx.Response):
-    """The ``httpx.Response`` for a body with a ``Content-Encoding``: its decoded reads
-    (``aiter_bytes``, hence ``aread``, ``aiter_text``, ``aiter_lines``) raise an undecodable
-    body as :class:`UpstreamError` too. (Without one, httpx's identity decoder cannot fail.)"""
+    """The ``httpx.Response`` for a body with a ``Content-Encoding``. Its decoded reads
+    (``aiter_bytes``, hence ``aread``) undo ``gzip`` / ``x-gzip`` / ``deflate`` (in the reverse
+    order of the header, as httpx does; other codings are left as they are) in pieces of at most
+    :data:`INFLATE_PIECE` bytes — httpx's decoders inflate a whole network read at once, which
+    a gzip bomb turns into hundreds of megabytes — and raise an undecodable body as
+    :class:`UpstreamError` (``protocol``)."""
 
     async def aiter_bytes(self, chunk_size: int | None = None) -> AsyncIterator[bytes]:
+        codings = [c.strip().lower() for c in self.headers.get_list("content-encoding", split_commas=True)]
+        stages = [_Inflate("deflate" if c == "deflate" else "gzip")
+                  for c in reversed(codings) if c in ("gzip", "x-gzip", "deflate")]
         try:
-            async for chunk in super().aiter_bytes(chunk_size):
-                yield chunk
-        except httpx.DecodingError as exc:
-            raise upstream_error(exc) from exc
+            async for raw in self.aiter_raw():
+                for piece in _through(stages, raw):
+                    yield piece
+            for index, stage in enumerate(stages):
+                for rest in stage.end():
+                    for piece in _through(stages, rest, index + 1):
+                        yield piece
+        except zlib.error as exc:
+            raise upstream_error(httpx.DecodingError(str(exc))) from exc
 
 
 class _RequestBody(httpx.AsyncByteStream):

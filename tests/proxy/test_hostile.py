@@ -1050,6 +1050,20 @@ def test_gzip_bomb_is_cut_off_after_the_cap_not_inflated_whole(make_harness: Any
     no_leaks(h)
 
 
+def test_gzip_bomb_on_a_stream_ends_at_the_event_cap(make_harness: Any) -> None:
+    """An SSE stream whose gzip body inflates to 40 MB of one event: the event cap
+    (``limits.max_event_bytes``) ends the stream with an error event carrying the client's id;
+    the body is inflated in bounded pieces, so no more than about the cap is ever held."""
+    h = make_harness(limits={"max_event_bytes": 65536})
+    bomb = gzip.compress(b"data: " + b"0" * 40_000_000)
+    h.worker.on("SendStreamingMessage", sse=[bomb], headers={"content-encoding": "gzip"})
+    _, raw = h.stream(send_msg(7, method="SendStreamingMessage"), headers=V1)
+    [last] = [f for f in frames(raw) if f["event"] == "error"]
+    assert last["data"]["id"] == 7
+    assert h.metric("a2a_gateway_upstream_errors_total", reason="event_too_large") == 1
+    no_leaks(h)
+
+
 def test_agent_card_over_the_cap_is_never_cached(make_harness: Any) -> None:
     h = make_harness(limits={"max_answer_bytes": 4096}, card={**default_card(), "description": "x" * 8192})
     r = h.http.get(h.gateway.url + "/.well-known/agent-card.json")

@@ -410,3 +410,33 @@ async def test_is_an_httpx_transport(worker_factory) -> None:  # type: ignore[no
         assert transport.in_flight == 0
     finally:
         await transport.aclose()
+
+
+async def test_compressed_bodies_decode_in_bounded_pieces_whatever_the_ratio(client: UpstreamClient, worker_factory) -> None:  # type: ignore[no-untyped-def]
+    """A gzip bomb (40 MB of one byte in ~40 KB) is handed on in pieces of at most
+    INFLATE_PIECE, so a reader that stops after a few pieces inflated only those (httpx's
+    decoder inflates each network read whole); deflate with and without its zlib header and a
+    stacked ``deflate, gzip`` decode to the same bytes."""
+    import zlib
+
+    from gateway.proxy.transport import INFLATE_PIECE
+
+    bomb = gzip.compress(b"0" * 40_000_000)
+    assert len(bomb) < 64 * 1024
+    w = await worker_factory(_ok(bomb, b"content-encoding: gzip"))
+    response = await client.send("GET", w.url(), headers=[], timeout=FAST)
+    sizes = []
+    async for piece in response.aiter_bytes():
+        sizes.append(len(piece))
+        if len(sizes) == 8:
+            break
+    await response.aclose()
+    assert sizes and max(sizes) <= INFLATE_PIECE and sum(sizes) <= 8 * INFLATE_PIECE
+    doc = b'{"jsonrpc":"2.0","id":1,"result":{"ok":true}}' * 3000
+    raw_deflate = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    for encoding, packed in ((b"deflate", zlib.compress(doc)),
+                             (b"deflate", raw_deflate.compress(doc) + raw_deflate.flush()),
+                             (b"deflate, gzip", gzip.compress(zlib.compress(doc))),
+                             (b"x-gzip", gzip.compress(doc))):
+        w = await worker_factory(_ok(packed, b"content-encoding: " + encoding))
+        assert (await client.fetch("GET", w.url(), headers=[], timeout=FAST)).content == doc, encoding
