@@ -27,6 +27,8 @@ The transport behaves as a proxy must:
 
 * the request goes out exactly as built: the request-target is the bytes the proxy put in the
   URL (``extensions["target"]``, as in httpcore; ``%2F`` stays ``%2F``, nothing is re-quoted),
+  header bytes unchanged (aiohttp writes header values as UTF-8; a request with a header
+  that is not UTF-8 goes through httpx's own transport instead, which writes bytes as given),
   no headers of aiohttp's own (``Accept``, ``Accept-Encoding``, ``User-Agent``,
   ``Content-Type``) are added, repeated headers stay separate, redirects are not followed, no
   environment proxy is used, no cookie is kept;
@@ -248,20 +250,36 @@ class _RequestBody(httpx.AsyncByteStream):
         return self._chunks.__aiter__()
 
 
-def _aiohttp_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+def _aiohttp_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]] | None:
     """Header pairs as aiohttp takes them (``str``; it writes them as UTF-8, so UTF-8 bytes
-    go out unchanged). A list keeps repeated headers apart."""
+    go out unchanged), or ``None`` when a header is not UTF-8 (obs-text such as Latin-1
+    ``caf\xe9``): aiohttp cannot write those bytes as they are. A list keeps repeated headers
+    apart."""
     try:
         return [(k.decode(), v.decode()) for k, v in raw]
     except UnicodeDecodeError:
-        return [(_header_text(k), _header_text(v)) for k, v in raw]
+        return None
 
 
-def _header_text(value: bytes) -> str:
-    try:
-        return value.decode("utf-8")  # aiohttp writes header values as UTF-8
-    except UnicodeDecodeError:
-        return value.decode("latin-1")
+class _Relayed(httpx.AsyncByteStream):
+    """A response body from the byte-exact transport: failures mapped as aiohttp's are."""
+
+    def __init__(self, response: httpx.Response, owner: AiohttpTransport) -> None:
+        self._response = response
+        self._owner: AiohttpTransport | None = owner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except Exception as exc:
+            raise _failure(exc)
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+        if self._owner is not None:
+            self._owner.in_flight -= 1
+            self._owner = None
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
@@ -286,6 +304,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._max = max_connections
         self._keepalive = keepalive_expiry
         self._session: aiohttp.ClientSession | None = None
+        self._exact: httpx.AsyncHTTPTransport | None = None  # for headers aiohttp cannot write
         self.in_flight = 0
         """Requests sent or being sent whose response is not closed yet."""
 
@@ -301,8 +320,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         ext = request.extensions
-        url = _yarl_url(request.url, ext.get("target"))
         headers = _aiohttp_headers(request.headers.raw)
+        if headers is None:
+            return await self._byte_exact(request)
+        url = _yarl_url(request.url, ext.get("target"))
         timeout = ext.get("timeout") or {}
         stream = request.stream
         data: Any = (b"".join(stream) or None) if isinstance(stream, httpx.ByteStream) else stream
@@ -324,11 +345,42 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             extensions={"http_version": b"HTTP/1.1",
                         "reason_phrase": (response.reason or "").encode("latin-1", "replace")})
 
+    async def _byte_exact(self, request: httpx.Request) -> httpx.Response:
+        """Send a request whose headers aiohttp cannot write as they are (not UTF-8) through
+        httpx's own HTTP/1.1 transport (httpcore, h11), which writes header bytes unchanged;
+        rare, so it has a small pool of its own. ``Host`` and the body framing are added here,
+        as aiohttp adds them; errors are mapped as for aiohttp."""
+        if self._exact is None:
+            self._exact = httpx.AsyncHTTPTransport(retries=0, limits=httpx.Limits(
+                max_connections=100, max_keepalive_connections=10, keepalive_expiry=self._keepalive))
+        url = request.url
+        host = url.raw_host if url.port is None else url.raw_host + b":%d" % url.port
+        stream = request.stream
+        framing = ((b"content-length", b"%d" % len(b"".join(stream)))
+                   if isinstance(stream, httpx.ByteStream) else (b"transfer-encoding", b"chunked"))
+        exact = httpx.Request(request.method, url, headers=[(b"host", host), framing, *request.headers.raw],
+                              stream=stream, extensions=request.extensions)
+        self.in_flight += 1
+        try:
+            response = await self._exact.handle_async_request(exact)
+        except BaseException as exc:
+            self.in_flight -= 1
+            if isinstance(exc, Exception):
+                raise _failure(exc)
+            raise
+        encoded = "content-encoding" in response.headers
+        return (_DecodedResponse if encoded else httpx.Response)(
+            status_code=response.status_code, headers=response.headers.raw,
+            stream=_Relayed(response, self), request=request, extensions=response.extensions)
+
     async def aclose(self) -> None:
         """Close every pooled connection."""
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._exact is not None:
+            await self._exact.aclose()
+            self._exact = None
 
 
 def _yarl_url(url: httpx.URL, target: bytes | None) -> yarl.URL:

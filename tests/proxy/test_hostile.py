@@ -1142,3 +1142,24 @@ def test_nesting_up_to_the_bound_is_forwarded_one_more_level_refused(h: Harness)
                     headers={**V1, "content-type": "application/json"})
     assert r.status_code == 400 and "limits.max_json_depth" in r.json()["error"]["message"]
     assert len(h.rpc_calls()) == 1
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest", "http"])
+def test_header_bytes_reach_the_worker_byte_for_byte(h: Harness, binding: str) -> None:
+    """A header value that is not UTF-8 (obs-text: Latin-1 ``caf\\xe9``) reaches the worker
+    as the client sent it on every road — JSON-RPC, REST and a relayed path — instead of
+    being re-encoded as UTF-8 (``caf\\xc3\\xa9``)."""
+    h.worker.on("GetTask", json_result=task("t-1", WORKING))
+    h.worker.on_path("GET", "/tasks/t-1", raw=(200, {"content-type": "application/json"},
+                                              orjson.dumps(task("t-1", WORKING))))
+    h.worker.on_path("GET", "/other", raw=(200, {"content-type": "text/plain"}, b"ok"))
+    extra = {"X-Name": b"caf\xe9", "X-Utf8": "é".encode(), "A2A-Version": b"1.0"}
+    if binding == "jsonrpc":
+        data = request_bytes("POST", "/", orjson.dumps(rpc(1, "GetTask", {"id": "t-1"})),
+                             {**extra, "Content-Type": b"application/json"})
+    else:
+        data = request_bytes("GET", "/tasks/t-1" if binding == "rest" else "/other", headers=extra)
+    assert raw_http(h.gateway.port, data).status == 200
+    [seen] = [r for r in h.worker.requests if "/.well-known/" not in r.path]
+    assert seen.headers["x-name"] == b"caf\xe9".decode("latin-1")
+    assert seen.headers["x-utf8"] == "é".encode().decode("latin-1")

@@ -440,3 +440,25 @@ async def test_compressed_bodies_decode_in_bounded_pieces_whatever_the_ratio(cli
                              (b"x-gzip", gzip.compress(doc))):
         w = await worker_factory(_ok(packed, b"content-encoding: " + encoding))
         assert (await client.fetch("GET", w.url(), headers=[], timeout=FAST)).content == doc, encoding
+
+
+async def test_header_bytes_that_are_not_utf8_reach_the_worker_unchanged(client: UpstreamClient, worker_factory) -> None:  # type: ignore[no-untyped-def]
+    """aiohttp writes header values as UTF-8: Latin-1 ``caf\\xe9`` would go out as
+    ``caf\\xc3\\xa9``. Such a request goes through httpx's own transport, byte for byte, with
+    its target, Host and body as aiohttp would send them; failures map the same way."""
+    w = await worker_factory(_ok(b'{"ok":true}', b"content-type: application/json"))
+    headers = [(b"x-name", b"caf\xe9"), (b"x-utf8", "é".encode()), (b"x-name", b"\xff")]
+    url = w.url("/a%2Fb?q=%7E")
+    answer = await client.fetch("POST", url, headers=headers, timeout=FAST, content=b'{"a":1}')
+    assert answer.status_code == 200 and answer.content == b'{"ok":true}'
+    [seen] = w.requests
+    assert seen.line == b"POST /a%2Fb?q=%7E HTTP/1.1"
+    assert [(n, v) for n, v in seen.headers if n.startswith(b"x-")] == headers
+    assert dict((n.lower(), v) for n, v in seen.headers)[b"host"] == b"127.0.0.1:%d" % w.port
+    assert seen.body == b'{"a":1}'
+    response = await client.send("POST", url, headers=headers, timeout=FAST, content=b"{}")
+    assert await client.read(response) == b'{"ok":true}'
+    assert client.in_flight == 0
+    with pytest.raises(UpstreamError) as info:
+        await client.fetch("GET", "http://127.0.0.1:1/", headers=headers, timeout=FAST)
+    assert info.value.reason == "connect"
