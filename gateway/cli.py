@@ -233,7 +233,8 @@ def _serve(args: argparse.Namespace) -> int:
         print("a2a-gateway serve: --workers must be 1 or more, and more than 1 needs a shared "
               "ledger (--ledger sqlite:///PATH or redis://HOST:PORT/DB), not memory", file=sys.stderr)
         return 2
-    configure_logging(config.log.level, config.log.format, config.log.flush_seconds)
+    configure_logging(config.log.level, config.log.format, config.log.flush_seconds,
+                      config.log.repeat_window_seconds)
     problem = asyncio.run(_check_ledger(config.ledger.url, resync=workers > 1))
     if problem:
         print(f"ledger {redact(config.ledger.url)}: {problem}", file=sys.stderr)

@@ -135,3 +135,37 @@ def test_lines_after_a_closed_event_loop_are_still_flushed_in_time(logger: loggi
 
     asyncio.run(log_and_wait())
     assert _events(stream) == ["first loop", "second loop"]
+
+
+def test_repeat_filter_holds_back_identical_warnings_within_the_window_and_counts_them() -> None:
+    import logging as _logging
+
+    from gateway.observability.logging import RepeatFilter
+
+    now = [100.0]
+    f = RepeatFilter(10.0, clock=lambda: now[0])
+
+    def record(level: int, event: str, **extra: object) -> _logging.LogRecord:
+        rec = _logging.LogRecord("a2a_gateway", level, "", 0, event, (), None)
+        rec.__dict__.update(extra)
+        return rec
+
+    def err(**extra: object) -> _logging.LogRecord:
+        return record(_logging.ERROR, "ledger_error", backend="redis", **extra)
+
+    assert f.filter(err(duration_s=0.1))
+    assert not f.filter(err(duration_s=0.2))  # the same line but for its duration
+    assert not f.filter(err())
+    assert f.filter(err(operation="put"))  # another field: another line
+    assert f.filter(record(_logging.INFO, "ledger_error", backend="redis"))  # INFO: never held
+    assert f.filter(record(_logging.WARNING, "divergence", task_id="t-1"))
+    assert f.filter(record(_logging.WARNING, "divergence", task_id="t-2"))
+    now[0] += 10.0
+    late = err()
+    assert f.filter(late) and late.repeated == 2
+    assert not f.filter(err())
+    assert RepeatFilter(0).filter(err()) and RepeatFilter(0).filter(err())
+    many = RepeatFilter(10.0, clock=lambda: now[0])
+    for n in range(RepeatFilter.MAX_KEYS + 5):
+        assert many.filter(err(n=n))
+    assert len(many._seen) <= RepeatFilter.MAX_KEYS

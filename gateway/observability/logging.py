@@ -118,10 +118,56 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 pass
 
 
-def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: float = 0.0) -> None:
+class RepeatFilter(logging.Filter):
+    """Holds back a WARNING-or-worse line identical to one written less than ``window``
+    seconds ago — same event, level and fields (``duration_s`` aside): during an outage every
+    refused request would otherwise log the same lines. The first such line after the window
+    is written with ``repeated``: how many were held back since the last one written. Lines
+    that differ in any field (a divergence's ``task_id``) are never held back. At most
+    :data:`MAX_KEYS` kinds of line are remembered.
+
+    Args:
+        window: seconds; 0 holds nothing back.
+        clock: monotonic seconds (tests pass their own).
+    """
+
+    MAX_KEYS = 512
+    _VOLATILE = frozenset({"duration_s", "repeated"})
+
+    def __init__(self, window: float, clock: Any = time.monotonic) -> None:
+        super().__init__()
+        self.window = window
+        self._clock = clock
+        self._seen: dict[tuple[Any, ...], list[float]] = {}  # key -> [written_at, held back]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not self.window:
+            return True
+        fields = tuple(sorted((k, str(v)) for k, v in record.__dict__.items()
+                              if k not in _SKIP and k[0] != "_" and k not in self._VOLATILE))
+        key = (record.levelno, record.getMessage(), fields)
+        now = self._clock()
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[0] < self.window:
+            seen[1] += 1
+            return False
+        if seen is not None and seen[1]:
+            record.repeated = int(seen[1])
+        if seen is None and len(self._seen) >= self.MAX_KEYS:
+            self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.window}
+            if len(self._seen) >= self.MAX_KEYS:  # all recent: forget the oldest
+                del self._seen[next(iter(self._seen))]
+        self._seen[key] = [now, 0]
+        return True
+
+
+def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: float = 0.0,
+                      repeat_window_seconds: float = 0.0) -> None:
     """Send gateway logs to stderr as JSON lines (``fmt="json"``) or plain text.
 
-    ``flush_seconds`` > 0 batches INFO and DEBUG lines (see :class:`BufferedStreamHandler`).
+    ``flush_seconds`` > 0 batches INFO and DEBUG lines (see :class:`BufferedStreamHandler`);
+    ``repeat_window_seconds`` > 0 holds back repeated identical warnings and errors
+    (:class:`RepeatFilter`, ``log.repeat_window_seconds``).
     Records skip the caller, thread and process lookups (the logging HOWTO's "Optimization"
     knobs): no format here prints them, and they cost microseconds on every request line.
     """
@@ -130,6 +176,8 @@ def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: flo
     logging.logProcesses = False
     logging.logMultiprocessing = False
     handler = BufferedStreamHandler(sys.stderr, flush_seconds)
+    if repeat_window_seconds:
+        handler.addFilter(RepeatFilter(repeat_window_seconds))
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

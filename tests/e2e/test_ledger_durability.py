@@ -131,3 +131,24 @@ def test_ledger_down_fails_closed_with_transport_error(worker: Any) -> None:
         assert w.calls("SendMessage") == []
         metrics = httpx.get(url + "/metrics", trust_env=False).text
         assert 'a2a_gateway_ledger_errors_total{backend="redis",operation="get"} 1.0' in metrics
+
+
+def test_an_outage_logs_each_kind_of_error_once_per_window_not_per_request(worker: Any) -> None:
+    """Every request refused while Redis is down used to log two error lines (the ledger
+    call's and the exchange's): thousands in seconds. Identical lines within
+    ``log.repeat_window_seconds`` (10) are held back, so 40 refused requests log each kind
+    a few times (80 lines before), and the metrics still count every failure."""
+    w, wurl = worker
+    with ExitStack() as stack:
+        redis_ctx = redis_server()
+        rurl = redis_ctx.__enter__()
+        url, proc = stack.enter_context(gateway_process(wurl, rurl))
+        redis_ctx.__exit__(None, None, None)
+        for n in range(40):
+            assert send(url, n, task_id="t-1").status_code == 503
+        lines = [orjson.loads(line) for line in proc.stderr_text().splitlines() if line.startswith("{")]
+        errors = [line for line in lines if line["level"] == "error"]
+        # the first failure may read differently ("connection refused" once the pool notices)
+        assert 1 <= len(errors) <= 4, errors
+        metrics = httpx.get(url + "/metrics", trust_env=False).text
+        assert 'a2a_gateway_ledger_errors_total{backend="redis",operation="get"} 40.0' in metrics
