@@ -148,10 +148,12 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class ParseFailure:
-    """A request the gateway answers itself; ``error`` is the full JSON-RPC response object."""
+    """A request the gateway answers itself; ``error`` is the full JSON-RPC response object;
+    ``limit`` names the bound it broke (``max_json_depth``), if any."""
 
     error: dict[str, Any]
     code: int
+    limit: str | None = None
 
 
 def _valid_id(value: object) -> bool:
@@ -173,12 +175,11 @@ def parse_request(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> Request | Par
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         if str(exc).startswith("depth limit exceeded"):
-            return _fail(INVALID_REQUEST, f"Invalid Request: {NestingTooDeepError(max_depth)}", None)
+            return _too_deep_failure(max_depth, None)
         return _fail(PARSE_ERROR, "Parse error: request body is not valid JSON", None)
     if _too_deep(body, doc, max_depth):
         raw_id = doc.get("id") if isinstance(doc, dict) else None
-        return _fail(INVALID_REQUEST, f"Invalid Request: {NestingTooDeepError(max_depth)}",
-                     raw_id if _valid_id(raw_id) and not isinstance(raw_id, float) else None)
+        return _too_deep_failure(max_depth, raw_id if _valid_id(raw_id) and not isinstance(raw_id, float) else None)
     if isinstance(doc, dict) and isinstance(doc.get("id"), float):
         try:
             doc = json.loads(body)  # keep integer ids beyond 64 bits exact (orjson makes floats)
@@ -206,6 +207,11 @@ def parse_request(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> Request | Par
 
 def _fail(code: int, message: str, req_id: JsonId) -> ParseFailure:
     return ParseFailure(error_response(req_id, code, message), code)
+
+
+def _too_deep_failure(max_depth: int, req_id: JsonId) -> ParseFailure:
+    message = f"Invalid Request: {NestingTooDeepError(max_depth)}"
+    return ParseFailure(error_response(req_id, INVALID_REQUEST, message), INVALID_REQUEST, "max_json_depth")
 
 
 def clean_response(doc: object) -> dict[str, Any] | None:

@@ -48,7 +48,7 @@ def decode_answer(answer: Answer, max_depth: int) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         raise UpstreamError("invalid_response", "worker answered with a body that is not JSON") from None
     except NestingTooDeepError as exc:
-        raise UpstreamError("invalid_response", f"worker answer: {exc}") from None
+        raise UpstreamError("nesting_too_deep", f"worker answer: {exc}") from None
     clean = jsonrpc.clean_response(doc)
     if clean is None:
         raise UpstreamError("invalid_response", "worker answered with a non-JSON-RPC body")
@@ -165,7 +165,7 @@ class JsonRpcExchange(RequestExchange):
     def event_doc(self, event: Event) -> dict[str, Any] | None:
         try:
             return jsonrpc.clean_response(jsonrpc.loads(event.data, self.policy.max_json_depth))
-        except (orjson.JSONDecodeError, NestingTooDeepError):
+        except orjson.JSONDecodeError:
             return None
 
     def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]:

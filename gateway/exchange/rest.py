@@ -133,7 +133,7 @@ class RestExchange(RequestExchange):
             reason = "status" if answer.status >= 500 else "invalid_response"
             raise UpstreamError(reason, f"worker answered HTTP {answer.status} with a body that is not JSON") from None
         except NestingTooDeepError as exc:
-            raise UpstreamError("invalid_response", f"worker answer: {exc}") from None
+            raise UpstreamError("nesting_too_deep", f"worker answer: {exc}") from None
         if answer.status < 300:
             return {"result": doc}
         a2a_error = isinstance(doc, dict) and (isinstance(doc.get("error"), dict)
@@ -161,7 +161,7 @@ class RestExchange(RequestExchange):
     def event_doc(self, event: Event) -> dict[str, Any] | None:
         try:
             doc = jsonrpc.loads(event.data, self.policy.max_json_depth)
-        except (orjson.JSONDecodeError, NestingTooDeepError):
+        except orjson.JSONDecodeError:
             return None
         if not isinstance(doc, dict):
             return None

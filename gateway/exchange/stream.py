@@ -39,7 +39,7 @@ from gateway.a2a.payloads import Item, Kind, locate
 from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment
 from gateway.a2a.states import TaskState, UnknownStateError, normalize_state
 from gateway.a2a.version import ProtocolVersion
-from gateway.errors import EventTooLargeError, LedgerError, UnencodableError, UpstreamError
+from gateway.errors import EventTooLargeError, LedgerError, NestingTooDeepError, UnencodableError, UpstreamError
 from gateway.exchange.commands import (
     ENDED,
     Answer,
@@ -79,7 +79,10 @@ class RequestSide(Protocol):
 
     def probe_task(self, task_id: str) -> Generator[Any, Any, tuple[Any, TaskRecord | None]]: ...
 
-    def event_doc(self, event: Event) -> dict[str, Any] | None: ...
+    def event_doc(self, event: Event) -> dict[str, Any] | None:
+        """The event as ``{"result": …}`` / ``{"error": …}``, ``None`` when it is no A2A
+        stream response; raises :class:`~gateway.errors.NestingTooDeepError`."""
+        ...
 
     def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]: ...
 
@@ -265,12 +268,15 @@ class StreamExchange:
         return True
 
     def _on_event(self, event: Event, *, deliver: bool = True) -> Generator[Any, Any, Next]:
-        doc = self.owner.event_doc(event)
+        reason, problem = "invalid_response", "worker sent an SSE event that is not an A2A stream response"
+        try:
+            doc = self.owner.event_doc(event)
+        except NestingTooDeepError as exc:
+            doc, reason, problem = None, "nesting_too_deep", f"worker event refused: {exc}"
         if doc is None:
-            yield Count("upstream_errors", ("invalid_response",))
+            yield Count("upstream_errors", (reason,))
             if deliver:
-                yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE,
-                                        "worker sent an SSE event that is not an A2A stream response")
+                yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, problem)
             return Next.CLOSE
         self.summary.events += 1
         if "error" in doc:

@@ -93,6 +93,12 @@ class Metrics:
             ["upstream", "reason"],
             registry=registry,
         ))
+        self.limits_reached = Labelled(Counter(
+            "a2a_gateway_limits_reached_total",
+            "Requests and answers stopped by a configured bound, by limit (the limits.* key)",
+            ["upstream", "limit"],
+            registry=registry,
+        ))
         self.sse_events = Labelled(Counter(
             "a2a_gateway_sse_events_total",
             "SSE events received from workers, by payload kind",

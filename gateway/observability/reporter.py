@@ -21,6 +21,10 @@ from gateway.observability.metrics import Metrics
 _BACKEND_METRICS = frozenset({"ledger_conflicts"})
 """Counters labelled by ledger backend instead of upstream."""
 
+LIMIT_OF_REASON = {"answer_too_large": "max_answer_bytes", "event_too_large": "max_event_bytes",
+                   "nesting_too_deep": "max_json_depth"}
+"""``upstream_errors`` reasons that are a worker's answer stopped by a bound (the limits.* key)."""
+
 
 class Reporter:
     """Feeds reports of exchanges on one upstream into ``metrics`` and ``log``.
@@ -48,12 +52,21 @@ class Reporter:
         if type(cmd) is Count:
             first = self._backend if cmd.metric in _BACKEND_METRICS else self._upstream
             getattr(self._metrics, cmd.metric).labels(first, *cmd.labels).inc()
+            if cmd.metric == "upstream_errors" and cmd.labels[0] in LIMIT_OF_REASON:
+                self.limit_reached(LIMIT_OF_REASON[cmd.labels[0]], "worker")
         elif type(cmd) is Found:
             self._found(cmd, cmd.method or operation)
         elif type(cmd) is Degraded:
             self._metrics.degraded.labels(self._upstream, cmd.reason).set(cmd.value)
         elif type(cmd) is Log:
             getattr(self._log, cmd.level)(cmd.event, extra=dict(cmd.fields))
+
+    def limit_reached(self, limit: str, side: str) -> None:
+        """A bound stopped a request (``side`` ``client``) or a worker's answer (``worker``):
+        ``a2a_gateway_limits_reached_total{limit}`` and a ``limit_reached`` warning (repeats
+        are held back by the log's repeat window, ``log.repeat_window_seconds``)."""
+        self._metrics.limits_reached.labels(self._upstream, limit).inc()
+        self._log.warning("limit_reached", extra={"upstream": self._upstream, "limit": limit, "side": side})
 
     def request(self, summary: Summary, duration_s: float) -> None:
         """The request's line and ``a2a_gateway_requests_total`` /

@@ -29,6 +29,7 @@ class JsonRpcHandler(ExchangeHandler):
             return
         except BodyTooLargeError:
             self.summary.outcome = "too_large"
+            self.reporter.limit_reached("max_body_bytes", "client")
             msg = f"request body exceeds {limits.max_body_bytes} bytes"
             await send_json(self.send, 413, jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, msg))
             return
@@ -36,6 +37,8 @@ class JsonRpcHandler(ExchangeHandler):
         if isinstance(parsed, jsonrpc.ParseFailure):
             self.summary.outcome = "malformed"
             self.reporter.report(Count("rejections", ("invalid", f"jsonrpc_{-parsed.code}", "enforced")))
+            if parsed.limit is not None:
+                self.reporter.limit_reached(parsed.limit, "client")
             await send_json(self.send, 200, parsed.error)
             return
         info = jsonrpc.lookup_method(parsed.method)

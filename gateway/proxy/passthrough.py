@@ -44,6 +44,8 @@ async def relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send:
     outcome = "ok"
     try:
         outcome = await _relay(rt, route, scope, receive, send)
+        if outcome == "too_large":
+            rt.reporter(route.upstream.name).limit_reached("max_body_bytes", "client")
     finally:
         duration = time.perf_counter() - started
         rt.metrics.requests.labels(route.upstream.name, "http", label, outcome).inc()

@@ -50,6 +50,7 @@ class RestHandler(ExchangeHandler):
                 return
             except BodyTooLargeError:
                 self.summary.outcome = "too_large"
+                self.reporter.limit_reached("max_body_bytes", "client")
                 await self._refuse(413, jsonrpc.INVALID_REQUEST, f"request body exceeds {limit} bytes")
                 return
         doc: object = None
@@ -59,6 +60,7 @@ class RestHandler(ExchangeHandler):
             except orjson.JSONDecodeError:
                 doc = None
             except NestingTooDeepError as exc:
+                self.reporter.limit_reached("max_json_depth", "client")
                 await self._malformed(str(exc))
                 return
             if not isinstance(doc, dict):

@@ -410,6 +410,7 @@ def test_chunked_request_bodies_and_the_413_cap(make_harness: Any) -> None:
         assert resp.status == 413, path
     assert [r.path for r in forwarded(h)] == ["/"]
     wait_until(lambda: h.metric("a2a_gateway_requests_total", outcome="too_large") == 4)
+    assert h.metric("a2a_gateway_limits_reached_total", limit="max_body_bytes") == 4
     alive(h)
 
 
@@ -1047,6 +1048,7 @@ def test_gzip_bomb_is_cut_off_after_the_cap_not_inflated_whole(make_harness: Any
     r = h.rpc(rpc(1, "GetTask", {"id": "t-1"}), headers=V1)
     assert r.status_code == 502 and r.json()["id"] == 1
     assert h.metric("a2a_gateway_upstream_errors_total", reason="answer_too_large") == 1
+    assert h.metric("a2a_gateway_limits_reached_total", limit="max_answer_bytes") == 1
     no_leaks(h)
 
 
@@ -1061,6 +1063,7 @@ def test_gzip_bomb_on_a_stream_ends_at_the_event_cap(make_harness: Any) -> None:
     [last] = [f for f in frames(raw) if f["event"] == "error"]
     assert last["data"]["id"] == 7
     assert h.metric("a2a_gateway_upstream_errors_total", reason="event_too_large") == 1
+    assert h.metric("a2a_gateway_limits_reached_total", limit="max_event_bytes") == 1
     no_leaks(h)
 
 
@@ -1095,11 +1098,12 @@ def test_deeply_nested_client_body_with_a_float_id_is_refused_not_forwarded(h: H
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
 def test_worker_answer_nested_too_deep_is_a_transport_error_not_a_500(h: Harness, binding: str) -> None:
     """A worker answer nested past ``limits.max_json_depth`` is unusable: unary, a
-    transport-class error (HTTP 502, ``upstream_errors{reason="invalid_response"}``) in the
-    client's binding with its id; streamed, an -32006 error event."""
+    transport-class error (HTTP 502) in the
+    client's binding with its id; streamed, an -32006 error event. Each is counted as
+    ``upstream_errors{reason="nesting_too_deep"}`` and ``limits_reached{limit="max_json_depth"}``."""
     deep = b"[" * DEEP + b"]" * DEEP  # written by hand: no encoder writes it either
     deep_task = b'{"id":"t-1","contextId":"c-1","status":{"state":"working"},"metadata":{"x":' + deep + b"}}"
-    before = h.metric("a2a_gateway_upstream_errors_total", reason="invalid_response")
+    before = h.metric("a2a_gateway_upstream_errors_total", reason="nesting_too_deep")
     if binding == "jsonrpc":
         answer = b'{"jsonrpc":"2.0","id":"d","result":' + deep_task + b"}"
         h.worker.on_path("POST", "/", raw=(200, {"content-type": "application/json"}, answer))
@@ -1111,12 +1115,14 @@ def test_worker_answer_nested_too_deep_is_a_transport_error_not_a_500(h: Harness
         _, raw = h.stream(send_msg(2, method="SendStreamingMessage"), headers=V1)
         [last] = [f for f in frames(raw) if f["event"] == "error"]
         assert last["data"]["id"] == 2 and last["data"]["error"]["code"] == -32006
-        assert h.metric("a2a_gateway_upstream_errors_total", reason="invalid_response") == before + 2
+        assert h.metric("a2a_gateway_upstream_errors_total", reason="nesting_too_deep") == before + 2
+        assert h.metric("a2a_gateway_limits_reached_total", limit="max_json_depth") == 2
     else:
         h.worker.on_path("GET", "/tasks/t-1", raw=(200, {"content-type": "application/json"}, deep_task))
         r = h.http.get(h.gateway.url + "/tasks/t-1", headers=V1)
         assert r.status_code == 502 and r.json()["error"]["status"] == "UNAVAILABLE"
-        assert h.metric("a2a_gateway_upstream_errors_total", reason="invalid_response") == before + 1
+        assert h.metric("a2a_gateway_upstream_errors_total", reason="nesting_too_deep") == before + 1
+        assert h.metric("a2a_gateway_limits_reached_total", limit="max_json_depth") == 1
     no_leaks(h)
 
 
@@ -1142,6 +1148,7 @@ def test_nesting_up_to_the_bound_is_forwarded_one_more_level_refused(h: Harness)
                     headers={**V1, "content-type": "application/json"})
     assert r.status_code == 400 and "limits.max_json_depth" in r.json()["error"]["message"]
     assert len(h.rpc_calls()) == 1
+    assert h.metric("a2a_gateway_limits_reached_total", limit="max_json_depth") == 2
 
 
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest", "http"])
