@@ -95,8 +95,9 @@ class Metrics:
         ))
         self.limits_reached = Labelled(Counter(
             "a2a_gateway_limits_reached_total",
-            "Requests and answers stopped by a configured bound, by limit (the limits.* key)",
-            ["upstream", "limit"],
+            "Requests (side client) and worker answers (side worker) stopped by a configured bound, "
+            "by limit (the limits.* key)",
+            ["upstream", "limit", "side"],
             registry=registry,
         ))
         self.sse_events = Labelled(Counter(

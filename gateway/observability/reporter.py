@@ -63,9 +63,9 @@ class Reporter:
 
     def limit_reached(self, limit: str, side: str) -> None:
         """A bound stopped a request (``side`` ``client``) or a worker's answer (``worker``):
-        ``a2a_gateway_limits_reached_total{limit}`` and a ``limit_reached`` warning (repeats
-        are held back by the log's repeat window, ``log.repeat_window_seconds``)."""
-        self._metrics.limits_reached.labels(self._upstream, limit).inc()
+        ``a2a_gateway_limits_reached_total{limit, side}`` and a ``limit_reached`` warning
+        (repeats are held back by the log's repeat window, ``log.repeat_window_seconds``)."""
+        self._metrics.limits_reached.labels(self._upstream, limit, side).inc()
         self._log.warning("limit_reached", extra={"upstream": self._upstream, "limit": limit, "side": side})
 
     def request(self, summary: Summary, duration_s: float) -> None:
