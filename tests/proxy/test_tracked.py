@@ -13,8 +13,8 @@ from gateway.config import parse_config
 from gateway.invariants.model import TaskRecord
 from gateway.ledger.memory import MemoryLedger
 from gateway.observability.metrics import Metrics
-from gateway.observability.tracked import refresh_tracked_forever
 from gateway.proxy.runtime import Runtime
+from gateway.proxy.tracked import refresh_tracked_forever
 
 
 class CountingLedger(MemoryLedger):

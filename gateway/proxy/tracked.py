@@ -11,12 +11,9 @@ refresh succeeds.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from gateway.errors import LedgerError
-
-if TYPE_CHECKING:
-    from gateway.proxy.runtime import Runtime
+from gateway.proxy.runtime import Runtime
 
 
 async def refresh_tracked_forever(runtime: Runtime, every: float) -> None:
