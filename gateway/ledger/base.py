@@ -62,7 +62,10 @@ class TaskLedger(Protocol):
         ...
 
     async def count_by_state(self) -> dict[str, int]:
-        """Tracked tasks by canonical state value (``TASK_STATE_WORKING`` → n)."""
+        """Tracked tasks by canonical state value (``TASK_STATE_WORKING`` → n; a state with no
+        task is absent), exact. Every backend keeps these counts up to date as records change
+        (put, eviction, prune), so the call costs one entry per state however many tasks the
+        ledger holds."""
         ...
 
     async def mark_resync(self) -> int:

@@ -2,7 +2,9 @@
 
 Bounded: at most ``max_tasks`` records. When full, the least recently updated terminal record
 is evicted first (then the least recently updated of any kind); each eviction is logged with
-the task id and counted in :attr:`MemoryLedger.evicted`. Nothing survives a restart.
+the task id and counted in :attr:`MemoryLedger.evicted`. Nothing survives a restart. The
+number of records in each state is kept up to date by ``put``, eviction and ``prune``, so
+``count_by_state`` costs one entry per state, not one per record.
 
 Plain dicts (insertion-ordered) hold the :class:`~gateway.ledger.base.Stored` records and the
 terminal index, sharing one key tuple per task, so a tracked task costs well under 1 KiB
@@ -13,7 +15,6 @@ frozen); only its small ``Stored`` wrapper is new.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
@@ -35,6 +36,7 @@ class MemoryLedger:
     def __init__(self, max_tasks: int = 100_000) -> None:
         self._records: dict[Key, Stored] = {}
         self._terminal: dict[Key, None] = {}
+        self._counts: dict[str, int] = {}  # state value -> records in it (no zero entries)
         self._max = max_tasks
         self.evicted = 0
 
@@ -57,6 +59,10 @@ class MemoryLedger:
             raise VersionConflictError(f"{key}: stored {stored_version}, expected {expected_version}")
         version = expected_version + 1
         self._records[key] = Stored(record, version)  # re-inserted: least recently updated first
+        if current is not None:
+            self._uncount(current.record.state.value)
+        state = record.state.value
+        self._counts[state] = self._counts.get(state, 0) + 1
         if record.terminal:
             self._terminal.pop(key, None)
             self._terminal[key] = None
@@ -71,14 +77,23 @@ class MemoryLedger:
         else:
             victim = next(iter(self._records))
         stored = self._records.pop(victim)
+        self._uncount(stored.record.state.value)
         self.evicted += 1
         _log.warning("ledger_evicted", extra={"upstream": victim[0], "task_id": victim[1],
                                                "state": stored.record.state.value,
                                                "backend": self.backend})
 
+    def _uncount(self, state: str) -> None:
+        left = self._counts[state] - 1
+        if left:
+            self._counts[state] = left
+        else:
+            del self._counts[state]
+
     async def count_by_state(self) -> dict[str, int]:
-        """Tracked tasks by canonical state."""
-        return dict(Counter(s.record.state.value for s in self._records.values()))
+        """Tracked tasks by canonical state value (states with none are absent); a copy of the
+        counts kept on every change."""
+        return dict(self._counts)
 
     async def mark_resync(self) -> int:
         """Nothing survives a restart, so nothing needs a resync."""
@@ -89,7 +104,7 @@ class MemoryLedger:
         doomed = [k for k in self._terminal if self._records[k].record.observed_at < older_than]
         for key in doomed:
             del self._terminal[key]
-            del self._records[key]
+            self._uncount(self._records.pop(key).record.state.value)
         return len(doomed)
 
     async def close(self) -> None:

@@ -24,10 +24,20 @@ whole is lost — ``BEGIN`` or ``COMMIT`` failed, or SQLite rolled the whole tra
 nothing of the batch was delivered yet, and every operation is run again in a transaction of its
 own, so each call gets the outcome it would have had alone.
 
-Schema (created on open)::
+Schema (created on open; ``PRAGMA user_version`` 1)::
 
     tasks(upstream TEXT, task_id TEXT, version INTEGER, state TEXT, terminal INTEGER,
           resync INTEGER, observed_at REAL, record BLOB, PRIMARY KEY (upstream, task_id))
+    task_counts(state TEXT PRIMARY KEY, n INTEGER)
+
+``task_counts`` holds the number of rows of ``tasks`` in each state, kept by three triggers on
+``tasks`` (after an insert, a change of ``state``, a delete) in the transaction of the change
+itself, so :meth:`SqliteLedger.count_by_state` reads a handful of rows however many tasks the
+ledger holds, and a process of an earlier version writing the same file keeps it right too. A
+database of an earlier version (``user_version`` 0: no ``task_counts``) is brought up to date
+by :meth:`SqliteLedger.open`: table, triggers and the counts filled once from the tasks, in one
+``BEGIN IMMEDIATE`` transaction that re-reads the version first, so of several processes
+opening the file at once exactly one migrates it.
 """
 
 from __future__ import annotations
@@ -47,20 +57,46 @@ from gateway.ledger.base import Stored
 
 T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS tasks (
-    upstream    TEXT    NOT NULL,
-    task_id     TEXT    NOT NULL,
-    version     INTEGER NOT NULL,
-    state       TEXT    NOT NULL,
-    terminal    INTEGER NOT NULL,
-    resync      INTEGER NOT NULL DEFAULT 0,
-    observed_at REAL    NOT NULL,
-    record      BLOB    NOT NULL,
-    PRIMARY KEY (upstream, task_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS tasks_terminal_observed ON tasks (terminal, observed_at);
-"""
+#: ``PRAGMA user_version`` of a database with every table and trigger of :data:`_SCHEMA`.
+SCHEMA_VERSION = 1
+
+# Statements, not a script: they run inside the migration's own transaction (executescript
+# would commit it first).
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS tasks (
+        upstream    TEXT    NOT NULL,
+        task_id     TEXT    NOT NULL,
+        version     INTEGER NOT NULL,
+        state       TEXT    NOT NULL,
+        terminal    INTEGER NOT NULL,
+        resync      INTEGER NOT NULL DEFAULT 0,
+        observed_at REAL    NOT NULL,
+        record      BLOB    NOT NULL,
+        PRIMARY KEY (upstream, task_id)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS tasks_terminal_observed ON tasks (terminal, observed_at)",
+    """CREATE TABLE IF NOT EXISTS task_counts (
+        state TEXT    NOT NULL PRIMARY KEY,
+        n     INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TRIGGER IF NOT EXISTS tasks_count_insert AFTER INSERT ON tasks BEGIN
+        INSERT INTO task_counts (state, n) VALUES (NEW.state, 1)
+            ON CONFLICT (state) DO UPDATE SET n = n + 1;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS tasks_count_update AFTER UPDATE OF state ON tasks
+    WHEN OLD.state IS NOT NEW.state BEGIN
+        UPDATE task_counts SET n = n - 1 WHERE state = OLD.state;
+        INSERT INTO task_counts (state, n) VALUES (NEW.state, 1)
+            ON CONFLICT (state) DO UPDATE SET n = n + 1;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS tasks_count_delete AFTER DELETE ON tasks BEGIN
+        UPDATE task_counts SET n = n - 1 WHERE state = OLD.state;
+    END""",
+    # Filled once, from the tasks the database already holds (none when it is new).
+    "DELETE FROM task_counts",
+    "INSERT INTO task_counts (state, n) SELECT state, COUNT(*) FROM tasks GROUP BY state",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
 
 _GET = "SELECT record, version, resync FROM tasks WHERE upstream = ? AND task_id = ?"
 # A put clears the restart flag (resync = 0): see TaskLedger.put.
@@ -128,6 +164,29 @@ def _in_one_transaction(conn: sqlite3.Connection, ops: list[_Op], *, alone: bool
             raise _TransactionLost from exc
         if not isinstance(exc, _TransactionLost):  # COMMIT failed: so did the one operation
             ops[0].ok, ops[0].value = False, exc
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Create the schema, or bring a database of an earlier version up to
+    :data:`SCHEMA_VERSION`, in one transaction; nothing to do (and no write lock taken) when it
+    is up to date. The version is read again under the write lock, so a second process opening
+    the file at the same moment finds the work done and does not count the tasks twice."""
+    if _schema_version(conn) >= SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if _schema_version(conn) < SCHEMA_VERSION:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _run(conn: sqlite3.Connection, op: _Op) -> bool:
@@ -257,7 +316,7 @@ class SqliteLedger:
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.executescript(_SCHEMA)
+            _migrate(conn)
         except BaseException:
             conn.close()
             raise
@@ -276,8 +335,14 @@ class SqliteLedger:
     # -- the ledger ---------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Start the worker thread; it creates the directory, the file and the schema and
-        switches to WAL."""
+        """Start the worker thread; it creates the directory, the file and the schema (or
+        migrates a database of an earlier version: ``task_counts`` is created and filled once)
+        and switches to WAL.
+
+        Raises:
+            sqlite3.Error: the file cannot be opened or migrated (for one, another process held
+                the write lock longer than ``busy_timeout``).
+        """
         if self._thread is not None:
             raise RuntimeError("ledger is already open")
         opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -322,9 +387,10 @@ class SqliteLedger:
         return version
 
     async def count_by_state(self) -> dict[str, int]:
-        """Tracked tasks by canonical state."""
+        """Tracked tasks by canonical state value (states with none are absent), read from
+        ``task_counts``: a few rows, whatever the number of tasks."""
         rows = await self._submit(
-            lambda c: c.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall(),
+            lambda c: c.execute("SELECT state, n FROM task_counts WHERE n > 0").fetchall(),
             write=False,
         )
         return {state: count for state, count in rows}

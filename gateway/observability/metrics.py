@@ -195,10 +195,10 @@ class Metrics:
         ))
         self.tracked_tasks = Labelled(Gauge(
             "a2a_gateway_tracked_tasks",
-            "Tasks held in the ledger, by state (refreshed at each scrape)",
+            "Tasks held in the ledger, by state (refreshed in the background)",
             ["state"],
             registry=registry,
-            multiprocess_mode="livemostrecent",  # the shared ledger's count, from the last scrape
+            multiprocess_mode="livemostrecent",  # the shared ledger's count, from the last refresh
         ))
         self.ledger_duration = Labelled(Histogram(
             "a2a_gateway_ledger_operation_duration_seconds",

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import sqlite3
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from gateway.a2a.states import TaskState
 from gateway.invariants.model import ArtifactRecord, TaskRecord
-from gateway.ledger import ledger_from_url, sqlite_path
+from gateway.ledger import codec, ledger_from_url, sqlite_path
 from gateway.errors import VersionConflictError
 from gateway.ledger.base import Stored, TaskLedger
 from gateway.ledger.memory import MemoryLedger
@@ -226,6 +229,82 @@ async def test_many_concurrent_transitions_of_distinct_tasks_all_land(ledger: Ta
     assert (await ledger.count_by_state()).get("TASK_STATE_COMPLETED") == 200
 
 
+# -- counts by state: kept as records change, exact --------------------------------------------
+
+LIVE_STATES = [s for s in TaskState if not s.is_terminal]
+
+
+async def test_counts_equal_a_recount_through_random_puts_prunes_and_a_reopen(
+        ledger: TaskLedger) -> None:
+    """Rounds of puts called at once (new tasks, transitions, terminal states, re-puts of
+    terminal tasks, and stale puts that must lose), prunes, and for SQLite a close and reopen:
+    after each step the counts equal a recount of what the ledger should hold."""
+    rng = random.Random(13)
+    held: dict[str, tuple[int, TaskRecord]] = {}  # task id -> (version, record)
+    next_id = 0
+
+    async def expect_counts() -> None:
+        assert await ledger.count_by_state() == dict(Counter(r.state.value for _, r in held.values()))
+
+    for round_no in range(24):
+        picked = rng.sample(sorted(held), min(len(held), rng.randint(0, 20)))
+        calls: list[tuple[TaskRecord, int, bool]] = []  # (record, expected version, must win)
+        for task_id in picked:
+            version, old = held[task_id]
+            state = old.state if old.terminal else rng.choice(list(TaskState))
+            calls.append((rec(task_id, state, observed_at=rng.uniform(0, 1000)), version, True))
+            if rng.random() < 0.2:  # the same version once more, called later: it loses
+                calls.append((rec(task_id, rng.choice(LIVE_STATES)), version, False))
+        for _ in range(rng.randint(1, 20)):
+            next_id += 1
+            calls.append((rec(f"t-{next_id}", rng.choice(list(TaskState)),
+                              observed_at=rng.uniform(0, 1000)), 0, True))
+        results = await asyncio.gather(*(ledger.put(r, v) for r, v, _ in calls),
+                                       return_exceptions=True)
+        for (record, version, wins), result in zip(calls, results):
+            if wins:
+                assert result == version + 1
+                held[record.task_id] = (version + 1, record)
+            else:
+                assert isinstance(result, VersionConflictError)
+        await expect_counts()
+        if round_no % 4 == 3:
+            cutoff = rng.uniform(0, 1000)
+            doomed = [t for t, (_, r) in held.items() if r.terminal and r.observed_at < cutoff]
+            assert await ledger.prune(older_than=cutoff) == len(doomed)
+            for task_id in doomed:
+                del held[task_id]
+            await expect_counts()
+        if round_no == 12:
+            await ledger.mark_resync()  # flags live tasks; no state moves
+            await expect_counts()
+            if isinstance(ledger, SqliteLedger):
+                await ledger.close()
+                await ledger.open()
+                await expect_counts()
+    assert held and any(r.terminal for _, r in held.values())
+    if isinstance(ledger, SqliteLedger):  # the kept counts against the tasks table itself
+        with closing(sqlite3.connect(ledger.path)) as conn:
+            recount = dict(conn.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state"))
+        assert await ledger.count_by_state() == recount
+
+
+async def test_memory_counts_follow_evictions() -> None:
+    led = MemoryLedger(max_tasks=3)
+    await led.put(rec("t-1", TaskState.COMPLETED), 0)
+    await led.put(rec("t-2"), 0)
+    await led.put(rec("t-3", TaskState.INPUT_REQUIRED), 0)
+    await led.put(rec("t-4"), 0)  # evicts t-1, the terminal one
+    assert await led.count_by_state() == {"TASK_STATE_WORKING": 2, "TASK_STATE_INPUT_REQUIRED": 1}
+    await led.put(rec("t-3", TaskState.CANCELED, observed_at=10.0), 1)
+    await led.put(rec("t-5"), 0)  # evicts t-3, now the only terminal one
+    assert led.evicted == 2
+    assert await led.count_by_state() == {"TASK_STATE_WORKING": 3}
+    await led.put(rec("t-6", TaskState.INPUT_REQUIRED), 0)  # evicts t-2, the oldest of all
+    assert led.evicted == 3 and await led.get("w", "t-2") is None
+    assert await led.count_by_state() == {"TASK_STATE_WORKING": 2, "TASK_STATE_INPUT_REQUIRED": 1}
+
+
 # -- SQLite group commit: one transaction per batch, each operation with its own outcome ---------
 
 async def _sqlite(tmp_path: Path, name: str = "ledger.db") -> SqliteLedger:
@@ -317,6 +396,94 @@ async def test_sqlite_compare_and_set_holds_across_two_ledgers_on_one_file(tmp_p
     finally:
         await a.close()
         await b.close()
+
+
+# -- SQLite: a database of an earlier version gains its counts at open -------------------------
+
+# The schema as 0.1.0 up to 88c5522 created it: no task_counts, no triggers, user_version 0.
+_OLD_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    upstream    TEXT    NOT NULL,
+    task_id     TEXT    NOT NULL,
+    version     INTEGER NOT NULL,
+    state       TEXT    NOT NULL,
+    terminal    INTEGER NOT NULL,
+    resync      INTEGER NOT NULL DEFAULT 0,
+    observed_at REAL    NOT NULL,
+    record      BLOB    NOT NULL,
+    PRIMARY KEY (upstream, task_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tasks_terminal_observed ON tasks (terminal, observed_at);
+"""
+_OLD_INSERT = ("INSERT INTO tasks (version, state, terminal, resync, observed_at, record, upstream, "
+               "task_id) VALUES (?, ?, ?, 0, ?, ?, ?, ?)")
+_OLD_STATES = [TaskState.WORKING] * 3 + [TaskState.COMPLETED] * 2 + [TaskState.INPUT_REQUIRED]
+_OLD_COUNTS = {"TASK_STATE_WORKING": 3, "TASK_STATE_COMPLETED": 2, "TASK_STATE_INPUT_REQUIRED": 1}
+
+
+def _old_database(path: Path) -> None:
+    """A ledger file as the earlier version left it, with the tasks of ``_OLD_STATES``."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executescript(_OLD_SCHEMA)
+        conn.executemany(_OLD_INSERT, [
+            (1, r.state.value, int(r.terminal), r.observed_at, codec.encode(r), r.upstream, r.task_id)
+            for r in (rec(f"old-{i}", state) for i, state in enumerate(_OLD_STATES))])
+        conn.commit()
+
+
+async def test_sqlite_a_database_of_the_earlier_schema_is_migrated_at_open(tmp_path: Path) -> None:
+    """The counts are filled once from the tasks; then the triggers keep them, for this
+    ledger's writes and for a writer that knows nothing of them (an earlier version sharing the
+    file); a second open does not count again."""
+    path = tmp_path / "old.db"
+    _old_database(path)
+    led = SqliteLedger(path)
+    await led.open()
+    try:
+        assert await led.count_by_state() == _OLD_COUNTS
+        await led.put(rec("old-0", TaskState.COMPLETED), 1)
+        await led.put(rec("new-1", TaskState.SUBMITTED), 0)
+        assert await led.count_by_state() == {"TASK_STATE_WORKING": 2, "TASK_STATE_COMPLETED": 3,
+                                              "TASK_STATE_INPUT_REQUIRED": 1,
+                                              "TASK_STATE_SUBMITTED": 1}
+        with closing(sqlite3.connect(path)) as other:  # the earlier version's statements
+            other.execute(_OLD_INSERT, (1, "TASK_STATE_WORKING", 0, 1.0, b"{}", "w", "raw"))
+            other.execute("UPDATE tasks SET state = 'TASK_STATE_FAILED', terminal = 1 "
+                          "WHERE task_id = 'old-1'")
+            other.execute("DELETE FROM tasks WHERE task_id = 'old-3'")  # COMPLETED
+            other.commit()
+            assert other.execute("PRAGMA user_version").fetchone()[0] == 1
+        expected = {"TASK_STATE_WORKING": 2, "TASK_STATE_COMPLETED": 2,
+                    "TASK_STATE_INPUT_REQUIRED": 1, "TASK_STATE_SUBMITTED": 1,
+                    "TASK_STATE_FAILED": 1}
+        assert await led.count_by_state() == expected
+    finally:
+        await led.close()
+    again = SqliteLedger(path)
+    await again.open()
+    try:
+        assert await again.count_by_state() == expected
+        got = await again.get("w", "old-2")
+        assert got is not None and got.record == rec("old-2") and got.version == 1
+    finally:
+        await again.close()
+
+
+async def test_sqlite_ledgers_opening_an_earlier_database_at_once_count_each_task_once(
+        tmp_path: Path) -> None:
+    """Four ledgers (four connections on four threads, as ``serve --workers 4``) open the same
+    earlier-version file at the same moment: one migrates, the others find it done."""
+    for attempt in range(5):
+        path = tmp_path / f"old-{attempt}.db"
+        _old_database(path)
+        ledgers = [SqliteLedger(path) for _ in range(4)]
+        await asyncio.gather(*(led.open() for led in ledgers))
+        try:
+            for led in ledgers:
+                assert await led.count_by_state() == _OLD_COUNTS
+        finally:
+            for led in ledgers:
+                await led.close()
 
 
 async def test_redis_lost_script_resends_puts_and_the_reads_after_them(redis_url: str) -> None:
