@@ -247,6 +247,8 @@ def build_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            for card in runtime.cards.values():
+                card.cancel()  # a fetch still in flight does not fail on the closing client
             await http.aclose()
             await ledger.close()
 

@@ -3,13 +3,20 @@
 Implements issue "Agent Card authority" §1-2 (docs/protocol.md §4.1, §11 pitfall 12;
 docs/field-cases.md F10, F11):
 
-* :class:`CardCache` fetches the worker's card at start and when stale; honours
-  ``Cache-Control: max-age`` (else ``card.ttl_seconds``); revalidates with ``If-None-Match``;
-  tries the legacy ``/.well-known/agent.json`` only after a 404; never caches an invalid card
-  (the last good one stays); treats an unreachable card endpoint as transport degradation
-  (gauge ``a2a_gateway_upstream_degraded``), never as a capability change. Every card has an
-  ETag: the worker's, or one derived from the canonical JSON. A worker that varies its card by
-  ``A2A-Version`` is cached per variant.
+* :class:`CardCache` fetches the worker's card in the background from start-up on (start-up
+  never waits for it) and when stale; honours ``Cache-Control: max-age`` (else
+  ``card.ttl_seconds``); revalidates with ``If-None-Match``; tries the legacy
+  ``/.well-known/agent.json`` only after a 404. However many requests need the card, one fetch
+  is in flight (each waits for it at most ``card.fetch_wait_seconds``). A failed fetch is
+  ``unreachable`` (no answer, or HTTP 5xx: transport degradation, never a capability change) or
+  ``invalid`` (a redirect, another 4xx, a body that is not JSON, JSON that is no card): logged
+  ``card_unreachable`` / ``card_invalid`` with the reason, shown by the gauge
+  ``a2a_gateway_upstream_degraded{reason="card_unreachable"|"card_invalid"}``, and followed by
+  a back-off (``card.retry_backoff_seconds``, doubling up to ``card.retry_max_seconds``)
+  during which requests are answered from the cache at once. An invalid card is never cached
+  (the last good one stays). :meth:`CardCache.status` says all this for a readiness check.
+  Every card has an ETag: the worker's, or one derived from the canonical JSON. A worker that
+  varies its card by ``A2A-Version`` is cached per variant.
 * :func:`serve_card` answers ``GET {prefix}/.well-known/agent-card.json`` (and the legacy
   ``agent.json``) with every interface URL rewritten to the gateway's public URL for the
   mount, its own ETag (hash of the served body), ``304`` on a matching ``If-None-Match``, and
@@ -252,7 +259,7 @@ class CardCache:
         that variant (started now or earlier), or ``None`` when none is needed: the card is
         fresh, or a failed fetch's back-off has not run out."""
         view = self.view(a2a_version)
-        if (view.doc is not None and view.fresh) or time.monotonic() < self._retry_at:
+        if view.fresh or time.monotonic() < self._retry_at:
             return None
         return self._flight(a2a_version)
 
@@ -266,6 +273,12 @@ class CardCache:
         ``a2a_gateway_card_fetches_total``): ``fresh``, ``not_modified``, ``changed``,
         ``unreachable`` or ``invalid``."""
         return await asyncio.shield(self._flight(a2a_version))
+
+    def cancel(self) -> None:
+        """Cancel the fetches in flight, uncounted and unlogged (at shutdown, before the
+        upstream client closes under them)."""
+        for flight in self._flights.values():
+            flight.cancel()
 
     def _flight(self, a2a_version: str) -> asyncio.Task[str]:
         """The fetch in flight for this variant, started if there is none. Its callers only
