@@ -130,8 +130,8 @@ def _local_host(url: object) -> bool:
 class _FetchProblem:
     """Why a card fetch gave no usable card. ``outcome``: ``unreachable`` (no answer: connect
     failure, timeout, broken connection, HTTP 5xx) or ``invalid`` (an answer that is no card: a
-    redirect, another 4xx, a 404 (the legacy path too), a body that is not JSON or too large,
-    JSON that is not an Agent Card). ``reason``: one line for people (logs, readiness);
+    redirect, another 4xx, a 404 at the card path and the legacy one, a body that is not JSON or
+    too large, JSON that is not an Agent Card). ``reason``: one line for people (logs, readiness);
     ``status`` and ``content_type`` of the worker's answer when there was one."""
 
     outcome: str
@@ -241,6 +241,9 @@ class CardCache:
         then gets the view as the cache has it. During a back-off, or with a fresh card, it
         returns at once. Never raises for the worker's failures (they are counted and logged).
         """
+        view = self.view(a2a_version)
+        if view.fresh:
+            return view  # the common case: nothing to fetch or wait for
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.upstream.card.fetch_wait_seconds
         for _ in range(2):  # again only when that fetch found the card varies by A2A-Version
