@@ -184,13 +184,15 @@ async def _reload(rt: Runtime, path: str) -> bool:
 
 
 async def _refresh_cards_forever(rt: Runtime, every: float = 5.0) -> None:
-    """Revalidate stale Agent Cards in the background (every ``every`` seconds), so an idle
-    gateway's card freshness and degraded gauge stay current and admission rarely waits."""
+    """Fetch every due Agent Card in the background: at once (the start-up fetch, so the
+    gateway listens without waiting for any worker), then every ``every`` seconds, so an idle
+    gateway's card freshness and degraded gauge stay current and admission rarely waits. Only
+    starts fetches (:meth:`CardCache.revalidate`): a card endpoint that never answers holds up
+    no other upstream, and a failed one is retried after its back-off."""
     while True:
-        await asyncio.sleep(every)
         for cache in list(rt.cards.values()):
-            with contextlib.suppress(Exception):  # a fetch failure is counted inside
-                await cache.current()
+            cache.revalidate()
+        await asyncio.sleep(every)
 
 
 def build_app(
@@ -229,9 +231,8 @@ def build_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await _open_ledger(runtime, resync=resync_on_open)
-        await asyncio.gather(*(card.refresh() for card in runtime.cards.values()))
         pruner = asyncio.ensure_future(_prune_forever(runtime))
-        refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))
+        refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))  # fetches the cards
         if config_path is not None:
             asyncio.get_running_loop().add_signal_handler(
                 signal.SIGHUP, lambda: asyncio.ensure_future(_reload(runtime, config_path)))
@@ -246,6 +247,8 @@ def build_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            for card in runtime.cards.values():
+                card.cancel()  # a fetch still in flight does not fail on the closing client
             await http.aclose()
             await ledger.close()
 

@@ -92,6 +92,14 @@ class CardConfig(_Frozen):
     untouched (``keep``: warned once per card and counted in
     ``a2a_gateway_card_unguarded_interfaces``). ``required_skill``: a skill id the card must
     advertise for new tasks to be admitted. (docs/protocol.md §4.5)
+
+    Fetching (docs/protocol.md §4.1): ``retry_backoff_seconds``: after a failed fetch
+    (unreachable or invalid) the card is not fetched again for this long, doubling with each
+    further failure up to ``retry_max_seconds`` and never beyond ``ttl_seconds``; a good fetch
+    resets it. ``fetch_wait_seconds``: the longest a request waits for a card fetch in flight
+    (the start-up fetch, a revalidation) before it is answered from the cache as it is — a new
+    task with no card yet gets HTTP 503 / -32603; the fetch itself goes on, bounded by the
+    upstream's ``timeouts``.
     """
 
     path: str = "/.well-known/agent-card.json"
@@ -100,6 +108,9 @@ class CardConfig(_Frozen):
     signed: Literal["verbatim", "strip"] = "verbatim"
     unguarded_interfaces: Literal["drop", "keep"] = "drop"
     required_skill: str | None = None
+    retry_backoff_seconds: Seconds = 1.0
+    retry_max_seconds: Seconds = 60.0
+    fetch_wait_seconds: Seconds = 5.0
 
 
 class UpstreamConfig(_Frozen):

@@ -147,7 +147,7 @@ class Metrics:
         ))
         self.degraded = Labelled(Gauge(
             "a2a_gateway_upstream_degraded",
-            "1 while an upstream is degraded (reason card_unreachable, stream_lost)",
+            "1 while an upstream is degraded (reason card_unreachable, card_invalid, stream_lost)",
             ["upstream", "reason"],
             registry=registry,
             multiprocess_mode="livemax",  # serve --workers: degraded if any live worker says so

@@ -3,13 +3,20 @@
 Implements issue "Agent Card authority" §1-2 (docs/protocol.md §4.1, §11 pitfall 12;
 docs/field-cases.md F10, F11):
 
-* :class:`CardCache` fetches the worker's card at start and when stale; honours
-  ``Cache-Control: max-age`` (else ``card.ttl_seconds``); revalidates with ``If-None-Match``;
-  tries the legacy ``/.well-known/agent.json`` only after a 404; never caches an invalid card
-  (the last good one stays); treats an unreachable card endpoint as transport degradation
-  (gauge ``a2a_gateway_upstream_degraded``), never as a capability change. Every card has an
-  ETag: the worker's, or one derived from the canonical JSON. A worker that varies its card by
-  ``A2A-Version`` is cached per variant.
+* :class:`CardCache` fetches the worker's card in the background from start-up on (start-up
+  never waits for it) and when stale; honours ``Cache-Control: max-age`` (else
+  ``card.ttl_seconds``); revalidates with ``If-None-Match``; tries the legacy
+  ``/.well-known/agent.json`` only after a 404. However many requests need the card, one fetch
+  is in flight (each waits for it at most ``card.fetch_wait_seconds``). A failed fetch is
+  ``unreachable`` (no answer, or HTTP 5xx: transport degradation, never a capability change) or
+  ``invalid`` (a redirect, another 4xx, a body that is not JSON, JSON that is no card): logged
+  ``card_unreachable`` / ``card_invalid`` with the reason, shown by the gauge
+  ``a2a_gateway_upstream_degraded{reason="card_unreachable"|"card_invalid"}``, and followed by
+  a back-off (``card.retry_backoff_seconds``, doubling up to ``card.retry_max_seconds``)
+  during which requests are answered from the cache at once. An invalid card is never cached
+  (the last good one stays). :meth:`CardCache.status` says all this for a readiness check.
+  Every card has an ETag: the worker's, or one derived from the canonical JSON. A worker that
+  varies its card by ``A2A-Version`` is cached per variant.
 * :func:`serve_card` answers ``GET {prefix}/.well-known/agent-card.json`` (and the legacy
   ``agent.json``) with every interface URL rewritten to the gateway's public URL for the
   mount, its own ETag (hash of the served body), ``304`` on a matching ``If-None-Match``, and
@@ -119,8 +126,29 @@ def _local_host(url: object) -> bool:
     return ip.is_unspecified or ip.is_loopback or ip.is_link_local
 
 
+@dataclass(frozen=True, slots=True)
+class _FetchProblem:
+    """Why a card fetch gave no usable card. ``outcome``: ``unreachable`` (no answer: connect
+    failure, timeout, broken connection, HTTP 5xx) or ``invalid`` (an answer that is no card: a
+    redirect, another 4xx, a 404 at the card path and the legacy one, a body that is not JSON or
+    too large, JSON that is not an Agent Card). ``reason``: one line for people (logs, readiness);
+    ``status`` and ``content_type`` of the worker's answer when there was one."""
+
+    outcome: str
+    reason: str
+    status: int | None = None
+    content_type: str | None = None
+
+
 class CardCache:
-    """The Agent Card of one upstream, kept fresh. One instance per upstream."""
+    """The Agent Card of one upstream, kept fresh. One instance per upstream.
+
+    Fetches are single-flight: callers that need the card fetched (never fetched, stale, marked
+    stale) share one fetch in flight per variant, an :class:`asyncio.Task` none of them owns.
+    After a failed fetch no fetch is made before a back-off (``card.retry_backoff_seconds``,
+    doubling per further failure up to ``min(card.retry_max_seconds, card.ttl_seconds)``;
+    reset by a good fetch); meanwhile callers get the cache as it is at once.
+    """
 
     def __init__(self, client: UpstreamClient, metrics: Metrics, log: logging.Logger,
                  upstream: UpstreamConfig) -> None:
@@ -130,10 +158,12 @@ class CardCache:
         self.upstream = upstream
         self._cards: dict[str, CachedCard] = {}
         self._varies = False
-        self._lock = asyncio.Lock()
+        self._flights: dict[str, asyncio.Task[str]] = {}  # variant -> last fetch (running or done)
         self.reachable = True
         self._stale = False
-        self._retry_at = 0.0  # monotonic: while unreachable, no refetch before this
+        self._problem: _FetchProblem | None = None  # of the last fetch, None after a good one
+        self._backoff = 0.0  # seconds: the current back-off step, 0 after a good fetch
+        self._retry_at = 0.0  # monotonic: after a failure, no fetch before this
         self._heartbeat_of: CachedCard | None = None  # the card _heartbeat was read from
         self._jsonrpc_paths: frozenset[str] = frozenset()
         self._heartbeat: float | None = None
@@ -147,7 +177,8 @@ class CardCache:
         return self.upstream.url.rstrip("/") + path
 
     def mark_stale(self) -> None:
-        """Revalidate before the next use (a 401/403/404 from a task endpoint)."""
+        """Revalidate before the next use (a 401/403/404 from a task endpoint); after a failed
+        fetch, once its back-off has run out."""
         self._stale = True
 
     def view(self, a2a_version: str = "") -> CardView:
@@ -157,6 +188,35 @@ class CardCache:
             return CardView(None, False, self.reachable, None)
         fresh = card.fresh(time.monotonic()) and not self._stale
         return CardView(card.doc, fresh, self.reachable, card.etag)
+
+    def status(self) -> dict[str, Any]:
+        """The card's state for a readiness endpoint, from the cache as it is (no I/O)::
+
+            {"card": "ok" | "pending" | "unreachable" | "invalid",
+             "admitting_new_tasks": bool, "reason": str | None, "retry_in_s": float | None}
+
+        ``card``: ``ok`` when the last fetch gave a good card, ``pending`` before any fetch
+        ended (the start-up fetch in flight), else the last fetch's failure (the last good
+        card, if any, is still served). ``admitting_new_tasks``: a new task would be admitted
+        on the card's account now — a card is held, and the last fetch was good (a stale card
+        is revalidated first), the card is still fresh, or ``card.on_unreachable`` is
+        ``allow_stale`` (capabilities and skills are judged per request, not here).
+        ``reason``: why not ``ok``, one line (``None`` when ok). ``retry_in_s``: after a
+        failure, seconds until the next fetch may be made (0 once the back-off has run out),
+        else ``None``.
+        """
+        now = time.monotonic()
+        cards = self._cards.values()
+        problem = self._problem
+        if problem is None:
+            return {"card": "ok" if cards else "pending", "admitting_new_tasks": bool(cards),
+                    "reason": None if cards else "no card fetched yet", "retry_in_s": None}
+        fresh = not self._stale and any(card.fresh(now) for card in cards)
+        allow_stale = self.upstream.card.on_unreachable == "allow_stale"
+        return {"card": problem.outcome,
+                "admitting_new_tasks": bool(cards) and (fresh or allow_stale),
+                "reason": problem.reason,
+                "retry_in_s": round(max(0.0, self._retry_at - now), 3)}
 
     def heartbeat_seconds(self) -> float:
         """The card's declared heartbeat interval, else the upstream's configured one (read
@@ -174,37 +234,99 @@ class CardCache:
         return self._jsonrpc_paths
 
     async def current(self, a2a_version: str = "") -> CardView:
-        """The card view after revalidating it if stale (single flight per upstream)."""
+        """The card view for a client's ``A2A-Version``, fetched first when it is due.
+
+        A due card (never fetched, stale, marked stale) is fetched once for all callers
+        (:meth:`revalidate`); each waits for that fetch at most ``card.fetch_wait_seconds``,
+        then gets the view as the cache has it. During a back-off, or with a fresh card, it
+        returns at once. Never raises for the worker's failures (they are counted and logged).
+        """
         view = self.view(a2a_version)
-        if view.doc is not None and (view.fresh or time.monotonic() < self._retry_at):
-            return view  # fresh, or stale but unreachable a moment ago (retried in a while)
-        async with self._lock:
-            view = self.view(a2a_version)
-            if not (view.fresh and view.doc is not None):
-                await self.refresh(a2a_version)
+        if view.fresh:
+            return view  # the common case: nothing to fetch or wait for
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.upstream.card.fetch_wait_seconds
+        for _ in range(2):  # again only when that fetch found the card varies by A2A-Version
+            key = self._variant(a2a_version)
+            flight = self.revalidate(a2a_version)
+            if flight is None:
+                break
+            await asyncio.wait({flight}, timeout=max(0.0, deadline - loop.time()))
+            if not flight.done() or self._variant(a2a_version) == key:
+                break
         return self.view(a2a_version)
+
+    def revalidate(self, a2a_version: str = "") -> asyncio.Task[str] | None:
+        """Start fetching the card for a client's ``A2A-Version`` when it is due, without
+        waiting (the start-up fetch, the background refresh). Returns the fetch in flight for
+        that variant (started now or earlier), or ``None`` when none is needed: the card is
+        fresh, or a failed fetch's back-off has not run out."""
+        view = self.view(a2a_version)
+        if view.fresh or time.monotonic() < self._retry_at:
+            return None
+        return self._flight(a2a_version)
 
     def cached(self, a2a_version: str = "") -> CachedCard | None:
         """The cached card for a client's ``A2A-Version`` variant."""
         return self._cards.get(self._variant(a2a_version))
 
     async def refresh(self, a2a_version: str = "") -> str:
-        """Fetch or revalidate now. Returns the outcome label (also counted):
-        ``fresh``, ``not_modified``, ``changed``, ``unreachable`` or ``invalid``."""
-        outcome = await self._fetch(a2a_version)
-        self.metrics.card_fetches.labels(self.upstream.name, outcome).inc()
-        degraded = outcome == "unreachable"
-        self.reachable = not degraded
-        # an unreachable card is retried after a short pause, not on every request
-        self._retry_at = time.monotonic() + min(5.0, self.upstream.card.ttl_seconds) if degraded else 0.0
-        self.metrics.degraded.labels(self.upstream.name, "card_unreachable").set(int(degraded))
-        if outcome != "unreachable":
-            self._stale = False
-        if outcome in ("changed", "invalid", "unreachable"):
-            self.log.warning("card_" + outcome, extra={"upstream": self.upstream.name})
+        """Fetch or revalidate now, whatever the card's freshness or a back-off (joining the
+        fetch in flight for that variant, if any). Returns the outcome label (also counted in
+        ``a2a_gateway_card_fetches_total``): ``fresh``, ``not_modified``, ``changed``,
+        ``unreachable`` or ``invalid``."""
+        return await asyncio.shield(self._flight(a2a_version))
+
+    def cancel(self) -> None:
+        """Cancel the fetches in flight, uncounted and unlogged (at shutdown, before the
+        upstream client closes under them)."""
+        for flight in self._flights.values():
+            flight.cancel()
+
+    def _flight(self, a2a_version: str) -> asyncio.Task[str]:
+        """The fetch in flight for this variant, started if there is none. Its callers only
+        wait for it: a caller that goes away (a client disconnecting) never cancels it."""
+        key = self._variant(a2a_version)
+        flight = self._flights.get(key)
+        if flight is None or flight.done():
+            flight = self._flights[key] = asyncio.get_running_loop().create_task(
+                self._fetch_and_record(a2a_version), name=f"card-fetch-{self.upstream.name}")
+        return flight
+
+    async def _fetch_and_record(self, a2a_version: str) -> str:
+        result = await self._fetch(a2a_version)
+        name = self.upstream.name
+        if isinstance(result, _FetchProblem):
+            self._failed(result)
+            outcome = result.outcome
+        else:
+            outcome = result
+            self.reachable, self._stale, self._problem = True, False, None
+            self._backoff = self._retry_at = 0.0
+            if outcome == "changed":
+                self.log.warning("card_changed", extra={"upstream": name})
+        self.metrics.card_fetches.labels(name, outcome).inc()
+        for reason in ("unreachable", "invalid"):
+            self.metrics.degraded.labels(name, "card_" + reason).set(int(outcome == reason))
         return outcome
 
-    async def _fetch(self, a2a_version: str) -> str:
+    def _failed(self, problem: _FetchProblem) -> None:
+        """Record a failed fetch: the next back-off step, and one warning (one per fetch, so
+        one per step however many requests arrive meanwhile)."""
+        settings = self.upstream.card
+        cap = min(settings.retry_max_seconds, settings.ttl_seconds)
+        self._backoff = min(cap, self._backoff * 2 or settings.retry_backoff_seconds)
+        self._retry_at = time.monotonic() + self._backoff
+        self._problem = problem
+        self.reachable = problem.outcome != "unreachable"
+        if problem.outcome == "invalid":
+            self._stale = False  # the card held (if any) stays as fresh as it was
+        self.log.warning("card_" + problem.outcome, extra={
+            "upstream": self.upstream.name, "reason": problem.reason, "status": problem.status,
+            "content_type": problem.content_type, "retry_in_s": self._backoff})
+
+    async def _fetch(self, a2a_version: str) -> str | _FetchProblem:
+        """One fetch or revalidation: the outcome label of a good one, else the problem."""
         key = self._variant(a2a_version)
         old = self._cards.get(key)
         headers = {"accept": "application/json"}
@@ -217,21 +339,27 @@ class CardCache:
             response = await self._get(self.upstream.card.path, headers)
             if response.status_code == 404 and self.upstream.card.path != WELL_KNOWN_PATHS[1]:
                 response = await self._get(WELL_KNOWN_PATHS[1], headers)
-        except UpstreamError:
-            return "unreachable"
+        except UpstreamError as exc:
+            # an answer over limits.max_answer_bytes came: it is no usable card
+            outcome = "invalid" if exc.reason == "answer_too_large" else "unreachable"
+            return _FetchProblem(outcome, str(exc))
         now = time.monotonic()
-        if response.status_code == 304 and old is not None:
+        status = response.status_code
+        if status == 304 and old is not None:
             cc = response.headers.get("cache-control", old.cache_control)
             self._cards[key] = _replace_time(old, now, _max_age(cc, self.upstream.card.ttl_seconds))
             return "not_modified"
-        if response.status_code != 200:
-            return "unreachable" if response.status_code >= 500 else "invalid"
+        content_type = response.headers.get("content-type")
+        if status != 200:
+            return _FetchProblem("unreachable" if status >= 500 else "invalid",
+                                _status_reason(status), status, content_type)
         try:
             doc = orjson.loads(response.content)
         except orjson.JSONDecodeError:
-            return "invalid"
-        if card_problem(doc) is not None:
-            return "invalid"
+            return _FetchProblem("invalid", "not JSON", status, content_type)
+        problem = card_problem(doc)
+        if problem is not None:
+            return _FetchProblem("invalid", f"not an Agent Card: {problem}", status, content_type)
         card = self._build(doc, response, now)
         self._varies = "a2a-version" in (card.vary or "").lower()
         self._cards[self._variant(a2a_version)] = card
@@ -290,6 +418,13 @@ class CardCache:
                                    if isinstance(i, dict)]
         if any(_local_host(u) for u in urls):
             self.metrics.card_local_urls.labels(self.upstream.name).inc()
+
+
+def _status_reason(status: int) -> str:
+    """A card answer's HTTP status as a :attr:`_FetchProblem.reason`."""
+    if 300 <= status < 400:
+        return f"HTTP {status}: a redirect (not followed)"
+    return f"HTTP {status}"
 
 
 def _replace_time(card: CachedCard, now: float, max_age: float) -> CachedCard:

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway.config import GatewayConfig, UpstreamConfig
 from gateway.errors import LedgerError, VersionConflictError
@@ -86,6 +86,12 @@ class Runtime:
         if cache is None or cache.upstream.url != upstream.url:
             cache = self._new_card_cache(upstream)
         return cache
+
+    def card_status(self) -> dict[str, dict[str, Any]]:
+        """:meth:`CardCache.status` of every upstream under the config in force, by upstream
+        name (no I/O), e.g. ``{"echo": {"card": "ok", "admitting_new_tasks": True,
+        "reason": None, "retry_in_s": None}}`` — for a readiness body."""
+        return {name: cache.status() for name, cache in self.cards.items()}
 
     def policy(self, upstream: UpstreamConfig, heartbeat_seconds: float) -> Policy:
         """The :class:`~gateway.exchange.model.Policy` exchanges on ``upstream`` run with

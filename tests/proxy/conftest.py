@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from gateway.app import build_app
 from gateway.config import parse_config
 from tests.support.scripted_worker import ScriptedWorker
-from tests.support.servers import RunningServer, serve_in_thread
+from tests.support.servers import RunningServer, serve_in_thread, wait_until
 
 
 @dataclass
@@ -144,7 +144,11 @@ def make_harness() -> Iterator[Any]:
         stack.append(gctx)
         http = httpx.Client(trust_env=False, timeout=10)
         stack.append(http)
-        return Harness(worker, gsrv, registry, http)
+        harness = Harness(worker, gsrv, registry, http)
+        # the start-up card fetch runs in the background: tests begin once it has ended
+        wait_until(lambda: harness.metric("a2a_gateway_card_fetches_total") >= 1,
+                   message="the start-up card fetch")
+        return harness
 
     yield factory
     for item in reversed(stack):

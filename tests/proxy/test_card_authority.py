@@ -268,7 +268,8 @@ def test_f11_card_addresses_are_never_routed_to_and_are_counted(make_harness: An
     assert h.metric("a2a_gateway_card_local_urls_total") == 1
 
 
-def test_invalid_card_is_never_cached_and_the_last_good_one_stays(make_harness: Any) -> None:
+@pytest.mark.parametrize("body", [{"name": "broken"}, "not a card"], ids=["no-card", "string"])
+def test_invalid_card_is_never_cached_and_the_last_good_one_stays(make_harness: Any, body: Any) -> None:
     h = make_harness(card=None)
     h.worker.default_card = None
     h.worker.on_path("GET", "/.well-known/agent-card.json", json_body=default_card(), times=1,
@@ -276,11 +277,10 @@ def test_invalid_card_is_never_cached_and_the_last_good_one_stays(make_harness: 
     h.runtime.cards["worker"].mark_stale()
     good = h.http.get(h.gateway.url + "/.well-known/agent-card.json").json()
     assert good["name"] == "scripted"
-    for body in ({"name": "broken"}, "not a card"):
-        h.worker.on_path("GET", "/.well-known/agent-card.json", json_body=body, times=1)
-        h.runtime.cards["worker"].mark_stale()
-        assert h.http.get(h.gateway.url + "/.well-known/agent-card.json").json() == good
-    assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") == 2
+    h.worker.on_path("GET", "/.well-known/agent-card.json", json_body=body, times=1)
+    h.runtime.cards["worker"].mark_stale()
+    assert h.http.get(h.gateway.url + "/.well-known/agent-card.json").json() == good
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") == 1
 
 
 # ------------------------------------------------------------------------------ admission
@@ -473,9 +473,10 @@ def test_gateway_sends_keepalive_comments_while_the_worker_is_silent(make_harnes
 
 
 def test_worker_that_starts_after_the_gateway_is_admitted_once_its_card_answers(make_harness: Any) -> None:
-    """A gateway that could not fetch any card at start (worker still booting) fetches it on
-    the next request instead of waiting out a retry pause."""
-    h = make_harness()
+    """A gateway that could not fetch any card at start (worker still booting) fetches it
+    again on the first request after the first back-off step (``card.retry_backoff_seconds``)
+    and admits new tasks from then on."""
+    h = make_harness(upstream={"card": {"retry_backoff_seconds": 0.05}})
     h.worker.default_card = None
     h.worker.on_path("GET", "/.well-known/agent-card.json", raw=(503, {}, b"booting"), times=1)
     cache = h.runtime.cards["worker"]
@@ -483,8 +484,7 @@ def test_worker_that_starts_after_the_gateway_is_admitted_once_its_card_answers(
     h.on_gateway_loop(cache.refresh())
     assert cache.view().doc is None and not cache.reachable
     h.worker.default_card = default_card()
-    served = h.http.get(h.gateway.url + "/.well-known/agent-card.json")
-    assert served.status_code == 200
+    wait_until(lambda: h.http.get(h.gateway.url + "/.well-known/agent-card.json").status_code == 200)
     h.worker.on("SendMessage", json_result={"task": {"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}})
     assert "result" in send(h, 1).json()
 

@@ -1,0 +1,320 @@
+"""Fetching Agent Cards through the real gateway (issue #13 item 4; docs/protocol.md §4.1): the
+gateway listens without waiting for any card, callers share one fetch in flight, a failed fetch
+is retried only after a back-off, and an invalid card is told apart from an unreachable one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.app import build_app
+from gateway.observability.logging import LOGGER_NAME
+from gateway.proxy import card as card_module
+from gateway.proxy.card import CardCache
+from tests.proxy.conftest import Harness, _config
+from tests.support.scripted_worker import JsonBody, Raw, ReceivedRequest, ScriptedWorker, default_card
+from tests.support.servers import free_port, serve_in_thread, wait_until
+
+V1 = {"A2A-Version": "1.0"}
+CARD_PATH = "/.well-known/agent-card.json"
+WORKING = {"task": {"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}}
+
+
+def new_task(req_id: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": req_id, "method": "SendMessage", "params": {
+        "message": {"messageId": f"m-{req_id}", "role": "ROLE_USER", "parts": [{"text": "go"}]}}}
+
+
+def card_gets(worker: ScriptedWorker) -> int:
+    """Card fetches the worker received, at either well-known path."""
+    return len([r for r in worker.requests if r.path.startswith("/.well-known/")])
+
+
+def refused_for_the_card(r: httpx.Response) -> bool:
+    return r.status_code == 503 and r.json()["error"]["code"] == -32603 and "agent card" in r.text
+
+
+def held(release: threading.Event, answer: Any) -> Callable[[ReceivedRequest], Any]:
+    """A worker handler that accepts the request and answers nothing until ``release`` is set."""
+    async def handler(request: ReceivedRequest) -> Any:
+        while not release.is_set():
+            await asyncio.sleep(0.005)  # the worker's own loop keeps serving meanwhile
+        return answer
+    return handler
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """Lets held worker answers go; set at the latest when the test ends (before teardown)."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+@pytest.fixture
+def gateway_for(release: threading.Event) -> Iterator[Callable[..., Harness]]:
+    """``gateway_for(worker, **config)``: a gateway in front of an already scripted ``worker``,
+    returned as soon as it listens (``make_harness`` also waits for the start-up card fetch)."""
+    with contextlib.ExitStack() as stack:
+        def start(worker: ScriptedWorker, **overrides: Any) -> Harness:
+            wsrv = stack.enter_context(serve_in_thread(worker, name="worker"))
+            registry = CollectorRegistry()
+            app = build_app(_config(wsrv.url + "/", **overrides), registry=registry)
+            gsrv = stack.enter_context(serve_in_thread(app, name="gateway", config={"proxy_headers": False}))
+            http = stack.enter_context(httpx.Client(trust_env=False, timeout=10))
+            return Harness(worker, gsrv, registry, http)
+
+        yield start
+        release.set()  # before the servers stop: no worker handler is left waiting
+
+
+@pytest.fixture
+def card_warnings() -> Iterator[Callable[[str], list[logging.LogRecord]]]:
+    """``card_warnings(event)``: the WARNING records of that event since the test began."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Collect(logging.WARNING)
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.addHandler(handler)
+    try:
+        yield lambda event: [r for r in records if r.getMessage() == event]
+    finally:
+        logger.removeHandler(handler)
+
+
+class FrozenClock:
+    """The card cache's monotonic clock, still until the test moves it on (``advance``); the
+    event loops' own clocks are untouched."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    perf_counter = staticmethod(time.perf_counter)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FrozenClock:
+    frozen = FrozenClock()
+    monkeypatch.setattr(card_module, "time", frozen)
+    return frozen
+
+
+# ------------------------------------------------------------------------------ start-up
+
+def test_start_up_never_waits_for_a_card_endpoint_that_does_not_answer(
+        gateway_for: Any, release: threading.Event) -> None:
+    """The card endpoint accepts and never answers (read timeout 30 s): the gateway listens at
+    once, ``/healthz`` answers and a new task is refused 503 / -32603 while the start-up fetch
+    is still pending; once the worker answers, that same fetch brings the card."""
+    worker = ScriptedWorker()
+    worker.on_path("GET", CARD_PATH, handler=held(release, JsonBody(default_card())), times=None)
+    h = gateway_for(worker, upstream={"timeouts": {"read": 30}, "card": {"fetch_wait_seconds": 0.05}})
+    wait_until(lambda: card_gets(worker) == 1, message="the start-up fetch reached the worker")
+    assert h.http.get(h.gateway.url + "/healthz").status_code == 200
+    assert refused_for_the_card(h.rpc(new_task(1), headers=V1))
+    assert h.http.get(h.gateway.url + CARD_PATH).status_code == 502  # no card to serve yet
+    assert h.runtime.card_status() == {"worker": {
+        "card": "pending", "admitting_new_tasks": False, "reason": "no card fetched yet",
+        "retry_in_s": None}}
+    assert not release.is_set()  # all of the above was answered while the fetch hung
+    release.set()
+    wait_until(lambda: h.runtime.card_status()["worker"]["card"] == "ok")
+    worker.on("SendMessage", json_result=WORKING)
+    assert "result" in h.rpc(new_task(2), headers=V1).json()
+    assert card_gets(worker) == 1  # the requests joined the one fetch, none started another
+    assert worker.calls("SendMessage")[0].rpc_id == 2
+
+
+# ------------------------------------------------------------------------------ single flight
+
+def test_concurrent_new_tasks_share_one_fetch_of_an_unreachable_card(
+        make_harness: Any, monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> None:
+    """Six new tasks arrive while the card is being revalidated and the worker's card endpoint
+    is failing: they wait for the one fetch in flight, and after it failed none fetches again
+    (the back-off), each refused at once."""
+    h = make_harness()
+    waiting: list[str] = []
+    real_current = CardCache.current
+
+    async def counted(self: CardCache, a2a_version: str = "") -> Any:
+        waiting.append(a2a_version)
+        return await real_current(self, a2a_version)
+
+    monkeypatch.setattr(CardCache, "current", counted)
+    h.worker.default_card = None
+    h.worker.on_path("GET", CARD_PATH, handler=held(release, Raw(503, {}, b"down")), times=None)
+    h.runtime.cards["worker"].mark_stale()
+    before = card_gets(h.worker)
+
+    def one(i: int) -> httpx.Response:
+        with httpx.Client(trust_env=False, timeout=10) as client:
+            return client.post(h.gateway.url + "/", content=orjson.dumps(new_task(i)),
+                               headers={"content-type": "application/json", **V1})
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = [pool.submit(one, i) for i in range(6)]
+        wait_until(lambda: len(waiting) == 6, message="all six requests wait for the card")
+        release.set()
+        assert all(refused_for_the_card(a.result()) for a in answers)
+    assert card_gets(h.worker) - before == 1
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="unreachable") == 1
+    assert h.worker.calls("SendMessage") == []
+
+
+# ------------------------------------------------------------------------------ back-off
+
+def test_a_failed_fetch_is_retried_only_after_a_doubling_back_off_reset_by_success(
+        make_harness: Any, clock: FrozenClock, card_warnings: Any) -> None:
+    """After a failure no request fetches the card until the back-off (1 s, then 2 s …) has
+    run out; then one does. A good fetch resets the back-off. One warning per failed fetch."""
+    h = make_harness(upstream={"card": {"retry_backoff_seconds": 1, "retry_max_seconds": 60}})
+    h.worker.default_card = None
+    h.worker.on_path("GET", CARD_PATH, raw=(503, {}, b"down"), times=None)
+    cache = h.runtime.cards["worker"]
+    cache.mark_stale()
+    start = card_gets(h.worker)
+
+    def fetches_after(advance: float, requests: int = 3) -> int:
+        clock.advance(advance)
+        for i in range(requests):
+            assert refused_for_the_card(h.rpc(new_task(i), headers=V1))
+        return card_gets(h.worker) - start
+
+    assert fetches_after(0) == 1  # the first request fetched; the others met the back-off
+    assert h.runtime.card_status()["worker"] == {
+        "card": "unreachable", "admitting_new_tasks": False, "reason": "HTTP 503",
+        "retry_in_s": 1.0}
+    assert fetches_after(0.5) == 1
+    assert fetches_after(0.5) == 2  # 1 s on: one fetch, failed again; the next step is 2 s
+    assert h.runtime.card_status()["worker"]["retry_in_s"] == 2.0
+    assert fetches_after(1.5) == 2
+    assert fetches_after(0.5) == 3
+    assert len(card_warnings("card_unreachable")) == 3  # one per fetch, not one per request
+    h.worker.reset()  # the worker's card is back
+    h.worker.default_card = default_card()
+    h.worker.on("SendMessage", json_result=WORKING)
+    clock.advance(4)
+    assert "result" in h.rpc(new_task(9), headers=V1).json()
+    assert h.runtime.card_status()["worker"] == {
+        "card": "ok", "admitting_new_tasks": True, "reason": None, "retry_in_s": None}
+    h.worker.default_card = None  # down again: the back-off starts over at 1 s
+    h.worker.on_path("GET", CARD_PATH, raw=(503, {}, b"down"), times=None)
+    cache.mark_stale()
+    assert refused_for_the_card(h.rpc(new_task(10), headers=V1))
+    assert h.runtime.card_status()["worker"]["retry_in_s"] == 1.0
+
+
+def test_the_back_off_is_capped_by_the_card_ttl(make_harness: Any, clock: FrozenClock) -> None:
+    h = make_harness(upstream={"card": {"retry_backoff_seconds": 4, "ttl_seconds": 6}})
+    h.worker.default_card = None
+    h.worker.on_path("GET", CARD_PATH, raw=(503, {}, b"down"), times=None)
+    h.runtime.cards["worker"].mark_stale()
+    steps = []
+    for _ in range(3):
+        h.rpc(new_task(1), headers=V1)
+        steps.append(h.runtime.card_status()["worker"]["retry_in_s"])
+        clock.advance(steps[-1])
+    assert steps == [4.0, 6.0, 6.0]
+
+
+# ------------------------------------------------------------------------------ invalid / unreachable
+
+INVALID = {
+    "html": (Raw(200, {"content-type": "text/html"}, b"<html><body>Sign in</body></html>"),
+             200, "text/html", "not JSON"),
+    "text": (Raw(200, {"content-type": "text/plain"}, b"ok"), 200, "text/plain", "not JSON"),
+    "json-no-card": (JsonBody({"name": "broken"}), 200, "application/json",
+                     "not an Agent Card: missing "),
+    "redirect": (Raw(302, {"location": "https://login.example/"}, b""), 302, None,
+                 "HTTP 302: a redirect (not followed)"),
+    "forbidden": (Raw(403, {"content-type": "text/plain"}, b"no"), 403, "text/plain", "HTTP 403"),
+}
+
+
+@pytest.mark.parametrize("answer,status,content_type,reason", INVALID.values(), ids=INVALID.keys())
+def test_an_invalid_card_is_told_apart_and_not_fetched_per_request(
+        gateway_for: Any, card_warnings: Any, answer: Any, status: int,
+        content_type: str | None, reason: str) -> None:
+    worker = ScriptedWorker()
+    worker.on_path("GET", CARD_PATH, respond=answer, times=None)
+    h = gateway_for(worker, upstream={"card": {"retry_backoff_seconds": 60}})
+    wait_until(lambda: h.metric("a2a_gateway_card_fetches_total") == 1)
+    for i in range(4):
+        assert refused_for_the_card(h.rpc(new_task(i), headers=V1))
+        assert h.http.get(h.gateway.url + CARD_PATH).status_code == 502
+    assert card_gets(worker) == 1
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") == 1
+    assert h.metric("a2a_gateway_upstream_degraded", reason="card_invalid") == 1
+    assert h.metric("a2a_gateway_upstream_degraded", reason="card_unreachable") == 0
+    [warning] = card_warnings("card_invalid")
+    assert warning.reason.startswith(reason)  # type: ignore[attr-defined]
+    assert (warning.status, warning.content_type) == (status, content_type)  # type: ignore[attr-defined]
+    assert card_warnings("card_unreachable") == []
+    card = h.runtime.card_status()["worker"]
+    assert (card["card"], card["admitting_new_tasks"]) == ("invalid", False)
+    assert card["reason"].startswith(reason) and card["retry_in_s"] > 0
+    assert h.runtime.cards["worker"].reachable  # no transport degradation: no forced GetTask
+
+
+def test_a_refused_connection_is_unreachable(make_harness: Any, card_warnings: Any) -> None:
+    h = make_harness(upstream={"url": f"http://127.0.0.1:{free_port()}/",
+                               "card": {"retry_backoff_seconds": 60}})
+    for i in range(3):
+        assert refused_for_the_card(h.rpc(new_task(i), headers=V1))
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="unreachable") == 1
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") == 0
+    assert h.metric("a2a_gateway_upstream_degraded", reason="card_unreachable") == 1
+    assert h.metric("a2a_gateway_upstream_degraded", reason="card_invalid") == 0
+    [warning] = card_warnings("card_unreachable")
+    assert warning.reason == "worker unreachable: connection failed"  # type: ignore[attr-defined]
+    assert warning.status is None  # type: ignore[attr-defined]
+    assert h.runtime.card_status()["worker"]["card"] == "unreachable"
+    assert not h.runtime.cards["worker"].reachable
+
+
+def test_a_card_endpoint_that_times_out_is_unreachable(
+        gateway_for: Any, card_warnings: Any, release: threading.Event) -> None:
+    worker = ScriptedWorker()
+    worker.on_path("GET", CARD_PATH, handler=held(release, JsonBody(default_card())), times=None)
+    h = gateway_for(worker, upstream={"timeouts": {"read": 0.2}, "card": {"retry_backoff_seconds": 60}})
+    wait_until(lambda: h.metric("a2a_gateway_card_fetches_total", outcome="unreachable") == 1)
+    [warning] = card_warnings("card_unreachable")
+    assert warning.reason == "worker timed out (ReadTimeout)"  # type: ignore[attr-defined]
+    assert refused_for_the_card(h.rpc(new_task(1), headers=V1))
+    assert card_gets(worker) == 1
+
+
+def test_a_worker_error_keeps_the_last_good_card_served_and_marks_it_unreachable(
+        make_harness: Any, card_warnings: Any) -> None:
+    h = make_harness()
+    h.worker.default_card = None
+    h.worker.on_path("GET", CARD_PATH, raw=(500, {"content-type": "text/html"}, b"<h1>oops</h1>"),
+                     times=None)
+    h.runtime.cards["worker"].mark_stale()
+    served = h.http.get(h.gateway.url + CARD_PATH)
+    assert served.status_code == 200 and served.json()["name"] == "scripted"
+    [warning] = card_warnings("card_unreachable")
+    assert (warning.reason, warning.status) == ("HTTP 500", 500)  # type: ignore[attr-defined]
+    assert h.metric("a2a_gateway_upstream_degraded", reason="card_unreachable") == 1
+    assert h.runtime.card_status()["worker"]["admitting_new_tasks"] is False  # stale, reject
