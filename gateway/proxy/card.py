@@ -56,9 +56,10 @@ from gateway.a2a.card import (
     rewrite_card,
     unguarded_interfaces,
 )
+from gateway.a2a.jsonrpc import MAX_JSON_DEPTH, loads
 from gateway.a2a.version import version_family
 from gateway.config import CardConfig, PublicConfig, UpstreamConfig
-from gateway.errors import UpstreamError
+from gateway.errors import NestingTooDeepError, UpstreamError
 from gateway.invariants.admission import CardView
 from gateway.proxy.forward import Route
 from gateway.observability.metrics import Metrics
@@ -151,8 +152,9 @@ class CardCache:
     """
 
     def __init__(self, client: UpstreamClient, metrics: Metrics, log: logging.Logger,
-                 upstream: UpstreamConfig) -> None:
+                 upstream: UpstreamConfig, *, max_json_depth: int = MAX_JSON_DEPTH) -> None:
         self.client = client
+        self.max_json_depth = max_json_depth
         self.metrics = metrics
         self.log = log
         self.upstream = upstream
@@ -354,9 +356,11 @@ class CardCache:
             return _FetchProblem("unreachable" if status >= 500 else "invalid",
                                 _status_reason(status), status, content_type)
         try:
-            doc = orjson.loads(response.content)
+            doc = loads(response.content, self.max_json_depth)
         except orjson.JSONDecodeError:
             return _FetchProblem("invalid", "not JSON", status, content_type)
+        except NestingTooDeepError as exc:
+            return _FetchProblem("invalid", str(exc), status, content_type)
         problem = card_problem(doc)
         if problem is not None:
             return _FetchProblem("invalid", f"not an Agent Card: {problem}", status, content_type)

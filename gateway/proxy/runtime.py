@@ -122,7 +122,8 @@ class Runtime:
         return reporter
 
     def _new_card_cache(self, upstream: UpstreamConfig) -> CardCache:
-        return CardCache(self.client, self.metrics, self.log, upstream)
+        return CardCache(self.client, self.metrics, self.log, upstream,
+                         max_json_depth=self.config.limits.max_json_depth)
 
     def begin_drain(self) -> None:
         """Shutdown has begun: readiness turns 503 at once; after

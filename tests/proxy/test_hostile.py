@@ -1170,3 +1170,15 @@ def test_header_bytes_reach_the_worker_byte_for_byte(h: Harness, binding: str) -
     [seen] = [r for r in h.worker.requests if "/.well-known/" not in r.path]
     assert seen.headers["x-name"] == b"caf\xe9".decode("latin-1")
     assert seen.headers["x-utf8"] == "é".encode().decode("latin-1")
+
+
+def test_agent_card_nested_too_deep_is_invalid_never_cached(make_harness: Any) -> None:
+    """A card nested past ``limits.max_json_depth`` is an invalid card (the last good one, if
+    any, stays): the well-known GET answers 502, nothing deep is ever served."""
+    deep = b"[" * 300 + b"]" * 300
+    card = orjson.dumps(default_card())[:-1] + b',"x":' + deep + b"}"
+    h = make_harness()
+    h.worker.on_path("GET", "/.well-known/agent-card.json", raw=(200, {"content-type": "application/json"}, card))
+    h.runtime.cards["worker"].cancel()
+    assert h.on_gateway_loop(h.runtime.cards["worker"].refresh()) == "invalid"
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") >= 1
