@@ -150,8 +150,8 @@ def watch_supervisor() -> None:
     Call once, from inside the worker's running event loop and after SIGTERM handling is in
     place (uvicorn's ``Server.startup``). In a process the supervisor did not start (no
     :data:`SUPERVISOR_FD_ENV`) it does nothing. Two watches, either of which sends this
-    process SIGTERM, so the supervisor's end starts the drain a SIGTERM always starts
-    (``listen.shutdown_grace_seconds``, then exit 0):
+    process SIGTERM (when both do, the second changes nothing), so the supervisor's end starts
+    the drain a SIGTERM always starts (``listen.shutdown_grace_seconds``, then exit 0):
 
     * Linux: the parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)``); when the
       supervisor died before it was armed (the parent is no longer :data:`SUPERVISOR_PID_ENV`),

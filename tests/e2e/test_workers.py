@@ -20,7 +20,7 @@ import pytest
 
 from gateway.workers import SUPERVISOR_FD_ENV, SUPERVISOR_PID_ENV
 from tests.support.scripted_worker import Event, Gate, ScriptedWorker
-from tests.support.servers import free_port, serve_in_thread, subprocess_server, wait_until
+from tests.support.servers import ServerProcess, free_port, serve_in_thread, subprocess_server, wait_until
 
 GET = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1"}}
 WORKING = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}
@@ -46,9 +46,9 @@ def gone(pid: int) -> bool:
         return True
 
 
-def workers_started(proc: subprocess.Popen[bytes]) -> list[int]:
+def workers_started(proc: ServerProcess) -> list[int]:
     """The worker pids of the supervisor's ``workers_started`` line (``[]`` until it is logged)."""
-    for line in proc.stderr_text().splitlines():  # type: ignore[attr-defined]
+    for line in proc.stderr_text().splitlines():
         if '"workers_started"' in line:
             return [int(pid) for pid in orjson.loads(line)["pids"]]
     return []
@@ -145,12 +145,18 @@ def test_kill_9_of_the_supervisor_takes_the_workers_with_it_and_a_restart_works(
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
            "--ledger", f"sqlite:///{tmp_path}/ledger.db", "--workers", "2", "--shutdown-grace", "1"]
-    with subprocess_server(cmd, url + "/readyz") as proc:
-        pids = wait_until(lambda: workers_started(proc), message="the workers_started line")
-        assert len(pids) == 2 and sorted(pids) == sorted(children(proc.pid))
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=10) == -signal.SIGKILL
-        wait_until(lambda: all(gone(pid) for pid in pids), timeout=15, message="both workers gone")
+    pids: list[int] = []
+    try:
+        with subprocess_server(cmd, url + "/readyz") as proc:
+            pids = wait_until(lambda: workers_started(proc), message="the workers_started line")
+            assert len(pids) == 2 and sorted(pids) == sorted(children(proc.pid))
+            os.kill(proc.pid, signal.SIGKILL)
+            assert proc.wait(timeout=10) == -signal.SIGKILL
+            wait_until(lambda: all(gone(pid) for pid in pids), timeout=15, message="both workers gone")
+    finally:  # no orphan outlives a failed test
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
     with subprocess_server(cmd, url + "/readyz") as fresh:  # same port, same ledger, same pid file
         r = httpx.post(url + "/", json=GET, headers={"A2A-Version": "1.0"}, trust_env=False, timeout=10)
         assert r.json()["result"]["status"]["state"] == "TASK_STATE_WORKING"
@@ -270,10 +276,11 @@ def test_the_parent_death_signal_alone_drains_a_worker(
     gateway = 0
     with open(log, "wb") as err:
         parent = subprocess.Popen([sys.executable, "-c", PARENT, str(watched), *cmd], stdout=subprocess.PIPE,
-                                  stderr=err, stdin=subprocess.DEVNULL, pass_fds=(watched,))
+                                  stderr=err, stdin=subprocess.DEVNULL, pass_fds=(watched,), text=True)
+    stdout = parent.stdout
+    assert stdout is not None
     try:
-        assert parent.stdout is not None
-        gateway = int(parent.stdout.readline())
+        gateway = int(stdout.readline())
         wait_until(lambda: answers(url + "/readyz"), timeout=20, message="the gateway ready")
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
@@ -284,7 +291,7 @@ def test_the_parent_death_signal_alone_drains_a_worker(
         if parent.poll() is None:
             parent.kill()
             parent.wait(timeout=10)
-        parent.stdout.close()  # type: ignore[union-attr]
+        stdout.close()
         os.close(watched)
         os.close(alive)
     names = [line["event"] for line in events(log.read_text())]
