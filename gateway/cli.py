@@ -2,8 +2,8 @@
 work is done by :mod:`gateway.app`, :mod:`gateway.config` and :mod:`gateway.replay`.
 
 Exit codes: 0 success, 1 runtime failure (ledger cannot be opened, task not found, ``replay
---strict`` found divergences), 2 invalid configuration or usage, 3 the server could not start
-(listen socket in use).
+--strict`` found divergences, the pid file cannot be opened), 2 invalid configuration or usage,
+3 the server could not start (listen socket in use, pid file held by another gateway).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 EXAMPLES = """\
 environment: A2A_GATEWAY_CONFIG, _UPSTREAM, _HOST, _PORT, _MODE, _LEDGER, _SHUTDOWN_GRACE,
-_HEARTBEAT_INTERVAL, _CARD_TTL and _WORKERS set the serve flags of the same name (a flag given on the
-command line wins; both win over the config file).
+_HEARTBEAT_INTERVAL, _CARD_TTL, _WORKERS and _PID_FILE set the serve flags of the same name (a flag
+given on the command line wins; both win over the config file).
 
 examples:
   a2a-gateway serve --upstream http://127.0.0.1:9999/ --port 8080
@@ -90,8 +90,14 @@ def _parser() -> argparse.ArgumentParser:
                        "listen.shutdown_grace_seconds) [A2A_GATEWAY_SHUTDOWN_GRACE]")
     serve.add_argument("--workers", metavar="N", type=int, default=_env("WORKERS"),
                        help="gateway processes sharing the listen socket, one per core "
-                       "(default 1); more than 1 needs a shared ledger (sqlite or redis) "
+                       "(default 1); more than 1 needs a shared ledger (sqlite or redis); they "
+                       "drain and exit when this process dies, even by kill -9 "
                        "[A2A_GATEWAY_WORKERS]")
+    serve.add_argument("--pid-file", metavar="PATH", default=_env("PID_FILE"),
+                       help="a file this process holds locked (flock) while it runs, its pid "
+                       "inside; a second gateway given the same file exits 3 (default "
+                       "listen.pid_file, else <db path>.pid beside a SQLite ledger; none for "
+                       "memory or redis) [A2A_GATEWAY_PID_FILE]")
     serve.add_argument("--ledger", metavar="URL", default=_env("LEDGER"),
                        help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH or "
                        "redis://HOST:PORT/DB (default sqlite:.a2a-gateway/ledger.db, or "
@@ -190,10 +196,14 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
     import asyncio
+    import atexit
 
     from gateway.config import DEFAULT_LEDGER_URL, load_config, parse_config, sidecar_config
+    from gateway.errors import PidFileHeldError
     from gateway.ledger import redact
     from gateway.observability.logging import configure_logging, get_logger
+    from gateway.pidfile import PidFile, default_pid_file
+    from gateway.workers import LISTEN_FD_ENV
 
     try:
         if args.config:
@@ -235,6 +245,21 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     configure_logging(config.log.level, config.log.format, config.log.flush_seconds,
                       config.log.repeat_window_seconds)
+    # Taken before the ledger is touched, so a refused start flags no live task for a resync;
+    # held until this process exits. A worker of serve --workers N takes none: its supervisor holds it.
+    given = args.pid_file or config.listen.pid_file
+    pid_file = given or default_pid_file(config.ledger.url)
+    if pid_file is not None and LISTEN_FD_ENV not in os.environ:
+        try:
+            atexit.register(PidFile(pid_file).release)
+        except PidFileHeldError as err:
+            print(f"a2a-gateway serve: {err}", file=sys.stderr)
+            return 3
+        except OSError as err:
+            beside = "" if given else f" (beside ledger {redact(config.ledger.url)})"
+            print(f"a2a-gateway serve: cannot open the pid file {os.path.abspath(pid_file)}{beside}: "
+                  f"{err.strerror}", file=sys.stderr)
+            return 1
     problem = asyncio.run(_check_ledger(config.ledger.url, resync=workers > 1))
     if problem:
         print(f"ledger {redact(config.ledger.url)}: {problem}", file=sys.stderr)
@@ -282,7 +307,7 @@ def _run_server(config: object, config_path: str | None) -> int:
 
     from gateway.app import build_app
 
-    from gateway.workers import LISTEN_FD_ENV
+    from gateway.workers import LISTEN_FD_ENV, watch_supervisor
 
     inherited = os.environ.get(LISTEN_FD_ENV)  # a worker of serve --workers N
     sockets = [socket.socket(fileno=int(inherited))] if inherited else None
@@ -293,6 +318,10 @@ def _run_server(config: object, config_path: str | None) -> int:
     runtime = app.state.runtime
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            watch_supervisor()  # a worker of serve --workers N: drain when the supervisor is gone
+            await super().startup(sockets=sockets)
+
         async def shutdown(self, sockets: object = None) -> None:
             runtime.begin_drain()
             await super().shutdown(sockets=sockets)  # type: ignore[arg-type]

@@ -42,8 +42,11 @@ class ListenConfig(_Frozen):
     """Also answer ``GET /healthz`` and ``/readyz`` on the traffic port (for probes that can
     only reach it); ``/metrics`` is on the admin listener only."""
     pid_file: str | None = None
-    """A pid file the gateway (the supervisor under ``--workers``) holds locked while it runs;
-    a second gateway with the same file refuses to start. Default: beside a SQLite ledger."""
+    """A pid file the gateway (the supervisor under ``--workers``) holds locked (``flock``)
+    while it runs, its pid inside; a second gateway with the same file refuses to start (exit
+    3). A path, relative ones to the working directory; its directory is created. ``None``:
+    ``<db path>.pid`` beside a SQLite ledger, none for a memory or Redis ledger (see
+    :mod:`gateway.pidfile`; ``serve --pid-file`` wins). Read at start only."""
 
 
 class AdminConfig(_Frozen):

@@ -7,6 +7,7 @@ they are :class:`~gateway.invariants.model.Finding` values (docs/architecture.md
     ├── ConfigError              the configuration file or flags are invalid
     ├── UpstreamError            the worker could not be reached or answered unusably
     ├── LedgerError              the task ledger failed
+    ├── PidFileHeldError         another gateway holds the pid file (``serve`` exits 3)
     ├── VersionConflictError     a ledger compare-and-set lost a race (retried, not a failure)
     ├── ClientError              a client request the gateway answers itself
     │   ├── BodyTooLargeError    the body passed ``limits.max_body_bytes`` (HTTP 413)
@@ -53,6 +54,17 @@ class UpstreamError(GatewayError):
 
 class LedgerError(GatewayError):
     """The ledger could not read or store a record."""
+
+
+class PidFileHeldError(GatewayError):
+    """Another gateway holds the pid file's lock. ``path``: the file, absolute; ``pid``: the
+    holder's pid as the file gives it (``None`` when it holds none yet, or no longer)."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        holder = "another a2a-gateway" if pid is None else f"another a2a-gateway (pid {pid})"
+        super().__init__(f"{holder} holds {path}: stop it first, or give it another ledger/pid_file")
+        self.path = path
+        self.pid = pid
 
 
 class VersionConflictError(GatewayError):

@@ -15,10 +15,19 @@ Redis; a memory ledger is refused, since each process would judge against its ow
   ``listen.shutdown_grace_seconds``); SIGHUP goes to every worker (each re-reads the config file).
   A worker that dies is started again; one that dies within :data:`STARTUP_SECONDS` of its
   start stops the whole gateway (exit 1): it would only die again.
+* The workers die with the supervisor, however it ends (``kill -9`` included), so no orphan
+  keeps the port: each drains as on SIGTERM (:func:`watch_supervisor`) — on the parent-death
+  signal (Linux), and when the supervisor's end of a pipe only it holds closes
+  (:data:`SUPERVISOR_FD_ENV`; logged as ``supervisor_lost``).
+* The pid file (``listen.pid_file``, :mod:`gateway.pidfile`) is the supervisor's: it holds the
+  lock, the workers neither inherit nor take it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
+import errno
 import logging
 import os
 import shutil
@@ -31,8 +40,16 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
+from gateway.observability.logging import get_logger
+
 LISTEN_FD_ENV = "A2A_GATEWAY_LISTEN_FD"
 """Environment variable naming the inherited listening socket's file descriptor."""
+SUPERVISOR_FD_ENV = "A2A_GATEWAY_SUPERVISOR_FD"
+"""Environment variable naming a worker's inherited read end of the supervisor pipe: nothing is
+ever written to it; it reads end-of-file once the supervisor, the only holder of the write end,
+is gone."""
+SUPERVISOR_PID_ENV = "A2A_GATEWAY_SUPERVISOR_PID"
+"""Environment variable holding the supervisor's pid (a worker's parent while it lives)."""
 STARTUP_SECONDS = 10.0
 """A worker that exits sooner than this after its start is a failed start, not a crash."""
 _POLL_SECONDS = 0.2
@@ -49,23 +66,32 @@ def supervise(argv: Sequence[str], *, host: str, port: int, workers: int,
 
     Returns:
         0 when every worker stopped cleanly, 1 when a worker failed to start or did not stop
-        cleanly, 3 when the address cannot be bound.
+        cleanly, 3 when the address cannot be bound (logged as ``listen_failed``; when it is in
+        use, with a ``hint``).
     """
     try:
         sock = socket.create_server((host, port), backlog=2048)
     except OSError as exc:
-        log.error("listen_failed", extra={"listen": f"{host}:{port}", "error": str(exc)})
+        failed = {"listen": f"{host}:{port}", "error": str(exc)}
+        if exc.errno == errno.EADDRINUSE:
+            failed["hint"] = (f"another a2a-gateway, or a worker left by one, may still listen on "
+                              f"{host}:{port}; `ss -ltnp 'sport = :{port}'` names the process")
+        log.error("listen_failed", extra=failed)
         return 3
     sock.set_inheritable(True)
+    # Only this process holds `alive` (pipe ends are not inherited, PEP 446): when it is gone,
+    # however it goes, every worker reads end-of-file on `watched` (watch_supervisor).
+    watched, alive = os.pipe()
     metrics_dir = tempfile.mkdtemp(prefix="a2a-gateway-metrics-")
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, LISTEN_FD_ENV: str(sock.fileno())}
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, LISTEN_FD_ENV: str(sock.fileno()),
+           SUPERVISOR_FD_ENV: str(watched), SUPERVISOR_PID_ENV: str(os.getpid())}
     command = [sys.executable, "-m", "gateway", *argv, "--workers", "1"]
     procs: list[subprocess.Popen[bytes]] = []
     started: list[float] = []
     stop = {"signal": 0}
 
     def start(slot: int) -> None:
-        proc = subprocess.Popen(command, env=env, pass_fds=(sock.fileno(),))
+        proc = subprocess.Popen(command, env=env, pass_fds=(sock.fileno(), watched))
         if slot < len(procs):
             procs[slot], started[slot] = proc, time.monotonic()
         else:
@@ -112,8 +138,58 @@ def supervise(argv: Sequence[str], *, host: str, port: int, workers: int,
         log.info("workers_stopped", extra={"exit_codes": [p.returncode for p in procs]})
     finally:
         sock.close()
+        os.close(watched)
+        os.close(alive)
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return code
+
+
+def watch_supervisor() -> None:
+    """Make this worker of ``serve --workers N`` drain and exit once its supervisor is gone.
+
+    Call once, from inside the worker's running event loop and after SIGTERM handling is in
+    place (uvicorn's ``Server.startup``). In a process the supervisor did not start (no
+    :data:`SUPERVISOR_FD_ENV`) it does nothing. Two watches, either of which sends this
+    process SIGTERM (when both do, the second changes nothing), so the supervisor's end starts
+    the drain a SIGTERM always starts (``listen.shutdown_grace_seconds``, then exit 0):
+
+    * Linux: the parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)``); when the
+      supervisor died before it was armed (the parent is no longer :data:`SUPERVISOR_PID_ENV`),
+      at once.
+    * Everywhere: the supervisor pipe (:data:`SUPERVISOR_FD_ENV`) turning readable (end of
+      file), logged as ``supervisor_lost``. It also covers what the parent-death signal
+      misses: that signal follows the thread that started the worker, not the process.
+
+    Raises:
+        RuntimeError: no running event loop.
+        OSError: ``prctl`` failed.
+    """
+    watched = os.environ.get(SUPERVISOR_FD_ENV)
+    if watched is None:
+        return
+    supervisor = int(os.environ[SUPERVISOR_PID_ENV])
+    loop = asyncio.get_running_loop()
+    fd = int(watched)
+
+    def lost() -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+        get_logger().warning("supervisor_lost", extra={"supervisor_pid": supervisor})
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    loop.add_reader(fd, lost)
+    if sys.platform == "linux":
+        _die_with_parent(supervisor)
+
+
+def _die_with_parent(supervisor: int) -> None:
+    """SIGTERM to this process when its parent dies, and now if ``supervisor`` already has."""
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != supervisor:  # died before the signal was armed: it will never come
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _forget(metrics_dir: str, pid: int) -> None:

@@ -9,8 +9,8 @@ Public API
 - ``wait_until(predicate, timeout=5.0, interval=0.01, message=None)`` / ``await_until(...)``:
   poll until the predicate is truthy, else ``AssertionError``.  Use these instead of sleeps.
 - ``free_port()`` -> an unused TCP port on 127.0.0.1 (for subprocess servers).
-- ``subprocess_server(cmd, url_for_ready, *, env=None, timeout=20, cwd=None, inherit_env=True)``
-  -> context manager yielding a :class:`ServerProcess` (a ``subprocess.Popen``) once
+- ``subprocess_server(cmd, url_for_ready, *, env=None, timeout=20, cwd=None, inherit_env=True,
+  pass_fds=())`` -> context manager yielding a :class:`ServerProcess` (a ``subprocess.Popen``) once
   ``url_for_ready`` answers HTTP 200; SIGTERM (then SIGKILL) on exit.
 """
 
@@ -339,19 +339,22 @@ def subprocess_server(
     cwd: str | os.PathLike[str] | None = None,
     inherit_env: bool = True,
     stop_timeout: float = 5.0,
+    pass_fds: Sequence[int] = (),
 ) -> Iterator[ServerProcess]:
     """Start ``cmd``, wait until GET ``url_for_ready`` returns 200, yield the process, stop it.
 
     ``env`` is merged over ``os.environ`` unless ``inherit_env=False``.  stdout/stderr are
     captured to temp files (``proc.stdout_text()`` / ``proc.stderr_text()``); stderr is included in
     the RuntimeError raised if the process exits early or is not ready within ``timeout`` s.
-    On exit: SIGTERM, then SIGKILL after ``stop_timeout`` s.
+    On exit: SIGTERM, then SIGKILL after ``stop_timeout`` s. ``pass_fds``: file descriptors
+    the process inherits (``subprocess.Popen``'s).
     """
     full_env = {**os.environ, **(env or {})} if inherit_env else dict(env or {})
     with tempfile.TemporaryDirectory(prefix="a2a-subproc-") as tmp:
         out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = ServerProcess(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=full_env, cwd=cwd)
+            proc = ServerProcess(list(cmd), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,
+                                 pass_fds=tuple(pass_fds))
         proc.stdout_path, proc.stderr_path = out_path, err_path
         try:
             _wait_http_ready(proc, url_for_ready, timeout)
