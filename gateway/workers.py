@@ -1,13 +1,14 @@
 """``serve --workers N``: N gateway processes accepting on one listening socket.
 
 One Python process uses one core (README, Performance). The supervisor binds the listen
-address once and starts N ordinary single-process gateways (``serve … --workers 1``) that
-inherit the socket (:data:`LISTEN_FD_ENV`); the kernel spreads new connections over them. The
-task ledger must be one they share — SQLite (one file, compare-and-set across processes) or
-Redis; a memory ledger is refused, since each process would judge against its own.
+address and the admin address once and starts N ordinary single-process gateways (``serve …
+--workers 1``) that inherit both sockets (:data:`LISTEN_FD_ENV`, :data:`ADMIN_FD_ENV`); the
+kernel spreads new connections over them. The task ledger must be one they share — SQLite
+(one file, compare-and-set across processes) or Redis; a memory ledger is refused, since each
+process would judge against its own.
 
 * Metrics: Prometheus multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, a private temporary
-  directory): whichever worker answers ``/metrics`` reports the sum over all of them.
+  directory): whichever worker answers the admin ``/metrics`` reports the sum over all of them.
 * Restart recovery runs once, here: live tasks are flagged for a resync before the workers
   start, and the workers skip it, so one worker starting after another never flags tasks the
   other is serving.
@@ -33,23 +34,27 @@ from types import FrameType
 
 LISTEN_FD_ENV = "A2A_GATEWAY_LISTEN_FD"
 """Environment variable naming the inherited listening socket's file descriptor."""
+ADMIN_FD_ENV = "A2A_GATEWAY_ADMIN_FD"
+"""Environment variable naming the inherited admin listener's file descriptor (unset:
+``admin.enabled: false``)."""
 STARTUP_SECONDS = 10.0
 """A worker that exits sooner than this after its start is a failed start, not a crash."""
 _POLL_SECONDS = 0.2
 
 
-def supervise(argv: Sequence[str], *, host: str, port: int, workers: int,
-              grace_seconds: float, log: logging.Logger) -> int:
+def supervise(argv: Sequence[str], *, host: str, port: int, admin: tuple[str, int] | None,
+              workers: int, grace_seconds: float, log: logging.Logger) -> int:
     """Run ``workers`` gateway processes on one socket until SIGTERM/SIGINT.
 
     Args:
         argv: the ``serve`` command line to give each worker (``--workers 1`` is appended).
         host, port: the listen address (bound here, once).
+        admin: the admin listener's (host, port), bound here too; ``None``: no admin listener.
         grace_seconds: the workers' drain time; each gets 10 s more before it is killed.
 
     Returns:
         0 when every worker stopped cleanly, 1 when a worker failed to start or did not stop
-        cleanly, 3 when the address cannot be bound.
+        cleanly, 3 when an address cannot be bound.
     """
     try:
         sock = socket.create_server((host, port), backlog=2048)
@@ -57,15 +62,28 @@ def supervise(argv: Sequence[str], *, host: str, port: int, workers: int,
         log.error("listen_failed", extra={"listen": f"{host}:{port}", "error": str(exc)})
         return 3
     sock.set_inheritable(True)
+    inherited = [sock]
+    env = {**os.environ, LISTEN_FD_ENV: str(sock.fileno())}
+    env.pop(ADMIN_FD_ENV, None)
+    if admin is not None:
+        try:
+            admin_sock = socket.create_server(admin, backlog=128)
+        except OSError as exc:
+            sock.close()
+            log.error("listen_failed", extra={"admin": f"{admin[0]}:{admin[1]}", "error": str(exc)})
+            return 3
+        admin_sock.set_inheritable(True)
+        inherited.append(admin_sock)
+        env[ADMIN_FD_ENV] = str(admin_sock.fileno())
     metrics_dir = tempfile.mkdtemp(prefix="a2a-gateway-metrics-")
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, LISTEN_FD_ENV: str(sock.fileno())}
+    env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     command = [sys.executable, "-m", "gateway", *argv, "--workers", "1"]
     procs: list[subprocess.Popen[bytes]] = []
     started: list[float] = []
     stop = {"signal": 0}
 
     def start(slot: int) -> None:
-        proc = subprocess.Popen(command, env=env, pass_fds=(sock.fileno(),))
+        proc = subprocess.Popen(command, env=env, pass_fds=[s.fileno() for s in inherited])
         if slot < len(procs):
             procs[slot], started[slot] = proc, time.monotonic()
         else:
@@ -111,7 +129,8 @@ def supervise(argv: Sequence[str], *, host: str, port: int, workers: int,
                 code = 1
         log.info("workers_stopped", extra={"exit_codes": [p.returncode for p in procs]})
     finally:
-        sock.close()
+        for listener in inherited:
+            listener.close()
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return code
 
