@@ -84,24 +84,18 @@ def run(config: GatewayConfig, config_path: str | None = None) -> int:
         return 2
     runtime: Runtime = app.state.runtime
     listen = config.listen
-    traffic_bounds = ConnectionBounds(
-        max_connections=listen.max_connections, header_timeout=listen.header_timeout_seconds,
-        idle_timeout=listen.idle_timeout_seconds, log=log, metrics=runtime.metrics)
     admin = None
     if admin_socket is not None:
-        admin_bounds = ConnectionBounds(
-            max_connections=ADMIN_MAX_CONNECTIONS, header_timeout=listen.header_timeout_seconds,
-            idle_timeout=listen.idle_timeout_seconds, log=log, listener="admin")
         admin = _AdminServer(uvicorn.Config(
             app.admin, lifespan="off", log_config=None, access_log=False, proxy_headers=False,
-            timeout_graceful_shutdown=ADMIN_GRACE_SECONDS, **uvicorn_options(admin_bounds),
+            timeout_graceful_shutdown=ADMIN_GRACE_SECONDS, **uvicorn_options(listener_bounds(runtime, "admin")),
         ), admin_socket, log)
     traffic = _TrafficServer(uvicorn.Config(
         app, log_config=None, access_log=False,
         proxy_headers=False,  # public.trusted_proxies decides whom to believe, not uvicorn
         # uvicorn's own deadline comes after ours, so streams are closed by us, cleanly
         timeout_graceful_shutdown=math.ceil(listen.shutdown_grace_seconds) + 2,
-        **uvicorn_options(traffic_bounds),
+        **uvicorn_options(listener_bounds(runtime)),
     ), runtime, admin, log)
     # Garbage collection tuned for a request loop: what start-up built lives as long as the
     # process, so it moves out of the collector's way (gc.freeze), and collections of young
@@ -117,6 +111,18 @@ def run(config: GatewayConfig, config_path: str | None = None) -> int:
     if traffic.admin_failed:
         return 1
     return 0 if traffic.started else 3
+
+
+def listener_bounds(runtime: Runtime, listener: str = "traffic") -> ConnectionBounds:
+    """The connection bounds of the ``traffic`` listener (``listen.*``, counted in the
+    runtime's metrics) or of the ``admin`` one (:data:`ADMIN_MAX_CONNECTIONS` and the same
+    timeouts; logged, not counted). Give them to uvicorn with
+    :func:`gateway.connections.uvicorn_options`."""
+    listen = runtime.config.listen
+    return ConnectionBounds(
+        max_connections=listen.max_connections if listener == "traffic" else ADMIN_MAX_CONNECTIONS,
+        header_timeout=listen.header_timeout_seconds, idle_timeout=listen.idle_timeout_seconds,
+        log=runtime.log, metrics=runtime.metrics if listener == "traffic" else None, listener=listener)
 
 
 def bind(host: str, port: int) -> socket.socket:
