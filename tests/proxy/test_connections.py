@@ -166,7 +166,7 @@ def test_an_open_stream_holds_a_connection(make_harness: Any) -> None:
 
 def test_a_bound_that_keeps_biting_is_one_warning_not_one_per_connection(
         make_harness: Any, caplog: pytest.LogCaptureFixture) -> None:
-    h = make_harness(listen={"max_connections": 1, "header_timeout_seconds": 0.3})
+    h = make_harness(listen={"max_connections": 1, "header_timeout_seconds": 1.5})
     caplog.set_level(logging.WARNING, logger="a2a_gateway")
     with connect(h) as first:
         wait_until(lambda: h.metric("a2a_gateway_open_connections") == 1)
