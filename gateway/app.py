@@ -212,8 +212,8 @@ def build_app(
             start-up (flagging live tasks for a resync) and closes it at shutdown.
         registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
         config_path: the file ``config`` came from; when given, SIGHUP re-reads it and
-            replaces upstreams and policies without dropping open streams (listen address and
-            ledger changes need a restart).
+            replaces upstreams and policies without dropping open streams (changes of
+            ``listen``, ``admin`` and ``ledger`` need a restart).
         resync_on_open: flag the ledger's live tasks for a resync at start-up (``False`` in
             the workers of ``serve --workers N``: the supervisor did it once for all).
 

@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
                        "before streams are closed cleanly (default 30, or "
                        "listen.shutdown_grace_seconds) [A2A_GATEWAY_SHUTDOWN_GRACE]")
     serve.add_argument("--workers", metavar="N", type=int, default=_env("WORKERS"),
-                       help="gateway processes sharing the listen socket, one per core "
+                       help="gateway processes sharing the listen and admin sockets, one per core "
                        "(default 1); more than 1 needs a shared ledger (sqlite or redis) "
                        "[A2A_GATEWAY_WORKERS]")
     serve.add_argument("--ledger", metavar="URL", default=_env("LEDGER"),
