@@ -1,11 +1,12 @@
 # a2a-gateway container image: one uvicorn worker per container, non-root (uid/gid 10001).
 # Build:  docker build -t a2a-gateway .
-# Run:    docker run -p 8080:8080 -v $PWD/gateway.yaml:/etc/a2a-gateway/gateway.yaml \
+# Run:    docker run -p 8080:8080 -p 127.0.0.1:8081:8081 \
+#             -v $PWD/gateway.yaml:/etc/a2a-gateway/gateway.yaml \
 #             -v a2a-gateway-data:/var/lib/a2a-gateway a2a-gateway
 # Overrides: arguments after the image name replace CMD, e.g.
 #             docker run a2a-gateway serve --config /etc/a2a-gateway/gateway.yaml --ledger redis://redis:6379/0
-#           (the gateway reads no environment variables; --host, --port, --mode and --ledger
-#           override the config file). Lint: hadolint Dockerfile (tests/deploy/test_image.py).
+#           (--host, --port, --admin-host, --admin-port, --mode and --ledger override the
+#           config file). 8080 is client traffic, 8081 the admin listener (/metrics, probes). Lint: hadolint Dockerfile (tests/deploy/test_image.py).
 
 # ---- build: install the package and its dependencies into /install ------------------------
 FROM python:3.11-slim-bookworm AS build
@@ -37,10 +38,10 @@ VOLUME /var/lib/a2a-gateway
 WORKDIR /var/lib/a2a-gateway
 # Numeric, so Kubernetes' runAsNonRoot can verify it without a runAsUser.
 USER 10001:10001
-EXPOSE 8080
-# /healthz answers once start-up (ledger open, first Agent Card fetch) is done; the
-# start period covers a slow first card fetch. It assumes the default port 8080.
+EXPOSE 8080 8081
+# /healthz (on the admin listener) answers once start-up (ledger open, first Agent Card fetch)
+# is done; the start period covers a slow first card fetch. It assumes the admin port 8081.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status == 200 else 1)"]
+    CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8081/healthz', timeout=2).status == 200 else 1)"]
 ENTRYPOINT ["a2a-gateway"]
 CMD ["serve", "--config", "/etc/a2a-gateway/gateway.yaml"]

@@ -26,8 +26,9 @@ within one run, then the median of those is reported):
 * pure engine: ``gateway.invariants.engine.check_payload`` observations/s on one core over
   pre-built task / statusUpdate / artifactUpdate payloads with a dict ledger.
 
-Gateway ``/metrics`` are scraped after each run (divergences, non-ok outcomes, upstream and
-ledger errors are reported), and the gateway logs are scanned for warnings and errors.
+Gateway ``/metrics`` (on each gateway's admin listener) are scraped after each run
+(divergences, non-ok outcomes, upstream and ledger errors are reported), and the gateway logs
+are scanned for warnings and errors.
 nginx and wrk are installed with ``apt-get install -y`` when missing; the Redis target is
 skipped with a note when ``redis-server`` is missing. The client (wrk, this process) shares the
 machine's cores with the servers; that is stated in the output. ``--profile`` additionally
@@ -119,7 +120,10 @@ class Settings:
 
 
 class Proc:
-    """A child process with its output in a log file; stopped by PID in ``stop``."""
+    """A child process with its output in a log file; stopped by PID in ``stop``.
+    ``admin_port``: a gateway's admin listener (``/readyz``, ``/metrics``)."""
+
+    admin_port: int | None = None
 
     def __init__(self, name: str, argv: list[str], log: Path, cwd: Path | None = None,
                  env: dict[str, str] | None = None) -> None:
@@ -610,8 +614,8 @@ _WATCHED = ("a2a_gateway_divergences_total", "a2a_gateway_upstream_errors_total"
             "a2a_gateway_upstream_degraded")
 
 
-def scrape(port: int) -> dict[str, Any]:
-    """The interesting non-zero series of the gateway's /metrics."""
+def scrape(port: int | None) -> dict[str, Any]:
+    """The interesting non-zero series of the gateway's /metrics (``port``: its admin listener)."""
     try:
         text = httpx.get(f"http://{HOST}:{port}/metrics", trust_env=False, timeout=10).text
     except httpx.HTTPError as exc:
@@ -705,15 +709,16 @@ def gateways(env: Env, run: int, upstream_port: int | None = None, only: tuple[s
             wait_port(rport, redis)
             ledgers["gw-redis"] = f"redis://{HOST}:{rport}/0"
         for name, url in ledgers.items():
-            port = free_port()
+            port, admin_port = free_port(), free_port()
             workers = ["--workers", "2"] if name.endswith("-x2") else []
             gw = Proc(name, [PY, "-m", "gateway", "serve", "--upstream", f"http://{HOST}:{upstream_port}/",
-                             "--port", str(port), "--ledger", url, *workers],
+                             "--port", str(port), "--admin-port", str(admin_port), "--ledger", url, *workers],
                       rundir / f"{name}.log", cwd=ROOT, env=child_env())
+            gw.admin_port = admin_port
             procs.append(gw)
             started[name] = (port, gw)
         for name, (port, gw) in started.items():
-            wait_ready(f"http://{HOST}:{port}/readyz", gw)
+            wait_ready(f"http://{HOST}:{gw.admin_port}/readyz", gw)
         yield started
     finally:
         for p in reversed(procs):
@@ -802,7 +807,7 @@ async def measure_run(env: Env, run: int) -> dict[str, Any]:
             out["sse"][t] = res
             print(f"  run {run + 1} sse              {t:<10} {res['events_per_s']:>9.0f} events/s  "
                   f"stream p50 {res['stream_ms_p50']:.2f} ms  errors {sum(res['errors'].values())}", flush=True)
-        out["metrics"] = {name: scrape(port) for name, (port, _) in gws.items()}
+        out["metrics"] = {name: scrape(proc.admin_port) for name, (_, proc) in gws.items()}
         logs = {name: proc.log for name, (_, proc) in gws.items()}
     out["logs"] = {name: scan_log(path) for name, path in logs.items()}
     out["engine"] = engine_bench(s.engine_seconds)
@@ -881,7 +886,7 @@ async def measure_sdk_run(env: Env, run: int) -> dict[str, Any]:
             print(f"  run {run + 1} sdk sse              {t:<10} {res['events_per_s']:>9.0f} events/s  "
                   f"{res['events'] / max(1, res['streams']):.1f} events/stream  stream p50 "
                   f"{res['stream_ms_p50']:.2f} ms  errors {sum(res['errors'].values())}", flush=True)
-        out["metrics"] = {name: scrape(port) for name, (port, _) in gws.items()}
+        out["metrics"] = {name: scrape(proc.admin_port) for name, (_, proc) in gws.items()}
         logs = {name: proc.log for name, (_, proc) in gws.items()}
     out["logs"] = {name: scan_log(path) for name, path in logs.items()}
     return out

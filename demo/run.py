@@ -7,10 +7,12 @@ virtualenv):
    (a misbehaving one) and the gateway (``python -m gateway serve --config``
    with the a2a-sdk worker at ``/``, the legacy one at ``/legacy`` and the
    embedded SQLite ledger, all in the run's temporary directory) as
-   subprocesses on free 127.0.0.1 ports, and waits until they are ready;
+   subprocesses on free 127.0.0.1 ports (the gateway's admin listener, which
+   answers ``/readyz`` and ``/metrics``, on one more), and waits until they are
+   ready;
 2. runs :func:`demo.client.run_demo` through the gateway (send, stream, get,
    cancel, subscribe and a v0.3 client);
-3. scrapes the gateway's ``/metrics`` and prints a short summary;
+3. scrapes the gateway's ``/metrics`` (admin listener) and prints a short summary;
 4. shows one invariant live: a raw JSON-RPC ``SendMessage`` continuing the
    COMPLETED task of step (a) is answered by the gateway itself with -32004
    (the ledger holds the task as terminal), without reaching the worker;
@@ -445,15 +447,18 @@ def run(startup_timeout: float) -> int:
     worker_port = free_port()
     gateway_port = free_port()
     legacy_port = free_port()
-    while len({worker_port, gateway_port, legacy_port}) < 3:
-        gateway_port, legacy_port = free_port(), free_port()
+    admin_port = free_port()
+    while len({worker_port, gateway_port, legacy_port, admin_port}) < 4:
+        gateway_port, legacy_port, admin_port = free_port(), free_port(), free_port()
     worker_url = f'http://{HOST}:{worker_port}/'
     legacy_url = f'http://{HOST}:{legacy_port}/'
     gateway_url = f'http://{HOST}:{gateway_port}/'
-    metrics_url = f'{gateway_url}metrics'
+    admin_url = f'http://{HOST}:{admin_port}/'
+    metrics_url = f'{admin_url}metrics'
     config_path = log_dir / 'gateway.yaml'
     config_path.write_text(
         f'listen: {{host: {HOST}, port: {gateway_port}}}\n'
+        f'admin: {{host: {HOST}, port: {admin_port}}}\n'
         'mode: enforce\n'
         f'ledger: {{url: "sqlite:///{log_dir / "ledger.db"}"}}\n'
         'upstreams:\n'
@@ -493,11 +498,12 @@ def run(startup_timeout: float) -> int:
             _say(f'  worker:  {worker_url}  (pid {worker.proc.pid}, ready in {took:.1f}s)')
             wait_ready(legacy, f'{legacy_url}.well-known/agent-card.json', startup_timeout, http)
             _say(f'  legacy worker: {legacy_url}  (pid {legacy.proc.pid}; odd spellings, reopens canceled tasks)')
-            took = wait_ready(gateway, f'{gateway_url}readyz', startup_timeout, http)
+            took = wait_ready(gateway, f'{admin_url}readyz', startup_timeout, http)
             _say(
                 f'  gateway: {gateway_url}  (pid {gateway.proc.pid}, mode enforce, '
                 f'ready in {took:.1f}s) -> / to {worker_url}, /legacy to {legacy_url}'
             )
+            _say(f'  admin:   {admin_url}  (/metrics, /healthz, /readyz)')
             _say(f'  config:  {config_path}')
             _say(f'  ledger:  embedded SQLite at {log_dir / "ledger.db"}'
                  f'  (inspect: .venv/bin/a2a-gateway ledger --ledger sqlite:///{log_dir / "ledger.db"} stats)')

@@ -1,11 +1,13 @@
-"""The ASGI application: gateway endpoints plus the proxy for every configured mount.
+"""The ASGI applications: the traffic app (the proxy for every configured mount, plus the
+lifespan) and the admin app beside it (:mod:`gateway.admin`: ``/metrics``, ``/healthz``,
+``/readyz`` on a listener of their own; ``GatewayApp.admin``).
 
-``/healthz`` (alive), ``/readyz`` (accepting traffic) and ``/metrics`` (Prometheus text) belong
-to the gateway; every other path is matched to an upstream mount by longest prefix. A POST to
-the mount's ``jsonrpc_path`` (or a JSON-RPC path its card advertises) is an A2A JSON-RPC
-exchange, a REST (HTTP+JSON) operation path below the mount a REST exchange — both checked by
-the same exchange layer; anything else is relayed transparently. A path no mount covers gets
-404.
+On the traffic port every path is matched to an upstream mount by longest prefix — ``/metrics``
+too; ``GET /healthz`` and ``/readyz`` are the gateway's own only with ``listen.probes: true``.
+A POST to the mount's ``jsonrpc_path`` (or a JSON-RPC path its card advertises) is an A2A
+JSON-RPC exchange, a REST (HTTP+JSON) operation path below the mount a REST exchange — both
+checked by the same exchange layer; anything else is relayed transparently. A path no mount
+covers gets 404.
 """
 
 from __future__ import annotations
@@ -13,17 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 import signal
 import time
 from collections.abc import AsyncIterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse
 
+from gateway.admin import PROBE_PATHS, build_admin, probe_routes, read_token
 from gateway.config import GatewayConfig, load_config
 from gateway.errors import ConfigError, LedgerError
 from gateway.ledger import ledger_from_url
@@ -41,13 +41,10 @@ from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.rest import RestHandler
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.transport import UpstreamClient
-from gateway.proxy.types import Receive, Scope, Send
+from gateway.proxy.types import ASGIApp, Receive, Scope, Send
 
 
 _REST_METHODS = frozenset({"GET", "POST", "DELETE"})
-OWN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-"""Paths the gateway answers itself for GET and HEAD, whatever the mounts (other methods on
-them go to the mount, as before)."""
 
 
 class ProxyApp:
@@ -122,22 +119,28 @@ def _single_slashes(path: str) -> str:
 
 
 class GatewayApp:
-    """The ASGI entry point. The gateway's own endpoints (:data:`OWN_PATHS`, GET and HEAD)
-    and the lifespan go through Starlette, and so does a path that is not absolute
-    (``OPTIONS *``: 404); every other HTTP request goes straight to :class:`ProxyApp`, with
-    no router or middleware on the proxy path (they cost about 30 µs per request).
+    """The traffic ASGI app. The lifespan goes through Starlette, and so do the probe paths
+    ``own_paths`` (GET and HEAD; :data:`~gateway.admin.PROBE_PATHS` with ``listen.probes:
+    true``, else none) and a path that is not absolute (``OPTIONS *``: 404); every other HTTP
+    request goes straight to :class:`ProxyApp`, with no router or middleware on the proxy path
+    (they cost about 30 µs per request).
 
-    ``state`` is the Starlette app's state (``state.runtime``: the shared :class:`Runtime`).
+    ``state`` is the Starlette app's state (``state.runtime``: the shared :class:`Runtime`);
+    ``admin`` is the admin ASGI app (:func:`gateway.admin.build_admin`), served on its own
+    listener, with no lifespan of its own.
     """
 
-    def __init__(self, site: Starlette, proxy: ProxyApp) -> None:
+    def __init__(self, site: Starlette, proxy: ProxyApp, admin: ASGIApp,
+                 own_paths: frozenset[str] = frozenset()) -> None:
         self.site = site
         self.proxy = proxy
+        self.admin = admin
+        self.own_paths = own_paths
         self.state = site.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        own = path in OWN_PATHS and scope.get("method") in ("GET", "HEAD")
+        own = path in self.own_paths and scope.get("method") in ("GET", "HEAD")
         if scope["type"] == "http" and path.startswith("/") and not own:
             await self.proxy(scope, receive, send)
             return
@@ -211,15 +214,19 @@ def build_app(
             start-up (flagging live tasks for a resync) and closes it at shutdown.
         registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
         config_path: the file ``config`` came from; when given, SIGHUP re-reads it and
-            replaces upstreams and policies without dropping open streams (listen address and
-            ledger changes need a restart).
+            replaces upstreams and policies without dropping open streams (changes of
+            ``listen``, ``admin`` and ``ledger`` need a restart).
         resync_on_open: flag the ledger's live tasks for a resync at start-up (``False`` in
             the workers of ``serve --workers N``: the supervisor did it once for all).
 
     Returns:
-        The ASGI app (:class:`GatewayApp`); ``app.state.runtime`` is the shared
-        :class:`Runtime`.
+        The traffic ASGI app (:class:`GatewayApp`); ``app.state.runtime`` is the shared
+        :class:`Runtime`, ``app.admin`` the admin ASGI app.
+
+    Raises:
+        ConfigError: ``admin.token_file`` cannot be read or is empty.
     """
+    token = read_token(config.admin) if config.admin.enabled else None
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks)
@@ -252,31 +259,12 @@ def build_app(
             await http.aclose()
             await ledger.close()
 
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+    def is_ready() -> bool:
+        return ready["value"]
 
-    async def readyz(request: Request) -> Response:
-        if ready["value"] and not runtime.draining.is_set():
-            return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "not ready"}, status_code=503)
-
-    exposed = registry
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # serve --workers N: the sum over all workers
-        exposed = CollectorRegistry()
-        multiprocess.MultiProcessCollector(exposed)
-
-    async def metrics_endpoint(request: Request) -> Response:
-        with contextlib.suppress(LedgerError):
-            metrics.set_tracked(await runtime.ledger_call("count", ledger.count_by_state))
-        return Response(generate_latest(exposed), media_type=CONTENT_TYPE_LATEST)
-
-    site = Starlette(
-        routes=[
-            Route("/healthz", healthz, methods=["GET", "HEAD"]),
-            Route("/readyz", readyz, methods=["GET", "HEAD"]),
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
-        ],
-        lifespan=lifespan,
-    )
+    probes = config.listen.probes
+    site = Starlette(routes=probe_routes(runtime, is_ready, upstreams=False) if probes else [],
+                     lifespan=lifespan)
     site.state.runtime = runtime
-    return GatewayApp(site, ProxyApp(runtime))
+    admin = build_admin(runtime, registry, is_ready, config.admin, token)
+    return GatewayApp(site, ProxyApp(runtime), admin, PROBE_PATHS if probes else frozenset())

@@ -2,8 +2,10 @@
 work is done by :mod:`gateway.app`, :mod:`gateway.config` and :mod:`gateway.replay`.
 
 Exit codes: 0 success, 1 runtime failure (ledger cannot be opened, task not found, ``replay
---strict`` found divergences, the pid file cannot be opened), 2 invalid configuration or usage,
-3 the server could not start (listen socket in use, pid file held by another gateway).
+--strict`` found divergences, the pid file cannot be opened), 2 invalid configuration or usage
+(an unreadable or empty ``admin.token_file`` too), 3 the server could not start (the listen or
+the admin address in use, the pid file held by another gateway). ``serve`` runs
+:func:`gateway.server.run` (or :func:`gateway.workers.supervise`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ if TYPE_CHECKING:
     from gateway.ledger.base import Stored
 
 EXAMPLES = """\
-environment: A2A_GATEWAY_CONFIG, _UPSTREAM, _HOST, _PORT, _MODE, _LEDGER, _SHUTDOWN_GRACE,
-_HEARTBEAT_INTERVAL, _CARD_TTL, _WORKERS and _PID_FILE set the serve flags of the same name (a flag
-given on the command line wins; both win over the config file).
+environment: A2A_GATEWAY_CONFIG, _UPSTREAM, _HOST, _PORT, _ADMIN_HOST, _ADMIN_PORT, _MODE, _LEDGER,
+_SHUTDOWN_GRACE, _HEARTBEAT_INTERVAL, _CARD_TTL, _WORKERS and _PID_FILE set the serve flags of the
+same name (a flag given on the command line wins; both win over the config file).
 
 examples:
-  a2a-gateway serve --upstream http://127.0.0.1:9999/ --port 8080
+  a2a-gateway serve --upstream http://127.0.0.1:9999/ --port 8080 --admin-port 8081
   a2a-gateway serve --upstream http://127.0.0.1:9999/ --ledger redis://127.0.0.1:6379/0
   a2a-gateway serve --config config/gateway.example.yaml
   a2a-gateway check-config config/gateway.example.yaml
@@ -59,10 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gateway",
                            description="Run the gateway. Give --config FILE, or --upstream URL "
                            "for the no-file sidecar form (one worker mounted at /). It serves "
-                           "the worker's Agent Card rewritten to point at itself, guards "
-                           "JSON-RPC and REST alike, and answers GET /healthz, /readyz and "
-                           "/metrics itself; logs are JSON lines on stderr; SIGHUP reloads "
-                           "--config.")
+                           "the worker's Agent Card rewritten to point at itself and guards "
+                           "JSON-RPC and REST alike; GET /metrics, /healthz and /readyz are "
+                           "answered on a separate admin listener (--admin-host, --admin-port; "
+                           "the traffic port relays every path to the mounts); logs are JSON "
+                           "lines on stderr; SIGHUP reloads --config.")
     source = serve.add_mutually_exclusive_group()
     source.add_argument("--config", metavar="FILE", default=_env("CONFIG"),
                         help="YAML configuration file [A2A_GATEWAY_CONFIG]")
@@ -72,6 +75,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="listen address (default 127.0.0.1, or listen.host) [A2A_GATEWAY_HOST]")
     serve.add_argument("--port", type=int, default=_env("PORT"),
                        help="listen port (default 8080, or listen.port) [A2A_GATEWAY_PORT]")
+    serve.add_argument("--admin-host", metavar="HOST", default=_env("ADMIN_HOST"),
+                       help="admin listener address: /metrics, /healthz, /readyz (default "
+                       "127.0.0.1, or admin.host) [A2A_GATEWAY_ADMIN_HOST]")
+    serve.add_argument("--admin-port", metavar="PORT", type=int, default=_env("ADMIN_PORT"),
+                       help="admin listener port, 0 for a free one (logged as admin_listening; "
+                       "default 8081, or admin.port) [A2A_GATEWAY_ADMIN_PORT]")
     serve.add_argument("--mode", choices=["enforce", "observe"], default=_env("MODE"),
                        help="enforce (default) applies verdicts; observe only counts them "
                        "[A2A_GATEWAY_MODE]")
@@ -89,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
                        "before streams are closed cleanly (default 30, or "
                        "listen.shutdown_grace_seconds) [A2A_GATEWAY_SHUTDOWN_GRACE]")
     serve.add_argument("--workers", metavar="N", type=int, default=_env("WORKERS"),
-                       help="gateway processes sharing the listen socket, one per core "
+                       help="gateway processes sharing the listen and admin sockets, one per core "
                        "(default 1); more than 1 needs a shared ledger (sqlite or redis); they "
                        "drain and exit when this process dies, even by kill -9 "
                        "[A2A_GATEWAY_WORKERS]")
@@ -198,6 +207,7 @@ def _serve(args: argparse.Namespace) -> int:
     import asyncio
     import atexit
 
+    from gateway.admin import read_token
     from gateway.config import DEFAULT_LEDGER_URL, load_config, parse_config, sidecar_config
     from gateway.errors import PidFileHeldError
     from gateway.ledger import redact
@@ -215,8 +225,6 @@ def _serve(args: argparse.Namespace) -> int:
                 data["mode"] = args.mode
             if args.ledger:
                 data["ledger"]["url"] = args.ledger
-            if args.shutdown_grace is not None:
-                data["listen"]["shutdown_grace_seconds"] = args.shutdown_grace
             config = parse_config(data)
         else:
             config = sidecar_config(args.upstream, host=args.host or "127.0.0.1",
@@ -225,10 +233,16 @@ def _serve(args: argparse.Namespace) -> int:
                                     ledger=args.ledger or DEFAULT_LEDGER_URL,
                                     heartbeat_seconds=args.heartbeat_interval or 30.0,
                                     card_ttl_seconds=args.card_ttl or 300.0)
-            if args.shutdown_grace is not None:
-                data = config.model_dump(mode="json")
-                data["listen"]["shutdown_grace_seconds"] = args.shutdown_grace
-                config = parse_config(data)
+        data = config.model_dump(mode="json")  # flags of both forms
+        if args.shutdown_grace is not None:
+            data["listen"]["shutdown_grace_seconds"] = args.shutdown_grace
+        if args.admin_host:
+            data["admin"]["host"] = args.admin_host
+        if args.admin_port is not None:
+            data["admin"]["port"] = args.admin_port
+        config = parse_config(data)
+        if config.admin.enabled:
+            read_token(config.admin)  # an unreadable or empty token file: exit 2 now
     except ConfigError as err:
         for line in err.problems:
             print(line, file=sys.stderr)
@@ -264,17 +278,21 @@ def _serve(args: argparse.Namespace) -> int:
     if problem:
         print(f"ledger {redact(config.ledger.url)}: {problem}", file=sys.stderr)
         return 1
+    admin = (config.admin.host, config.admin.port) if config.admin.enabled else None
     get_logger().info("starting", extra={
-        "listen": f"{config.listen.host}:{config.listen.port}", "mode": config.mode,
+        "listen": f"{config.listen.host}:{config.listen.port}",
+        "admin": f"{admin[0]}:{admin[1]}" if admin else None, "mode": config.mode,
         "ledger": redact(config.ledger.url), "upstreams": {u.prefix: u.url for u in config.upstreams},
         "workers": workers})
     if workers > 1:
         from gateway.workers import supervise
 
-        return supervise(args.argv, host=config.listen.host, port=config.listen.port,
+        return supervise(args.argv, host=config.listen.host, port=config.listen.port, admin=admin,
                          workers=workers, grace_seconds=config.listen.shutdown_grace_seconds,
                          log=get_logger())
-    return _run_server(config, args.config)
+    from gateway.server import run
+
+    return run(config, args.config)
 
 
 async def _check_ledger(url: str, *, resync: bool = False) -> str | None:
@@ -294,58 +312,6 @@ async def _check_ledger(url: str, *, resync: bool = False) -> str | None:
     finally:
         await ledger.close()
     return None
-
-
-def _run_server(config: object, config_path: str | None) -> int:
-    """Run uvicorn; at shutdown open streams end cleanly before uvicorn waits for the rest."""
-    import gc
-    import math
-    import signal
-    import socket
-
-    import uvicorn
-
-    from gateway.app import build_app
-
-    from gateway.workers import LISTEN_FD_ENV, watch_supervisor
-
-    inherited = os.environ.get(LISTEN_FD_ENV)  # a worker of serve --workers N
-    sockets = [socket.socket(fileno=int(inherited))] if inherited else None
-    if inherited:  # the supervisor forwards SIGHUP; before the app handles it, it must not kill
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    app = build_app(config, config_path=config_path,  # type: ignore[arg-type]
-                    resync_on_open=sockets is None)
-    runtime = app.state.runtime
-
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            watch_supervisor()  # a worker of serve --workers N: drain when the supervisor is gone
-            await super().startup(sockets=sockets)
-
-        async def shutdown(self, sockets: object = None) -> None:
-            runtime.begin_drain()
-            await super().shutdown(sockets=sockets)  # type: ignore[arg-type]
-
-        def handle_exit(self, sig: int, frame: object) -> None:
-            super().handle_exit(sig, frame)  # type: ignore[arg-type]
-            # uvicorn re-raises the signal after a graceful stop; a drained gateway exits 0.
-            self._captured_signals.clear()
-
-    listen = runtime.config.listen
-    server = Server(uvicorn.Config(
-        app, host=listen.host, port=listen.port, log_config=None, access_log=False,
-        proxy_headers=False,  # public.trusted_proxies decides whom to believe, not uvicorn
-        # uvicorn's own deadline comes after ours, so streams are closed by us, cleanly
-        timeout_graceful_shutdown=math.ceil(listen.shutdown_grace_seconds) + 2,
-    ))
-    # Garbage collection tuned for a request loop: what start-up built lives as long as the
-    # process, so it moves out of the collector's way (gc.freeze), and collections of young
-    # objects run after 10 000 net allocations instead of 700 (about 10% of the CPU per
-    # proxied request in bench/run.py). Reference counting still frees almost everything.
-    gc.freeze()
-    gc.set_threshold(10_000, *gc.get_threshold()[1:])
-    server.run(sockets=sockets)
-    return 0 if server.started else 3
 
 
 def _ledger(args: argparse.Namespace) -> int:

@@ -1,13 +1,14 @@
 """``serve --workers N``: N gateway processes accepting on one listening socket.
 
 One Python process uses one core (README, Performance). The supervisor binds the listen
-address once and starts N ordinary single-process gateways (``serve … --workers 1``) that
-inherit the socket (:data:`LISTEN_FD_ENV`); the kernel spreads new connections over them. The
-task ledger must be one they share — SQLite (one file, compare-and-set across processes) or
-Redis; a memory ledger is refused, since each process would judge against its own.
+address and the admin address once and starts N ordinary single-process gateways (``serve …
+--workers 1``) that inherit both sockets (:data:`LISTEN_FD_ENV`, :data:`ADMIN_FD_ENV`); the
+kernel spreads new connections over them. The task ledger must be one they share — SQLite
+(one file, compare-and-set across processes) or Redis; a memory ledger is refused, since each
+process would judge against its own.
 
 * Metrics: Prometheus multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, a private temporary
-  directory): whichever worker answers ``/metrics`` reports the sum over all of them.
+  directory): whichever worker answers the admin ``/metrics`` reports the sum over all of them.
 * Restart recovery runs once, here: live tasks are flagged for a resync before the workers
   start, and the workers skip it, so one worker starting after another never flags tasks the
   other is serving.
@@ -50,23 +51,27 @@ ever written to it; it reads end-of-file once the supervisor, the only holder of
 is gone."""
 SUPERVISOR_PID_ENV = "A2A_GATEWAY_SUPERVISOR_PID"
 """Environment variable holding the supervisor's pid (a worker's parent while it lives)."""
+ADMIN_FD_ENV = "A2A_GATEWAY_ADMIN_FD"
+"""Environment variable naming the inherited admin listener's file descriptor (unset:
+``admin.enabled: false``)."""
 STARTUP_SECONDS = 10.0
 """A worker that exits sooner than this after its start is a failed start, not a crash."""
 _POLL_SECONDS = 0.2
 
 
-def supervise(argv: Sequence[str], *, host: str, port: int, workers: int,
-              grace_seconds: float, log: logging.Logger) -> int:
+def supervise(argv: Sequence[str], *, host: str, port: int, admin: tuple[str, int] | None,
+              workers: int, grace_seconds: float, log: logging.Logger) -> int:
     """Run ``workers`` gateway processes on one socket until SIGTERM/SIGINT.
 
     Args:
         argv: the ``serve`` command line to give each worker (``--workers 1`` is appended).
         host, port: the listen address (bound here, once).
+        admin: the admin listener's (host, port), bound here too; ``None``: no admin listener.
         grace_seconds: the workers' drain time; each gets 10 s more before it is killed.
 
     Returns:
         0 when every worker stopped cleanly, 1 when a worker failed to start or did not stop
-        cleanly, 3 when the address cannot be bound (logged as ``listen_failed``; when it is in
+        cleanly, 3 when an address cannot be bound (logged as ``listen_failed``; when it is in
         use, with a ``hint``).
     """
     try:
@@ -82,16 +87,35 @@ def supervise(argv: Sequence[str], *, host: str, port: int, workers: int,
     # Only this process holds `alive` (pipe ends are not inherited, PEP 446): when it is gone,
     # however it goes, every worker reads end-of-file on `watched` (watch_supervisor).
     watched, alive = os.pipe()
-    metrics_dir = tempfile.mkdtemp(prefix="a2a-gateway-metrics-")
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, LISTEN_FD_ENV: str(sock.fileno()),
+    inherited = [sock]
+    env = {**os.environ, LISTEN_FD_ENV: str(sock.fileno()),
            SUPERVISOR_FD_ENV: str(watched), SUPERVISOR_PID_ENV: str(os.getpid())}
+    env.pop(ADMIN_FD_ENV, None)
+    if admin is not None:
+        try:
+            admin_sock = socket.create_server(admin, backlog=128)
+        except OSError as exc:
+            sock.close()
+            os.close(watched)
+            os.close(alive)
+            failed = {"admin": f"{admin[0]}:{admin[1]}", "error": str(exc)}
+            if exc.errno == errno.EADDRINUSE:
+                failed["hint"] = (f"another a2a-gateway, or a worker left by one, may still listen on "
+                                  f"{admin[0]}:{admin[1]}; `ss -ltnp 'sport = :{admin[1]}'` names the process")
+            log.error("listen_failed", extra=failed)
+            return 3
+        admin_sock.set_inheritable(True)
+        inherited.append(admin_sock)
+        env[ADMIN_FD_ENV] = str(admin_sock.fileno())
+    metrics_dir = tempfile.mkdtemp(prefix="a2a-gateway-metrics-")
+    env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     command = [sys.executable, "-m", "gateway", *argv, "--workers", "1"]
     procs: list[subprocess.Popen[bytes]] = []
     started: list[float] = []
     stop = {"signal": 0}
 
     def start(slot: int) -> None:
-        proc = subprocess.Popen(command, env=env, pass_fds=(sock.fileno(), watched))
+        proc = subprocess.Popen(command, env=env, pass_fds=[*(s.fileno() for s in inherited), watched])
         if slot < len(procs):
             procs[slot], started[slot] = proc, time.monotonic()
         else:
@@ -137,7 +161,8 @@ def supervise(argv: Sequence[str], *, host: str, port: int, workers: int,
                 code = 1
         log.info("workers_stopped", extra={"exit_codes": [p.returncode for p in procs]})
     finally:
-        sock.close()
+        for listener in inherited:
+            listener.close()
         os.close(watched)
         os.close(alive)
         shutil.rmtree(metrics_dir, ignore_errors=True)

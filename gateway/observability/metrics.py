@@ -29,6 +29,8 @@ metric                                                 labels
 ``a2a_gateway_ledger_errors_total``                    backend, operation
 ``a2a_gateway_ledger_conflicts_total``                 backend
 ``a2a_gateway_unchecked_total``                        upstream
+``a2a_gateway_open_connections``                       (none)
+``a2a_gateway_connections_refused_total``              reason
 ``a2a_gateway_build_info``                             version
 =====================================================  =========================================
 """
@@ -226,6 +228,23 @@ class Metrics:
             ["upstream"],
             registry=registry,
         ))
+        self.open_connections = Gauge(
+            "a2a_gateway_open_connections",
+            "Client connections open on the traffic port (idle keep-alive ones and streams "
+            "included; listen.max_connections bounds them)",
+            registry=registry,
+            multiprocess_mode="livesum",  # serve --workers: the sum over the live workers
+        )
+        self.connections_refused = Labelled(Counter(
+            "a2a_gateway_connections_refused_total",
+            "Client connections the traffic port closed at a bound, by reason "
+            "(max_connections: answered 503 at accept; header_timeout: no whole request head "
+            "within listen.header_timeout_seconds, answered 408)",
+            ["reason"],
+            registry=registry,
+        ))
+        for reason in ("max_connections", "header_timeout"):  # both series exist from the start
+            self.connections_refused.labels(reason)
         build = Gauge(
             "a2a_gateway_build_info", "Build information", ["version"], registry=registry,
             multiprocess_mode="livemax",

@@ -54,13 +54,14 @@ class Runtime:
 
         Requests already running keep the route and upstream they started with; a card cache
         whose upstream URL and card settings did not change is kept (with its card). The listen
-        address and the ledger cannot change while running: they keep their old values (a
-        warning says so). Returns the names of the upstreams whose cache was kept.
+        address, the admin listener and the ledger cannot change while running: they keep their
+        old values (a warning says so). Returns the names of the upstreams whose cache was kept.
         """
         old = getattr(self, "config", None)
-        if old is not None and (old.listen != config.listen or old.ledger != config.ledger):
-            self.log.warning("config_needs_restart", extra={"keys": ["listen", "ledger"]})
-            config = config.model_copy(update={"listen": old.listen, "ledger": old.ledger})
+        kept_keys = ("listen", "admin", "ledger")
+        if old is not None and any(getattr(old, key) != getattr(config, key) for key in kept_keys):
+            self.log.warning("config_needs_restart", extra={"keys": list(kept_keys)})
+            config = config.model_copy(update={key: getattr(old, key) for key in kept_keys})
         kept: set[str] = set()
         fresh: dict[str, CardCache] = {}
         for upstream in config.upstreams:

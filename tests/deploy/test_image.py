@@ -105,7 +105,7 @@ def test_every_hadolint_ignore_gives_a_reason() -> None:
 # ------------------------------------------------------------------- consistency with the gateway
 
 
-def test_runtime_stage_is_slim_non_root_and_serves_8080(stages: list[Stage]) -> None:
+def test_runtime_stage_is_slim_non_root_and_serves_8080_and_the_admin_8081(stages: list[Stage]) -> None:
     assert len(stages) >= 2, "multi-stage: build, then runtime"
     build, runtime = stages[0], stages[-1]
     for stage in (build, runtime):
@@ -114,12 +114,12 @@ def test_runtime_stage_is_slim_non_root_and_serves_8080(stages: list[Stage]) -> 
     user = runtime.last("USER")
     uid = user.split(":")[0]
     assert uid.isdigit() and int(uid) != 0, f"USER must be a numeric non-root uid (runAsNonRoot checks it): {user}"
-    assert runtime.last("EXPOSE").split() == ["8080"]
+    assert runtime.last("EXPOSE").split() == ["8080", "8081"]
     volumes = runtime.all("VOLUME")
     assert any("/var/lib/a2a-gateway" in v for v in volumes), volumes
     assert exec_form(runtime.last("ENTRYPOINT")) == ["a2a-gateway"]
     health = runtime.last("HEALTHCHECK")
-    assert "http://127.0.0.1:8080/healthz" in health, health
+    assert "http://127.0.0.1:8081/healthz" in health, health  # the admin listener
 
 
 def baked_config(runtime: Stage) -> tuple[Path, str]:
@@ -143,6 +143,7 @@ def test_baked_config_passes_check_config_and_matches_the_image(stages: list[Sta
     config = json.loads(proc.stdout)
     assert config["listen"]["host"] == "0.0.0.0"
     assert config["listen"]["port"] == 8080
+    assert (config["admin"]["enabled"], config["admin"]["host"], config["admin"]["port"]) == (True, "0.0.0.0", 8081)
     assert config["ledger"]["url"].startswith("sqlite:////var/lib/a2a-gateway/"), config["ledger"]
     assert exec_form(runtime.last("ENTRYPOINT")) + exec_form(runtime.last("CMD")) == [
         "a2a-gateway", "serve", "--config", image_path]

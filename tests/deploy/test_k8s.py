@@ -1,7 +1,8 @@
 """deploy/k8s: both overlays render with ``kubectl kustomize``, every object is valid for
 Kubernetes (offline schemas of ``kubernetes-validate``), and the manifests agree with the
 gateway itself: its config passes ``check-config``, ports and probe paths are the ones it
-serves (checked against a running gateway), shutdown timing fits the config's grace."""
+serves (checked against a running gateway: probes and scrapes on the admin listener, the
+Service on the traffic port), shutdown timing fits the config's grace."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import yaml
 from gateway.app import build_app
 from gateway.config import parse_config
 from tests.deploy.conftest import DEPLOY, K8S, OVERLAYS, ROOT, find, one, run
+from tests.support.gateway import serve_gateway
 from tests.support.scripted_worker import ScriptedWorker
 from tests.support.servers import serve_in_thread
 
@@ -26,6 +28,7 @@ from tests.support.servers import serve_in_thread
 #: newest whose schemas kubernetes-validate ships.
 K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 GATEWAY_PORT = 8080
+ADMIN_PORT = 8081
 CONFIG_DIR = "/etc/a2a-gateway"
 CONFIG_FILE = CONFIG_DIR + "/gateway.yaml"
 LEDGER_DIR = "/var/lib/a2a-gateway"
@@ -135,8 +138,9 @@ def test_configmap_passes_check_config_and_matches_the_container(
     gw = container(dep, "gateway")
     assert gw["args"] == ["serve", "--config", CONFIG_FILE]
     assert config["listen"] == {**config["listen"], "host": "0.0.0.0", "port": GATEWAY_PORT}
+    assert config["admin"] == {**config["admin"], "enabled": True, "host": "0.0.0.0", "port": ADMIN_PORT}
     ports = {p["name"]: p["containerPort"] for p in gw["ports"]}
-    assert ports == {"http": config["listen"]["port"]}
+    assert ports == {"http": config["listen"]["port"], "admin": config["admin"]["port"]}
 
     ledger = config["ledger"]["url"]
     mounts = {m["mountPath"]: m for m in gw["volumeMounts"]}
@@ -152,7 +156,8 @@ def test_configmap_passes_check_config_and_matches_the_container(
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_probes_hit_what_a_running_gateway_serves(rendered: dict[str, Any], overlay: str, tmp_path: Path) -> None:
     """Start the gateway with the overlay's config (upstreams pointed at a scripted worker, an
-    in-memory ledger) and GET every probe path of the manifest, plus the scrape path."""
+    in-memory ledger) and GET every probe path of the manifest, plus the scrape path, on the
+    admin listener; the traffic port does not answer them (they would reach the worker)."""
     objects = rendered[overlay]
     config = checked_config(objects, tmp_path)
     gw = container(gateway_deployment(objects), "gateway")
@@ -161,22 +166,25 @@ def test_probes_hit_what_a_running_gateway_serves(rendered: dict[str, Any], over
     assert probes["livenessProbe"]["path"] == "/healthz"
     assert probes["startupProbe"]["path"] == "/healthz"
     for probe in probes.values():
-        assert port_number(gw, probe["port"]) == config["listen"]["port"] == GATEWAY_PORT
+        assert port_number(gw, probe["port"]) == config["admin"]["port"] == ADMIN_PORT
     annotations = gateway_deployment(objects)["spec"]["template"]["metadata"].get("annotations", {})
-    assert annotations.get("prometheus.io/port") == str(GATEWAY_PORT)
+    assert annotations.get("prometheus.io/port") == str(ADMIN_PORT)
+    assert not config["listen"]["probes"] and config["admin"]["token_file"] is None
 
     worker = ScriptedWorker()
     with serve_in_thread(worker, name="worker") as wsrv:
         config["upstreams"] = [{**u, "url": wsrv.url + "/"} for u in config["upstreams"]]
         config["ledger"]["url"] = "memory"
         app = build_app(parse_config(config))
-        with serve_in_thread(app, name="gateway", config={"proxy_headers": False}) as gsrv, \
-                httpx.Client(base_url=gsrv.url, trust_env=False, timeout=5) as http:
+        with serve_gateway(app) as (gsrv, admin), httpx.Client(trust_env=False, timeout=5) as http:
+            scrape_path = annotations.get("prometheus.io/path", "/metrics")
             for kind, probe in probes.items():
-                response = http.get(probe["path"])
+                response = http.get(admin.url + probe["path"])
                 assert response.status_code == 200, f"{kind} {probe['path']}: {response.status_code}"
-            scrape = http.get(annotations.get("prometheus.io/path", "/metrics"))
+            scrape = http.get(admin.url + scrape_path)
             assert scrape.status_code == 200 and "a2a_gateway_build_info" in scrape.text
+            for path in (*{p["path"] for p in probes.values()}, scrape_path):  # relayed: the worker's 404
+                assert http.get(gsrv.url + path).status_code == 404, path
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -314,7 +322,9 @@ def test_podmonitor_and_scrape_job_select_the_gateway_port(rendered: dict[str, A
     named = {p["name"]: c["name"] for d in find(objects, "Deployment")
              if selects(monitor["spec"]["selector"]["matchLabels"], d["spec"]["template"]["metadata"]["labels"])
              for c in pod_spec(d)["containers"] for p in c.get("ports", [])}
-    assert named == {endpoint["port"]: "gateway"}, "only the gateway's port is scraped"
+    assert named == {"http": "gateway", "admin": "gateway"}, "the worker has no port"
+    assert endpoint["port"] == "admin", "only the gateway's admin listener is scraped"
+    assert port_number(container(dep, "gateway"), endpoint["port"]) == ADMIN_PORT
     assert endpoint["path"] == "/metrics"
 
     prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
@@ -322,3 +332,4 @@ def test_podmonitor_and_scrape_job_select_the_gateway_port(rendered: dict[str, A
     keeps = {r["source_labels"][0]: r["regex"] for r in job["relabel_configs"] if r.get("action") == "keep"}
     assert re.fullmatch(keeps["__meta_kubernetes_pod_label_app_kubernetes_io_name"], labels["app.kubernetes.io/name"])
     assert re.fullmatch(keeps["__meta_kubernetes_pod_container_port_name"], endpoint["port"])
+    assert not re.fullmatch(keeps["__meta_kubernetes_pod_container_port_name"], "http")

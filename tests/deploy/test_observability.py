@@ -28,6 +28,7 @@ from gateway.config import parse_config
 from gateway.invariants.model import DIVERGENCE_KINDS
 from gateway.observability.metrics import Metrics
 from tests.deploy.conftest import DEPLOY
+from tests.support.gateway import serve_gateway
 from tests.support.scripted_worker import Event, ScriptedWorker
 from tests.support.servers import serve_in_thread
 
@@ -140,7 +141,8 @@ def _status(tid: str, state: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def scrape() -> Iterator[str]:
-    """``/metrics`` of a real gateway after a GetTask, a stream and a malformed request."""
+    """``/metrics`` of a real gateway's admin listener after a GetTask, a stream and a
+    malformed request."""
     worker = ScriptedWorker()
     worker.on("GetTask", json_result=_task("t-1", "TASK_STATE_WORKING"))
     worker.on("SendStreamingMessage", sse=[
@@ -152,7 +154,7 @@ def scrape() -> Iterator[str]:
         config = parse_config({"upstreams": [{"name": "worker", "url": wsrv.url + "/", "prefix": "/"}],
                                "ledger": {"url": "memory"}})
         app = build_app(config, registry=CollectorRegistry())
-        with serve_in_thread(app, name="gateway", config={"proxy_headers": False}) as gsrv, \
+        with serve_gateway(app) as (gsrv, admin), \
                 httpx.Client(base_url=gsrv.url, trust_env=False, timeout=10) as http:
             got = http.post("/", headers=V1, content=orjson.dumps(
                 {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1"}}))
@@ -164,7 +166,7 @@ def scrape() -> Iterator[str]:
             assert b"TASK_STATE_COMPLETED" in body
             bad = http.post("/", headers=V1, content=b"{not json")
             assert bad.json()["error"]["code"] == -32700
-            metrics = http.get("/metrics")
+            metrics = http.get(admin.url + "/metrics")
             assert metrics.status_code == 200
             yield metrics.text
 

@@ -36,6 +36,7 @@ from demo.client import fetch_card, restrict_card_to_version, rewrite_card_urls
 from demo.worker import build_worker_app
 from gateway.app import build_app
 from gateway.config import sidecar_config
+from tests.support.gateway import serve_gateway
 from tests.support.servers import RunningServer, serve_in_thread
 
 #: Advertised by the worker card; never reachable, so a client that failed to rewrite the
@@ -154,10 +155,12 @@ class MetricsScrape:
 
 @dataclass
 class Stack:
-    """The running worker + gateway pair."""
+    """The running worker + gateway pair; ``gateway_admin``: the gateway's admin listener
+    (``/metrics``, ``/healthz``, ``/readyz``)."""
 
     worker: RunningServer
     gateway: RunningServer
+    gateway_admin: RunningServer
     recorder: RecordingApp
     registry: CollectorRegistry
 
@@ -176,7 +179,7 @@ class Stack:
 
     async def scrape(self) -> MetricsScrape:
         async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
-            resp = await http.get(self.gateway.url_for("/metrics"))
+            resp = await http.get(self.gateway_admin.url_for("/metrics"))
         resp.raise_for_status()
         return MetricsScrape(resp.text)
 
@@ -196,8 +199,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         assert config.mode == "enforce"
         registry = CollectorRegistry()
         gateway_app = build_app(config, registry=registry)
-        with serve_in_thread(gateway_app, name="e2e-gateway") as gateway:
-            yield Stack(worker=worker, gateway=gateway, recorder=recorder, registry=registry)
+        with serve_gateway(gateway_app, name="e2e-gateway") as (gateway, admin):
+            yield Stack(worker=worker, gateway=gateway, gateway_admin=admin, recorder=recorder,
+                        registry=registry)
 
 
 @pytest.fixture

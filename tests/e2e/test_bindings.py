@@ -64,6 +64,7 @@ from tests.e2e.conftest import (
     RecordingApp,
     SeenRequest,
 )
+from tests.support.gateway import serve_gateway
 from tests.support.peers import PeerRun, js_worker, run_peer
 from tests.support.servers import RunningServer, await_until, serve_in_thread
 
@@ -209,6 +210,7 @@ class Mount:
 
     topology: str
     gateway: RunningServer
+    admin: RunningServer  # the gateway's admin listener (/metrics)
     upstream: str
     prefix: str  # "/" or "/py/"
     worker: Worker
@@ -224,7 +226,7 @@ class Mount:
 
     async def scrape(self) -> MetricsScrape:
         async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
-            resp = await http.get(self.gateway.url_for("/metrics"))
+            resp = await http.get(self.admin.url_for("/metrics"))
         resp.raise_for_status()
         return MetricsScrape(resp.text)
 
@@ -245,7 +247,7 @@ def _gateway(name: str, mounts: list[tuple[str, str, Worker]], ledger_dir: Path)
                       for upstream, prefix, worker in mounts],
         "ledger": {"url": f"sqlite:///{ledger_dir}/{name}.db"},
     })
-    return serve_in_thread(build_app(config, registry=CollectorRegistry()), name=name)
+    return serve_gateway(build_app(config, registry=CollectorRegistry()), name=name)
 
 
 @pytest.fixture(scope="module")
@@ -272,21 +274,22 @@ def ledger_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def sidecar_py(py_worker: Worker, ledger_dir: Path) -> Iterator[Mount]:
-    with _gateway("sidecar-py", [("worker", "/", py_worker)], ledger_dir) as gateway:
-        yield Mount("sidecar", gateway, "worker", "/", py_worker)
+    with _gateway("sidecar-py", [("worker", "/", py_worker)], ledger_dir) as (gateway, admin):
+        yield Mount("sidecar", gateway, admin, "worker", "/", py_worker)
 
 
 @pytest.fixture(scope="module")
 def sidecar_js(js_worker_rec: Worker, ledger_dir: Path) -> Iterator[Mount]:
-    with _gateway("sidecar-js", [("worker", "/", js_worker_rec)], ledger_dir) as gateway:
-        yield Mount("sidecar", gateway, "worker", "/", js_worker_rec)
+    with _gateway("sidecar-js", [("worker", "/", js_worker_rec)], ledger_dir) as (gateway, admin):
+        yield Mount("sidecar", gateway, admin, "worker", "/", js_worker_rec)
 
 
 @pytest.fixture(scope="module")
 def shared(py_worker: Worker, js_worker_rec: Worker, ledger_dir: Path) -> Iterator[dict[str, Mount]]:
-    with _gateway("shared", [("py", "/py", py_worker), ("js", "/js", js_worker_rec)], ledger_dir) as gateway:
-        yield {"py": Mount("shared", gateway, "py", "/py/", py_worker),
-               "js": Mount("shared", gateway, "js", "/js/", js_worker_rec)}
+    with _gateway("shared", [("py", "/py", py_worker), ("js", "/js", js_worker_rec)],
+                  ledger_dir) as (gateway, admin):
+        yield {"py": Mount("shared", gateway, admin, "py", "/py/", py_worker),
+               "js": Mount("shared", gateway, admin, "js", "/js/", js_worker_rec)}
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from demo.worker import build_worker_app
 from gateway.app import build_app
 from gateway.config import sidecar_config
+from tests.support.gateway import serve_gateway
 from tests.support.servers import RunningServer, serve_in_thread
 
 CARD_PATH = "/.well-known/agent-card.json"
@@ -92,18 +93,19 @@ class CardSwitch:
 
 
 @pytest.fixture
-def stack() -> Iterator[tuple[CardSwitch, RunningServer]]:
+def stack() -> Iterator[tuple[CardSwitch, RunningServer, RunningServer]]:
+    """The card-switching worker, the gateway in front of it and the gateway's admin listener."""
     switch = CardSwitch(build_worker_app("http://worker.invalid:1/"))
     with serve_in_thread(switch, name="sdk-worker") as worker:
         config = sidecar_config(worker.url, host="127.0.0.1", port=0, mode="enforce", ledger="memory")
         app = build_app(config, registry=CollectorRegistry())
-        with serve_in_thread(app, name="gateway", config={"proxy_headers": False}) as gateway:
-            yield switch, gateway
+        with serve_gateway(app) as (gateway, admin):
+            yield switch, gateway, admin
 
 
 @pytest.fixture
-async def client(stack: tuple[CardSwitch, RunningServer]) -> AsyncIterator[Any]:
-    _, gateway = stack
+async def client(stack: tuple[CardSwitch, RunningServer, RunningServer]) -> AsyncIterator[Any]:
+    _, gateway, _ = stack
     async with httpx.AsyncClient(trust_env=False, timeout=20) as http:
         sdk = await create_client(gateway.url, client_config=ClientConfig(
             streaming=False, supported_protocol_bindings=["JSONRPC"], httpx_client=http))
@@ -125,7 +127,7 @@ def _mark_stale(gateway: RunningServer) -> None:
 
 
 async def test_no_forced_get_without_a_reason(stack: Any, client: Any) -> None:
-    switch, _ = stack
+    switch, _, _ = stack
     task = await _send(client, "ask for a date")
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     done = await _send(client, "tomorrow", task)
@@ -134,7 +136,7 @@ async def test_no_forced_get_without_a_reason(stack: Any, client: Any) -> None:
 
 
 async def test_changed_card_forces_one_get_task_before_the_follow_up(stack: Any, client: Any) -> None:
-    switch, gateway = stack
+    switch, gateway, admin = stack
     task = await _send(client, "ask for a date")
     switch.version = "9.9.9"  # the card's body, so its ETag, changes
     _mark_stale(gateway)
@@ -142,12 +144,12 @@ async def test_changed_card_forces_one_get_task_before_the_follow_up(stack: Any,
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
     assert switch.count("GetTask") == 1
     assert switch.methods[-2:] == ["GetTask", "SendMessage"]  # the GetTask came first
-    metrics = httpx.get(gateway.url + "/metrics", trust_env=False).text
+    metrics = httpx.get(admin.url + "/metrics", trust_env=False).text
     assert 'a2a_gateway_forced_get_total{reason="etag_changed",upstream="worker"} 1.0' in metrics
 
 
 async def test_unreachable_card_refuses_new_tasks_but_not_existing_ones(stack: Any, client: Any) -> None:
-    switch, gateway = stack
+    switch, gateway, _ = stack
     task = await _send(client, "ask for a date")
     switch.fail = True
     _mark_stale(gateway)

@@ -33,13 +33,14 @@ def test_sigterm_ends_open_streams_cleanly_and_exits_zero(worker: tuple[Scripted
         Event(result={"task": {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}}),
         gate,
     ])
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
-           "--ledger", f"sqlite:///{tmp_path}/ledger.db", "--shutdown-grace", "0.5"]
+           "--admin-port", str(admin_port), "--ledger", f"sqlite:///{tmp_path}/ledger.db",
+           "--shutdown-grace", "0.5"]
     url = f"http://127.0.0.1:{port}"
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
         "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}})
-    with subprocess_server(cmd, url + "/readyz") as proc:
+    with subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz") as proc:
         with httpx.Client(trust_env=False, timeout=10) as client:
             headers = {"A2A-Version": "1.0", "content-type": "application/json"}
             with client.stream("POST", url + "/", content=body, headers=headers) as r:
@@ -78,11 +79,12 @@ def test_port_in_use_exits_3(tmp_path: Path) -> None:
         port = busy.getsockname()[1]
         proc = subprocess.run(
             [sys.executable, "-m", "gateway", "serve", "--upstream", "http://127.0.0.1:9/",
-             "--port", str(port), "--ledger", "memory"],
+             "--port", str(port), "--admin-port", str(free_port()), "--ledger", "memory"],
             capture_output=True, text=True, timeout=30,
         )
     assert proc.returncode == 3
     assert "address already in use" in proc.stderr.lower()
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_pid_file_from_flag_env_or_config_lets_one_gateway_run(
@@ -113,9 +115,10 @@ def test_ledger_cli_reads_what_the_gateway_stored(worker: tuple[ScriptedWorker, 
     w, wurl = worker
     ledger = f"sqlite:///{tmp_path}/ledger.db"
     w.on("GetTask", json_result={"id": "t-9", "contextId": "c-9", "status": {"state": "completed"}})
-    port = free_port()
-    cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port), "--ledger", ledger]
-    with subprocess_server(cmd, f"http://127.0.0.1:{port}/readyz"):
+    port, admin_port = free_port(), free_port()
+    cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
+           "--admin-port", str(admin_port), "--ledger", ledger]
+    with subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz"):
         httpx.post(f"http://127.0.0.1:{port}/", trust_env=False, headers={"A2A-Version": "1.0"},
                    json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-9"}})
     show = subprocess.run([sys.executable, "-m", "gateway", "ledger", "show", "t-9", "--ledger", ledger],
@@ -140,17 +143,18 @@ def test_sighup_reloads_config_without_dropping_open_streams(tmp_path: Path) -> 
         Event(result={"statusUpdate": {"taskId": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_COMPLETED"}}}),
     ])
     second.on("GetTask", json_result={"id": "t-2", "contextId": "c-2", "status": {"state": "working"}}, times=None)
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     config = tmp_path / "gateway.yaml"
 
     def write(upstreams: str) -> None:
-        config.write_text(f"listen: {{port: {port}}}\nledger: {{url: memory}}\nupstreams:\n{upstreams}")
+        config.write_text(f"listen: {{port: {port}}}\nadmin: {{port: {admin_port}}}\n"
+                          f"ledger: {{url: memory}}\nupstreams:\n{upstreams}")
 
     with serve_in_thread(first) as w1, serve_in_thread(second) as w2:
         write(f"  - {{name: a, url: '{w1.url}/', prefix: /a}}\n")
-        url = f"http://127.0.0.1:{port}"
+        url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
         cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
-        with subprocess_server(cmd, url + "/readyz") as proc, httpx.Client(trust_env=False, timeout=10) as client:
+        with subprocess_server(cmd, admin + "/readyz") as proc, httpx.Client(trust_env=False, timeout=10) as client:
             body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
                 "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}})
             get = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "t-2"}}
@@ -163,12 +167,12 @@ def test_sighup_reloads_config_without_dropping_open_streams(tmp_path: Path) -> 
                       f"  - {{name: b, url: '{w2.url}/', prefix: /b}}\n")
                 proc.send_signal(signal.SIGHUP)
                 wait_until(lambda: 'a2a_gateway_config_reloads_total{outcome="applied"} 1.0'
-                           in client.get(url + "/metrics").text)
+                           in client.get(admin + "/metrics").text)
                 assert client.post(url + "/b/", json=get).json()["result"]["status"]["state"] == "TASK_STATE_WORKING"
                 write("  - {name: a, url: 'ftp://nope', prefix: /a}\n")  # invalid: refused
                 proc.send_signal(signal.SIGHUP)
                 wait_until(lambda: 'a2a_gateway_config_reloads_total{outcome="refused"} 1.0'
-                           in client.get(url + "/metrics").text)
+                           in client.get(admin + "/metrics").text)
                 assert "result" in client.post(url + "/b/", json=get).json()  # old config in force
                 gate.release()
                 rest = b"".join(chunks)
@@ -183,19 +187,23 @@ def test_sigterm_lets_a_stream_finish_within_the_grace(worker: tuple[ScriptedWor
         gate,
         Event(result={"statusUpdate": {"taskId": "t-2", "contextId": "c-2", "status": {"state": "TASK_STATE_COMPLETED"}}}),
     ])
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
-           "--ledger", "memory", "--shutdown-grace", "20"]
-    url = f"http://127.0.0.1:{port}"
+           "--admin-port", str(admin_port), "--ledger", "memory", "--shutdown-grace", "20"]
+    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
         "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}})
-    with subprocess_server(cmd, url + "/readyz") as proc, httpx.Client(trust_env=False, timeout=10) as client:
+    with subprocess_server(cmd, admin + "/readyz") as proc, httpx.Client(trust_env=False, timeout=10) as client:
         with client.stream("POST", url + "/", content=body,
                            headers={"A2A-Version": "1.0", "content-type": "application/json"}) as r:
             chunks = r.iter_raw()
             assert b"t-2" in next(chunks)
             proc.send_signal(signal.SIGTERM)
             wait_until(lambda: b'"event":"draining"' in proc.stderr_text().encode().replace(b" ", b""))
+            # the admin listener outlives the drain: not ready, still alive
+            ready = client.get(admin + "/readyz")
+            assert (ready.status_code, ready.json()["status"]) == (503, "not ready")
+            assert client.get(admin + "/healthz").status_code == 200
             gate.release()  # the worker finishes while the gateway drains
             rest = b"".join(chunks)
         assert proc.wait(timeout=10) == 0

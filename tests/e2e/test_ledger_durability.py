@@ -23,13 +23,14 @@ V1 = {"A2A-Version": "1.0", "content-type": "application/json"}
 
 
 @contextmanager
-def gateway_process(worker_url: str, ledger: str, *extra: str) -> Iterator[tuple[str, Any]]:
-    port = free_port()
+def gateway_process(worker_url: str, ledger: str, *extra: str) -> Iterator[tuple[str, Any, str]]:
+    """A ``serve`` process: yields its traffic URL, the process and its admin URL."""
+    port, admin_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", worker_url, "--port", str(port),
-           "--ledger", ledger, *extra]
-    url = f"http://127.0.0.1:{port}"
-    with subprocess_server(cmd, url + "/readyz") as proc:
-        yield url, proc
+           "--admin-port", str(admin_port), "--ledger", ledger, *extra]
+    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
+    with subprocess_server(cmd, admin + "/readyz") as proc:
+        yield url, proc, admin
 
 
 def send(url: str, req_id: Any, *, task_id: str | None = None, method: str = "SendMessage") -> httpx.Response:
@@ -66,7 +67,7 @@ def redis_url() -> Iterator[str]:
 
 def test_terminal_state_recorded_by_replica_a_is_absorbing_on_replica_b(worker: Any, redis_url: str) -> None:
     w, wurl = worker
-    with gateway_process(wurl, redis_url) as (a, _), gateway_process(wurl, redis_url) as (b, _):
+    with gateway_process(wurl, redis_url) as (a, _, _), gateway_process(wurl, redis_url) as (b, _, _):
         stream_to_completion(a, w, "t-shared")
         r = send(b, 2, task_id="t-shared")
         assert r.json()["error"]["code"] == -32004
@@ -78,7 +79,7 @@ def _kill9_mid_stream(worker: Any, ledger: str) -> None:
     start a new one on the same ledger: t-done is still terminal, t-live gets a forced GetTask."""
     w, wurl = worker
     gate = Gate()
-    with gateway_process(wurl, ledger) as (url, proc):
+    with gateway_process(wurl, ledger) as (url, proc, _):
         stream_to_completion(url, w, "t-done")
         w.on("SendStreamingMessage", sse=[
             Event(result={"task": {"id": "t-live", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}}),
@@ -93,7 +94,7 @@ def _kill9_mid_stream(worker: Any, ledger: str) -> None:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
         gate.release()
-    with gateway_process(wurl, ledger) as (url, _):
+    with gateway_process(wurl, ledger) as (url, _, admin):
         assert send(url, 2, task_id="t-done").json()["error"]["code"] == -32004
         assert w.calls("SendMessage") == []
         w.on("GetTask", json_result={"id": "t-live", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}})
@@ -102,7 +103,7 @@ def _kill9_mid_stream(worker: Any, ledger: str) -> None:
         r = send(url, 3, task_id="t-live")
         assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
         assert len(w.calls("GetTask")) == 1  # the forced GetTask, before the action
-        metrics = httpx.get(url + "/metrics", trust_env=False).text
+        metrics = httpx.get(admin + "/metrics", trust_env=False).text
         assert 'a2a_gateway_forced_get_total{reason="restart",upstream="worker"} 1.0' in metrics
         send(url, 4, task_id="t-live")
         assert len(w.calls("GetTask")) == 1  # no wasted poll once resynced
@@ -122,14 +123,14 @@ def test_ledger_down_fails_closed_with_transport_error(worker: Any) -> None:
     with ExitStack() as stack:
         redis_ctx = redis_server()
         rurl = redis_ctx.__enter__()
-        url, _ = stack.enter_context(gateway_process(wurl, rurl))
+        url, _, admin = stack.enter_context(gateway_process(wurl, rurl))
         redis_ctx.__exit__(None, None, None)  # Redis goes away while the gateway runs
         r = send(url, 9, task_id="t-1")
         assert r.status_code == 503
         assert r.json()["id"] == 9 and r.json()["error"]["code"] == -32603
         assert "ledger" in r.json()["error"]["message"]
         assert w.calls("SendMessage") == []
-        metrics = httpx.get(url + "/metrics", trust_env=False).text
+        metrics = httpx.get(admin + "/metrics", trust_env=False).text
         assert 'a2a_gateway_ledger_errors_total{backend="redis",operation="get"} 1.0' in metrics
 
 

@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry
 from gateway.app import build_app
 from gateway.config import parse_config
 from tests.e2e.conftest import TRACE_HEADER, UPSTREAM_NAME, MetricsScrape, Stack
+from tests.support.gateway import serve_gateway
 from tests.support.peers import PEERS, PeerRun, run_peer
 from tests.support.scripted_worker import Event, Gate, ScriptedWorker, default_card
 from tests.support.servers import RunningServer, await_until, serve_in_thread
@@ -189,9 +190,10 @@ def delta(before: MetricsScrape, after: MetricsScrape, name: str, **labels: str)
             - before.value(name, upstream=UPSTREAM_NAME, **labels))
 
 
-async def scrape(gateway: RunningServer) -> MetricsScrape:
+async def scrape(admin: RunningServer) -> MetricsScrape:
+    """A scrape of a gateway's admin listener."""
     async with httpx.AsyncClient(trust_env=False, timeout=5.0) as client:
-        resp = await client.get(gateway.url_for("/metrics"))
+        resp = await client.get(admin.url_for("/metrics"))
     resp.raise_for_status()
     return MetricsScrape(resp.text)
 
@@ -218,6 +220,7 @@ class ScriptedStack:
     worker: ScriptedWorker
     gateway: RunningServer  # drain LONG_DRAIN
     short_drain: RunningServer  # the same worker behind a gateway with drain SHORT_DRAIN
+    admin: RunningServer  # the admin listener of ``gateway``
     gates: list[Gate] = field(default_factory=list)
 
     @property
@@ -252,9 +255,9 @@ def scripted_stack() -> Iterator[ScriptedStack]:
     with serve_in_thread(worker, name="f17-worker") as w:
         long_app = build_app(_gateway_config(w.url, LONG_DRAIN), registry=CollectorRegistry())
         short_app = build_app(_gateway_config(w.url, SHORT_DRAIN), registry=CollectorRegistry())
-        with serve_in_thread(long_app, name="f17-gateway") as gateway, \
-                serve_in_thread(short_app, name="f17-gateway-short-drain") as short:
-            yield ScriptedStack(worker, gateway, short)
+        with serve_gateway(long_app, name="f17-gateway") as (gateway, admin), \
+                serve_gateway(short_app, name="f17-gateway-short-drain") as (short, _):
+            yield ScriptedStack(worker, gateway, short, admin)
 
 
 @pytest.fixture
@@ -332,7 +335,7 @@ async def test_f17_terminal_status_ends_the_stream(
     gate = scripted.gate()
     method = STREAM_METHOD[version]
     scripted.worker.on(method, sse=worker_stream(version, tid, cid, spelling, final, gate))
-    before = await scrape(scripted.gateway)
+    before = await scrape(scripted.admin)
     rpc_id = f"f17-{uuid.uuid4().hex[:6]}"
 
     got = await post_stream(raw_http, scripted.url, rpc(method, user_message(version, "go"), rpc_id),
@@ -340,7 +343,7 @@ async def test_f17_terminal_status_ends_the_stream(
 
     _check_terminal_stream(version, got, rpc_id, state, gate, scripted.worker)
     assert len(scripted.worker.calls(method)) == 1  # it went through the gateway to the worker
-    assert delta(before, await scrape(scripted.gateway), SSE_EVENTS) == 4
+    assert delta(before, await scrape(scripted.admin), SSE_EVENTS) == 4
 
 
 @pytest.mark.parametrize("final", [True, ABSENT], ids=["final_true", "final_absent"])

@@ -1,7 +1,7 @@
-"""`a2a-gateway serve --workers N` as real processes: N gateways on one socket, one shared
-SQLite ledger, metrics summed over the workers, signals forwarded, clean exit; the workers die
-with their supervisor (kill -9 included), and the supervisor's pid file keeps a second gateway
-off the same ledger."""
+"""`a2a-gateway serve --workers N` as real processes: N gateways on one socket (and one admin
+socket), one shared SQLite ledger, metrics summed over the workers, signals forwarded, clean
+exit; the workers die with their supervisor (kill -9 included), and the supervisor's pid file
+keeps a second gateway off the same ledger."""
 
 from __future__ import annotations
 
@@ -75,6 +75,23 @@ def answers(url: str) -> bool:
         return False
 
 
+def listening_inode(port: int) -> str:
+    """The inode of the socket listening on 127.0.0.1:``port`` (from /proc/net/tcp)."""
+    with open("/proc/net/tcp") as f:
+        for line in f.read().splitlines()[1:]:
+            fields = line.split()
+            if fields[1] == f"0100007F:{port:04X}" and fields[3] == "0A":  # state LISTEN
+                return fields[9]
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds open."""
+    fd_dir = Path(f"/proc/{pid}/fd")
+    links = [os.readlink(fd_dir / fd) for fd in os.listdir(fd_dir)]
+    return {link[len("socket:["):-1] for link in links if link.startswith("socket:[")}
+
+
 def metric(text: str, name: str, **labels: str) -> float:
     """Sum of the samples of ``name`` whose labels include ``labels``."""
     total = 0.0
@@ -87,7 +104,8 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 def test_a_memory_ledger_is_refused_with_several_workers() -> None:
     proc = subprocess.run([sys.executable, "-m", "gateway", "serve", "--upstream", "http://127.0.0.1:9/",
-                           "--port", str(free_port()), "--ledger", "memory", "--workers", "2"],
+                           "--port", str(free_port()), "--admin-port", str(free_port()),
+                           "--ledger", "memory", "--workers", "2"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and "shared ledger" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -98,26 +116,35 @@ def test_two_workers_share_the_socket_the_ledger_and_the_metrics(
     w.on("GetTask", json_result=WORKING, times=None)
     config = tmp_path / "gateway.yaml"
     config.write_text(f"upstreams:\n  - {{name: worker, url: '{wurl}/', prefix: /}}\n"
-                      f"ledger: {{url: 'sqlite:///{tmp_path}/ledger.db'}}\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+                      f"ledger: {{url: 'sqlite:///{tmp_path}/ledger.db'}}\n"
+                      "admin: {tracked_refresh_seconds: 0.2}\n")
+    port, admin_port = free_port(), free_port()
+    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
     cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port),
-           "--workers", "2", "--shutdown-grace", "1"]
-    with subprocess_server(cmd, url + "/readyz") as proc:
+           "--admin-port", str(admin_port), "--workers", "2", "--shutdown-grace", "1"]
+    with subprocess_server(cmd, admin + "/readyz") as proc:
         wait_until(lambda: len(children(proc.pid)) == 2, message="two worker processes")
         with httpx.Client(trust_env=False, timeout=10) as client:
             # both workers started (each fetched the card once), so both handle SIGHUP
-            wait_until(lambda: metric(client.get(url + "/metrics").text,
+            wait_until(lambda: metric(client.get(admin + "/metrics").text,
                                       "a2a_gateway_card_fetches_total", outcome="fresh") == 2)
+            # one admin socket, bound by the supervisor, accepted on by both workers
+            admin_socket = listening_inode(admin_port)
+            assert all(admin_socket in socket_inodes(pid) for pid in children(proc.pid))
             for i in range(30):  # a new connection each: the kernel spreads them over the workers
                 with httpx.Client(trust_env=False, timeout=10) as one:
                     r = one.post(url + "/", json={**GET, "id": i}, headers={"A2A-Version": "1.0"})
                 assert r.json()["result"]["status"]["state"] == "TASK_STATE_WORKING" and r.json()["id"] == i
-            text = client.get(url + "/metrics").text  # whichever worker answers: the sum of both
-            assert metric(text, "a2a_gateway_requests_total", method="GetTask") == 30
-            assert metric(text, "a2a_gateway_tracked_tasks", state="TASK_STATE_WORKING") == 1
+            for _ in range(6):  # whichever worker answers, on a new admin connection: the sum of both
+                with httpx.Client(trust_env=False, timeout=10) as one:
+                    text = one.get(admin + "/metrics").text
+                assert metric(text, "a2a_gateway_requests_total", method="GetTask") == 30
+            # the tracked-task gauge is refreshed from the ledger in the background, not by a scrape
+            wait_until(lambda: metric(client.get(admin + "/metrics").text, "a2a_gateway_tracked_tasks",
+                                      state="TASK_STATE_WORKING") == 1)
+            assert client.get(url + "/metrics").status_code == 404  # the traffic port: the worker's
             proc.send_signal(signal.SIGHUP)  # forwarded: each worker re-reads the file
-            wait_until(lambda: metric(client.get(url + "/metrics").text,
+            wait_until(lambda: metric(client.get(admin + "/metrics").text,
                                       "a2a_gateway_config_reloads_total", outcome="applied") == 2)
         workers = children(proc.pid)
         proc.send_signal(signal.SIGTERM)
@@ -126,6 +153,7 @@ def test_two_workers_share_the_socket_the_ledger_and_the_metrics(
     lines = [orjson.loads(line) for line in stderr.splitlines() if line.strip()]
     assert [line["needs_resync"] for line in lines if line["event"] == "ledger_opened"] == [0]  # once
     assert [line["exit_codes"] for line in lines if line["event"] == "workers_stopped"] == [[0, 0]]
+    assert [line["admin"] for line in lines if line["event"] == "admin_listening"] == [f"127.0.0.1:{admin_port}"] * 2
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
@@ -133,11 +161,10 @@ def test_two_workers_share_the_socket_the_ledger_and_the_metrics(
 def test_a_worker_that_dies_at_start_stops_the_gateway(
         worker: tuple[ScriptedWorker, str], tmp_path: Path) -> None:
     _, wurl = worker
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    port, admin_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
-           "--ledger", f"sqlite:///{tmp_path}/ledger.db", "--workers", "2"]
-    with subprocess_server(cmd, url + "/readyz") as proc:
+           "--admin-port", str(admin_port), "--ledger", f"sqlite:///{tmp_path}/ledger.db", "--workers", "2"]
+    with subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz") as proc:
         wait_until(lambda: len(children(proc.pid)) == 2, message="two worker processes")
         victim = children(proc.pid)[0]
         subprocess.run(["kill", "-9", str(victim)], check=True)
@@ -151,13 +178,14 @@ def test_kill_9_of_the_supervisor_takes_the_workers_with_it_and_a_restart_works(
         worker: tuple[ScriptedWorker, str], tmp_path: Path) -> None:
     w, wurl = worker
     w.on("GetTask", json_result=WORKING, times=None)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    port, admin_port = free_port(), free_port()
+    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
+           "--admin-port", str(admin_port),
            "--ledger", f"sqlite:///{tmp_path}/ledger.db", "--workers", "2", "--shutdown-grace", "1"]
     pids: list[int] = []
     try:
-        with subprocess_server(cmd, url + "/readyz") as proc:
+        with subprocess_server(cmd, admin + "/readyz") as proc:
             pids = wait_until(lambda: workers_started(proc), message="the workers_started line")
             assert len(pids) == 2 and sorted(pids) == sorted(children(proc.pid))
             os.kill(proc.pid, signal.SIGKILL)
@@ -167,7 +195,7 @@ def test_kill_9_of_the_supervisor_takes_the_workers_with_it_and_a_restart_works(
         for pid in pids:
             if not gone(pid):
                 os.kill(pid, signal.SIGKILL)
-    with subprocess_server(cmd, url + "/readyz") as fresh:  # same port, same ledger, same pid file
+    with subprocess_server(cmd, admin + "/readyz") as fresh:  # same port, same ledger, same pid file
         r = httpx.post(url + "/", json=GET, headers={"A2A-Version": "1.0"}, trust_env=False, timeout=10)
         assert r.json()["result"]["status"]["state"] == "TASK_STATE_WORKING"
         assert (tmp_path / "ledger.db.pid").read_text() == f"{fresh.pid}\n"
@@ -179,17 +207,19 @@ def test_a_second_gateway_on_the_same_ledger_exits_3_and_the_first_keeps_serving
     w.on("GetTask", json_result=WORKING, times=None)
     ledger = f"sqlite:///{tmp_path}/ledger.db"
     pid_file = tmp_path / "ledger.db.pid"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    port, admin_port = free_port(), free_port()
+    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
+           "--admin-port", str(admin_port),
            "--ledger", ledger, "--workers", "2", "--shutdown-grace", "1"]
-    with subprocess_server(cmd, url + "/readyz") as proc:
+    with subprocess_server(cmd, admin + "/readyz") as proc:
         assert pid_file.read_text() == f"{proc.pid}\n"
         pids = wait_until(lambda: workers_started(proc), message="the workers_started line")
         for pid in pids:  # the lock is the supervisor's alone
             assert str(pid_file) not in open_files(pid)
         second = subprocess.run([sys.executable, "-m", "gateway", "serve", "--upstream", wurl,
-                                 "--port", str(free_port()), "--ledger", ledger],
+                                 "--port", str(free_port()), "--admin-port", str(free_port()),
+                                 "--ledger", ledger],
                                 capture_output=True, text=True, timeout=30)
         assert second.returncode == 3
         assert second.stderr.splitlines() == [
@@ -200,7 +230,7 @@ def test_a_second_gateway_on_the_same_ledger_exits_3_and_the_first_keeps_serving
         assert stats.returncode == 0, stats.stderr  # the read-only CLI takes no lock
         r = httpx.post(url + "/", json=GET, headers={"A2A-Version": "1.0"}, trust_env=False, timeout=10)
         assert r.json()["result"]["status"]["state"] == "TASK_STATE_WORKING"
-        assert answers(url + "/readyz") and proc.poll() is None
+        assert answers(admin + "/readyz") and proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     assert pid_file.read_text() == ""  # emptied at the clean exit (the lock, not the file, counts)
@@ -230,15 +260,16 @@ def test_the_supervisor_pipe_alone_drains_a_worker(worker: tuple[ScriptedWorker,
         gate,
     ])
     watched, alive = os.pipe()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    port, admin_port = free_port(), free_port()
+    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
+           "--admin-port", str(admin_port),
            "--ledger", "memory", "--shutdown-grace", "0.5"]
     env = {SUPERVISOR_FD_ENV: str(watched), SUPERVISOR_PID_ENV: str(os.getpid())}
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
         "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}})
     try:
-        with subprocess_server(cmd, url + "/readyz", env=env, pass_fds=(watched,)) as proc:
+        with subprocess_server(cmd, admin + "/readyz", env=env, pass_fds=(watched,)) as proc:
             with httpx.Client(trust_env=False, timeout=10) as client:
                 with client.stream("POST", url + "/", content=body,
                                    headers={"A2A-Version": "1.0", "content-type": "application/json"}) as r:
@@ -277,9 +308,10 @@ def test_the_parent_death_signal_alone_drains_a_worker(
     when the stand-in is killed only the parent-death signal tells the gateway."""
     _, wurl = worker
     watched, alive = os.pipe()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    port, admin_port = free_port(), free_port()
+    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
+           "--admin-port", str(admin_port),
            "--ledger", "memory", "--shutdown-grace", "0.5"]
     log = tmp_path / "stderr"
     gateway = 0
@@ -290,7 +322,7 @@ def test_the_parent_death_signal_alone_drains_a_worker(
     assert stdout is not None
     try:
         gateway = int(stdout.readline())
-        wait_until(lambda: answers(url + "/readyz"), timeout=20, message="the gateway ready")
+        wait_until(lambda: answers(admin + "/readyz"), timeout=20, message="the gateway ready")
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
         wait_until(lambda: gone(gateway), timeout=15, message="the gateway gone")

@@ -1,4 +1,6 @@
-"""Fixtures: a scripted worker and a real gateway, both under real uvicorn on 127.0.0.1."""
+"""Fixtures: a scripted worker and a real gateway, both under real uvicorn on 127.0.0.1: the
+gateway's traffic app and its admin app (``/metrics``, ``/healthz``, ``/readyz``) as
+tests/support/gateway.py serves them."""
 
 from __future__ import annotations
 
@@ -13,16 +15,19 @@ from prometheus_client import CollectorRegistry
 
 from gateway.app import build_app
 from gateway.config import parse_config
+from tests.support.gateway import serve_gateway
 from tests.support.scripted_worker import ScriptedWorker
 from tests.support.servers import RunningServer, serve_in_thread, wait_until
 
 
 @dataclass
 class Harness:
-    """A scripted worker behind a running gateway, plus helpers to talk to both."""
+    """A scripted worker behind a running gateway, plus helpers to talk to both. ``admin``:
+    the gateway's admin listener (``h.admin.url + "/metrics"``)."""
 
     worker: ScriptedWorker
     gateway: RunningServer
+    admin: RunningServer
     registry: CollectorRegistry
     http: httpx.Client
 
@@ -137,14 +142,12 @@ def make_harness() -> Iterator[Any]:
         stack.append(wctx)
         registry = CollectorRegistry()
         app = build_app(_config(wsrv.url + upstream_path, **overrides), registry=registry)
-        # like `a2a-gateway serve`: uvicorn's own proxy-header handling is off; the gateway's
-        # public.trusted_proxies decides whom to believe
-        gctx = serve_in_thread(app, name="gateway", config={"proxy_headers": False})
-        gsrv = gctx.__enter__()
+        gctx = serve_gateway(app)
+        gsrv, asrv = gctx.__enter__()
         stack.append(gctx)
         http = httpx.Client(trust_env=False, timeout=10)
         stack.append(http)
-        harness = Harness(worker, gsrv, registry, http)
+        harness = Harness(worker, gsrv, asrv, registry, http)
         # the start-up card fetch runs in the background: tests begin once it has ended
         wait_until(lambda: harness.metric("a2a_gateway_card_fetches_total") >= 1,
                    message="the start-up card fetch")

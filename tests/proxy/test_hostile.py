@@ -256,8 +256,15 @@ def http_response(status: int, body: bytes = b"", headers: dict[str, str] | None
 # ------------------------------------------------------------------------------ liveness / leaks
 
 def alive(h: Harness) -> None:
-    """The gateway still serves: /healthz on a fresh connection."""
-    assert httpx.get(h.gateway.url + "/healthz", trust_env=False, timeout=5).status_code == 200
+    """The gateway still serves, on fresh connections: its admin ``/healthz``, and on the
+    traffic port a request it answers itself, with no worker involved (``OPTIONS *``: 404)."""
+    assert httpx.get(h.admin.url + "/healthz", trust_env=False, timeout=5).status_code == 200
+    with socket.create_connection((h.gateway.host, h.gateway.port), timeout=5) as sock:
+        sock.sendall(b"OPTIONS * HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 404 "), answer[:100]
 
 
 def in_flight_upstream(h: Harness) -> int:
@@ -414,16 +421,20 @@ def test_chunked_request_bodies_and_the_413_cap(make_harness: Any) -> None:
     alive(h)
 
 
-def test_gateway_paths_are_the_gateways_only_for_get_and_head(h: Harness) -> None:
-    """GET/HEAD /healthz, /readyz, /metrics are answered by the gateway; other methods on
-    those paths are the worker's business (a sidecar's worker may serve its own)."""
-    h.worker.on_path("POST", "/metrics", raw=(202, {"content-type": "text/plain"}, b"worker's"))
-    r = h.http.post(h.gateway.url + "/metrics", content=b"x")
+def test_gateway_paths_are_the_gateways_only_for_get_and_head(make_harness: Any) -> None:
+    """With ``listen.probes: true``, GET/HEAD /healthz and /readyz on the traffic port are
+    answered by the gateway; other methods on those paths, and /metrics (on the admin listener
+    only), are the worker's business (a sidecar's worker may serve its own)."""
+    h = make_harness(listen={"probes": True})
+    h.worker.on_path("POST", "/healthz", raw=(202, {"content-type": "text/plain"}, b"worker's"))
+    h.worker.on_path("GET", "/metrics", raw=(200, {"content-type": "text/plain"}, b"worker's metrics"))
+    r = h.http.post(h.gateway.url + "/healthz", content=b"x")
     assert (r.status_code, r.text) == (202, "worker's")
-    assert [(q.http_method, q.path) for q in forwarded(h)] == [("POST", "/metrics")]
+    assert [(q.http_method, q.path) for q in forwarded(h)] == [("POST", "/healthz")]
     assert h.http.head(h.gateway.url + "/healthz").status_code == 200
-    assert "a2a_gateway_requests_total" in h.http.get(h.gateway.url + "/metrics").text
-    assert len(forwarded(h)) == 1
+    assert h.http.get(h.gateway.url + "/readyz").json() == {"status": "ready"}
+    assert h.http.get(h.gateway.url + "/metrics").text == "worker's metrics"
+    assert len(forwarded(h)) == 2
 
 
 def test_non_post_methods_on_the_rpc_path_are_relayed_not_500(h: Harness) -> None:
@@ -641,13 +652,15 @@ def test_result_with_error_member_is_still_checked(h: Harness, error: Any) -> No
 
 
 @pytest.mark.parametrize("result", [[], ["x"], "TASK_STATE_COMPLETED", None, 0, True, {}, {"task": []}])
-def test_odd_result_types_pass_without_an_invented_state(h: Harness, result: Any) -> None:
+def test_odd_result_types_pass_without_an_invented_state(make_harness: Any, result: Any) -> None:
+    h = make_harness(admin={"tracked_refresh_seconds": 0.2})
     h.worker.on("GetTask", json_result=result)
     r = h.rpc(rpc(1, "GetTask", {"id": "t-1"}), headers=V1)
     assert r.status_code == 200 and r.json() == {"jsonrpc": "2.0", "id": 1, "result": result}
     wait_until(lambda: h.metric("a2a_gateway_requests_total", outcome="ok") == 1)
-    text = h.http.get(h.gateway.url + "/metrics").text
-    assert 'a2a_gateway_tracked_tasks{state="TASK_STATE_COMPLETED"} 0.0' in text
+    # the tracked-task gauge is refreshed from the ledger in the background, not by a scrape
+    wait_until(lambda: 'a2a_gateway_tracked_tasks{state="TASK_STATE_COMPLETED"} 0.0'
+               in h.http.get(h.admin.url + "/metrics").text)
 
 
 @pytest.mark.parametrize("state", [5, [], {}, True, "paused", "TASK_STATE_COMPLETED\u0000", "done"])
@@ -983,7 +996,7 @@ def test_metric_labels_stay_bounded_under_hostile_input(h: Harness) -> None:
     h.stream(send_msg(mark, method="SendStreamingMessage"), headers=V1)
     h.http.get(h.gateway.url + f"/{mark}/x?{mark}=1")
     h.http.get(h.gateway.url + f"/.well-known/{mark}")
-    text = h.http.get(h.gateway.url + "/metrics").text
+    text = h.http.get(h.admin.url + "/metrics").text
     assert mark not in text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

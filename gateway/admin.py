@@ -1,0 +1,131 @@
+"""The admin listener's ASGI app: ``GET /metrics``, ``/healthz`` and ``/readyz`` on an address
+and port of their own (``admin:`` in the config), apart from the traffic port — as Envoy's and
+agentgateway's admin ports are.
+
+* ``/healthz``: 200 ``{"status": "ok"}`` while the process serves (the admin listener starts
+  once start-up — ledger open, first Agent Card fetch — is done).
+* ``/readyz``: 200 ``{"status": "ready"}`` while the gateway accepts traffic, 503
+  ``{"status": "not ready"}`` before and from SIGTERM on (the drain); with
+  ``"upstreams": {name: {...}}``, each upstream's card status, where the runtime reports it.
+* ``/metrics``: Prometheus text; under ``serve --workers N`` the sum over every worker. A
+  scrape never waits on the ledger: ``a2a_gateway_tracked_tasks`` is read as it stands.
+
+With ``admin.token_file``, every request must carry ``Authorization: Bearer <token>`` (the
+file's content, stripped; compared in constant time), else 401 with ``WWW-Authenticate:
+Bearer``; ``/healthz`` and ``/readyz`` stay open to probes unless ``admin.protect_probes``.
+The probe handlers also serve ``listen.probes: true`` on the traffic port
+(:func:`probe_routes`), where ``/readyz`` never names the upstreams.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.config import AdminConfig
+from gateway.errors import ConfigError
+from gateway.proxy.runtime import Runtime
+from gateway.proxy.types import ASGIApp, Receive, Scope, Send
+
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def read_token(admin: AdminConfig) -> str | None:
+    """The admin bearer token: the content of ``admin.token_file``, stripped (``None`` without
+    a token file). Read once, at start-up.
+
+    Raises:
+        ConfigError: the file cannot be read, or holds nothing but white space (one line,
+            ``admin.token_file: PATH: problem``).
+    """
+    if admin.token_file is None:
+        return None
+    try:
+        token = Path(admin.token_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        problem = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+        raise ConfigError([f"admin.token_file: {admin.token_file}: {problem}"]) from None
+    if not token:
+        raise ConfigError([f"admin.token_file: {admin.token_file}: the file is empty"])
+    return token
+
+
+class BearerGuard:
+    """ASGI: lets a request through to ``app`` only with ``Authorization: Bearer <token>``
+    (the scheme in any letter case); else 401 with ``WWW-Authenticate: Bearer``. Paths in
+    ``open_paths`` pass without a token."""
+
+    def __init__(self, app: ASGIApp, *, token: str,
+                 open_paths: frozenset[str] = frozenset()) -> None:
+        self.app = app
+        self.expected = b"bearer " + token.encode()
+        self.open_paths = open_paths
+
+    def _authorized(self, scope: Scope) -> bool:
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                given = value.strip()
+                given = given[:7].lower() + given[7:]  # the scheme is case-insensitive (RFC 9110 §11.1)
+                return hmac.compare_digest(given, self.expected)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.open_paths or self._authorized(scope):
+            await self.app(scope, receive, send)
+            return
+        await JSONResponse({"error": "unauthorized: send Authorization: Bearer <admin token>"}, 401,
+                           headers={"WWW-Authenticate": 'Bearer realm="a2a-gateway admin"'})(scope, receive, send)
+
+
+def probe_routes(runtime: Runtime, is_ready: Callable[[], bool], *, upstreams: bool) -> list[Route]:
+    """``GET``/``HEAD`` ``/healthz`` and ``/readyz``; ``is_ready``: start-up is done (the drain
+    is read from the runtime). ``upstreams``: ``/readyz`` adds ``runtime.card_status()`` when
+    the runtime has it (the admin listener; never on the traffic port)."""
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        ready = is_ready() and not runtime.draining.is_set()
+        body: dict[str, object] = {"status": "ready" if ready else "not ready"}
+        card_status = getattr(runtime, "card_status", None) if upstreams else None
+        if callable(card_status):
+            body["upstreams"] = card_status()
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    return [Route("/healthz", healthz, methods=["GET", "HEAD"]),
+            Route("/readyz", readyz, methods=["GET", "HEAD"])]
+
+
+def build_admin(runtime: Runtime, registry: CollectorRegistry, is_ready: Callable[[], bool],
+                admin: AdminConfig, token: str | None) -> Starlette | BearerGuard:
+    """The admin ASGI app (no lifespan of its own: it shares the traffic app's runtime).
+
+    Args:
+        registry: the registry the gateway's metrics are on; under ``serve --workers N``
+            (``PROMETHEUS_MULTIPROC_DIR`` set) ``/metrics`` reports the sum over every worker.
+        is_ready: start-up is done (the traffic app's lifespan).
+        token: from :func:`read_token`; ``None``: no token asked.
+    """
+    exposed = registry
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # serve --workers N: the sum over all workers
+        exposed = CollectorRegistry()
+        multiprocess.MultiProcessCollector(exposed)
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(generate_latest(exposed), media_type=CONTENT_TYPE_LATEST)
+
+    site = Starlette(routes=[*probe_routes(runtime, is_ready, upstreams=True),
+                             Route("/metrics", metrics_endpoint, methods=["GET"])])
+    site.state.runtime = runtime
+    if token is None:
+        return site
+    return BearerGuard(site, token=token, open_paths=frozenset() if admin.protect_probes else PROBE_PATHS)

@@ -1,0 +1,189 @@
+"""Bounds on the client connections of one listener: how many may be open, how long a request
+head may take to arrive, how long a keep-alive connection may sit idle.
+
+uvicorn bounds none of these by itself: a connection that sends nothing, or half a request
+head, stays open for ever, and an idle keep-alive connection only times out once it has
+carried a response. :class:`BoundedHttpToolsProtocol` is uvicorn's httptools protocol with the
+three bounds added; :func:`uvicorn_options` gives the ``uvicorn.Config`` keyword arguments
+that put it in force on a listener.
+
+* **max_connections**: an accepted connection beyond it is answered at once, without reading,
+  ``HTTP/1.1 503 Service Unavailable`` (``Retry-After: 1``, ``Connection: close``, a short JSON
+  body) and closed. A client that already sent its request may see a reset instead of the
+  503 (its unread request is discarded with the connection); either way it may retry.
+* **header_timeout**: the request head (request line and headers) must be whole within this
+  many seconds of the accept, or of the first byte that arrives while no request is being
+  served (a later request on a keep-alive connection); else ``HTTP/1.1 408 Request Timeout``
+  (``Connection: close``) is written and the connection closed. A request body and a
+  response (a stream) are not bounded by it.
+* **idle_timeout**: uvicorn's keep-alive timeout: a connection whose response is complete and
+  that sends nothing more is closed after this many seconds.
+
+Every connection refused at a bound is counted
+(``a2a_gateway_connections_refused_total{reason}``, when the listener has metrics) and logged
+as a ``connections_refused`` WARNING: the first time a bound bites, then at most once per
+:data:`LOG_EVERY_SECONDS` per reason, with the number of connections refused since the last
+line, never one line per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.observability.metrics import Metrics
+
+LOG_EVERY_SECONDS = 60.0
+"""A bound that keeps biting is logged at most this often (per reason), with a count."""
+
+
+def _response(status: bytes, body: bytes, *headers: bytes) -> bytes:
+    return b"".join([b"HTTP/1.1 ", status, b"\r\ncontent-type: application/json\r\n",
+                     b"content-length: %d\r\n" % len(body), *(h + b"\r\n" for h in headers),
+                     b"connection: close\r\n\r\n", body])
+
+
+SERVICE_UNAVAILABLE = _response(b"503 Service Unavailable",
+                                b'{"error":"too many open connections; retry"}', b"retry-after: 1")
+REQUEST_TIMEOUT = _response(b"408 Request Timeout", b'{"error":"request head not received in time"}')
+
+
+class ConnectionBounds:
+    """The bounds of one listener and its count of open connections (one event loop).
+
+    Args:
+        max_connections: open connections at most (> 0).
+        header_timeout: seconds a request head may take to arrive (> 0).
+        idle_timeout: seconds a keep-alive connection may sit idle (> 0).
+        log: where the ``connections_refused`` warnings go.
+        metrics: the gateway's metrics, to count connections in
+            ``a2a_gateway_open_connections`` and refusals in
+            ``a2a_gateway_connections_refused_total``; ``None`` counts nothing (the admin
+            listener: logged only).
+        listener: the listener's name in log lines (``traffic``, ``admin``).
+    """
+
+    def __init__(self, *, max_connections: int, header_timeout: float, idle_timeout: float,
+                 log: logging.Logger, metrics: Metrics | None = None, listener: str = "traffic") -> None:
+        self.max_connections = max_connections
+        self.header_timeout = header_timeout
+        self.idle_timeout = idle_timeout
+        self.log = log
+        self.listener = listener
+        self.open = 0
+        self._gauge = metrics.open_connections if metrics is not None else None
+        self._refused = metrics.connections_refused if metrics is not None else None
+        self._last_logged: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def opened(self) -> bool:
+        """Count a new connection in, unless the bound is reached (then count a refusal and
+        return False)."""
+        if self.open >= self.max_connections:
+            self.refused("max_connections")
+            return False
+        self.open += 1
+        if self._gauge is not None:
+            self._gauge.inc()
+        return True
+
+    def closed(self) -> None:
+        """A connection counted in by :meth:`opened` is gone."""
+        self.open -= 1
+        if self._gauge is not None:
+            self._gauge.dec()
+
+    def refused(self, reason: str) -> None:
+        """Count one connection refused at a bound (``max_connections``, ``header_timeout``)
+        and log it, rate-limited."""
+        if self._refused is not None:
+            self._refused.labels(reason).inc()
+        held = self._held.get(reason, 0) + 1
+        now = time.monotonic()
+        last = self._last_logged.get(reason)
+        if last is not None and now - last < LOG_EVERY_SECONDS:
+            self._held[reason] = held
+            return
+        self._last_logged[reason], self._held[reason] = now, 0
+        bound: dict[str, Any] = ({"max_connections": self.max_connections} if reason == "max_connections"
+                                 else {"header_timeout_s": self.header_timeout})
+        self.log.warning("connections_refused", extra={
+            "listener": self.listener, "reason": reason, "connections": held, **bound,
+            "since_s": None if last is None else round(now - last, 1)})
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol under a listener's :class:`ConnectionBounds` (the class
+    attribute ``bounds``; :func:`protocol_class` makes one subclass per listener)."""
+
+    bounds: ClassVar[ConnectionBounds]
+    _counted = False
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if not self.bounds.opened():
+            transport.write(SERVICE_UNAVAILABLE)
+            transport.close()
+            return
+        self._counted = True
+        super().connection_made(transport)
+        self._head_timer = self.loop.call_later(self.bounds.header_timeout, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._counted:  # refused at accept: uvicorn never knew it
+            return
+        self._counted = False
+        self.bounds.closed()
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._counted:
+            return
+        super().data_received(data)
+        # Bytes arrived while no request is being served, and no whole head came with them
+        # (else on_headers_complete made a cycle): the head's clock starts now.
+        if self._head_timer is None and (self.cycle is None or self.cycle.response_complete) \
+                and self._counted and not self.transport.is_closing():
+            self._head_timer = self.loop.call_later(self.bounds.header_timeout, self._head_timed_out)
+
+    def on_headers_complete(self) -> None:
+        self._stop_head_timer()
+        super().on_headers_complete()
+
+    def handle_websocket_upgrade(self) -> None:
+        # The connection leaves this protocol (and uvicorn's own connection set) for the
+        # WebSocket one, which closes it: the gateway serves no WebSocket route.
+        self._stop_head_timer()
+        self._counted = False
+        self.bounds.closed()
+        super().handle_websocket_upgrade()
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        self.bounds.refused("header_timeout")
+        self.transport.write(REQUEST_TIMEOUT)
+        self.transport.close()
+
+
+def protocol_class(bounds: ConnectionBounds) -> type[BoundedHttpToolsProtocol]:
+    """A :class:`BoundedHttpToolsProtocol` subclass bound to ``bounds`` (uvicorn builds one
+    protocol object per connection from the class it is given)."""
+    return type(f"BoundedHttpToolsProtocol_{bounds.listener}", (BoundedHttpToolsProtocol,), {"bounds": bounds})
+
+
+def uvicorn_options(bounds: ConnectionBounds) -> dict[str, Any]:
+    """The ``uvicorn.Config`` keyword arguments that put ``bounds`` in force on a listener:
+    ``http`` (the protocol class; always httptools, never h11) and ``timeout_keep_alive``."""
+    return {"http": protocol_class(bounds), "timeout_keep_alive": bounds.idle_timeout}

@@ -1,0 +1,180 @@
+"""Connection bounds on the traffic port (gateway/connections.py) through a real gateway and
+raw sockets: a request head that never completes (slow loris) is answered 408 and closed after
+``listen.header_timeout_seconds``; an idle keep-alive connection is closed after
+``listen.idle_timeout_seconds``; past ``listen.max_connections`` a new connection is answered
+503 at once; each bound is counted, and warned about once, not once per connection."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.proxy.conftest import Harness
+from tests.support.servers import wait_until
+
+WAIT = 5.0  # the longest a socket read waits here: far above every bound set below
+REFUSED = "a2a_gateway_connections_refused_total"
+CARD = b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: gateway\r\n\r\n"
+
+
+def connect(h: Harness) -> socket.socket:
+    sock = socket.create_connection((h.gateway.host, h.gateway.port), timeout=WAIT)
+    sock.settimeout(WAIT)
+    return sock
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the gateway writes until it closes the connection (a bounded wait: a
+    connection silent and still open after the socket's timeout fails the test)."""
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            raise AssertionError(f"the connection is still open after {sock.gettimeout()}s; "
+                                 f"read {data[:200]!r}") from None
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def read_response(sock: socket.socket) -> bytes:
+    """One whole response with a Content-Length body, leaving the connection open."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed mid-head: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "closed mid-body"
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def test_slow_loris_heads_are_answered_408_and_closed_after_the_header_timeout(make_harness: Any) -> None:
+    h = make_harness(listen={"header_timeout_seconds": 0.3})
+    lorises = [connect(h) for _ in range(3)]
+    for sock in lorises:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: gateway\r\nX-Slow: ")  # ... and nothing more
+    silent = connect(h)  # connected, sends nothing at all
+    try:
+        for sock in [*lorises, silent]:
+            answer = read_until_closed(sock)
+            assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+            assert b"connection: close\r\n" in answer.lower()
+    finally:
+        for sock in [*lorises, silent]:
+            sock.close()
+    assert h.metric(REFUSED, reason="header_timeout") == 4
+    assert [r.path for r in h.worker.requests] == ["/.well-known/agent-card.json"]  # start-up's only
+    wait_until(lambda: h.metric("a2a_gateway_open_connections") == 0)
+
+
+def test_a_slow_head_after_a_first_request_on_the_same_connection_is_bounded_too(make_harness: Any) -> None:
+    h = make_harness(listen={"header_timeout_seconds": 0.3, "idle_timeout_seconds": 60})
+    with connect(h) as sock:
+        sock.sendall(CARD)
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+        sock.sendall(b"GET /.well-known/agent-card.json HTTP/1.1\r\nHo")  # the idle clock stops here
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+    assert h.metric(REFUSED, reason="header_timeout") == 1
+
+
+def test_a_head_that_arrives_in_pieces_within_the_timeout_is_served(make_harness: Any) -> None:
+    h = make_harness(listen={"header_timeout_seconds": 5})
+    with connect(h) as sock:
+        for piece in (b"GET /.well-known/agent-card.json HTTP/1.1\r\n", b"Host: gateway\r\n", b"\r\n"):
+            sock.sendall(piece)
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+    assert h.metric(REFUSED, reason="header_timeout") == 0
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(make_harness: Any) -> None:
+    h = make_harness(listen={"idle_timeout_seconds": 0.3, "header_timeout_seconds": 10})
+    with connect(h) as sock:
+        sock.sendall(CARD)
+        response = read_response(sock)
+        sock.settimeout(3)  # well past the idle timeout, short of uvicorn's own default (5 s)
+        assert response.startswith(b"HTTP/1.1 200 ") and b"connection: close" not in response.lower()
+        assert read_until_closed(sock) == b""  # closed quietly: no 408 for an idle connection
+    assert h.metric(REFUSED, reason="header_timeout") == 0
+
+
+def test_a_connection_past_max_connections_is_answered_503_and_the_gateway_recovers(make_harness: Any) -> None:
+    h = make_harness(listen={"max_connections": 5})
+    held = [connect(h) for _ in range(5)]
+    try:
+        wait_until(lambda: h.metric("a2a_gateway_open_connections") == 5)
+        with connect(h) as sixth:
+            answer = read_until_closed(sixth)  # answered without a byte sent
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+        assert b"retry-after: 1" in head.lower() and b"connection: close" in head.lower()
+        assert "error" in orjson.loads(body)
+        assert h.metric(REFUSED, reason="max_connections") == 1
+        assert h.metric("a2a_gateway_open_connections") == 5  # the refused one was never counted
+        for sock in held[:2]:
+            sock.close()
+        wait_until(lambda: h.metric("a2a_gateway_open_connections") == 3)
+        h.worker.on("GetTask", json_result={"id": "t-1", "contextId": "c-1", "status": {"state": "working"}})
+        with httpx.Client(trust_env=False, timeout=WAIT) as fresh:
+            r = fresh.post(h.gateway.url + "/", headers={"A2A-Version": "1.0"},
+                           json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1"}})
+        assert r.json()["result"]["status"]["state"] == "TASK_STATE_WORKING"
+    finally:
+        for sock in held:
+            sock.close()
+    assert h.metric(REFUSED, reason="max_connections") == 1
+    wait_until(lambda: h.metric("a2a_gateway_open_connections") == 0)
+
+
+def test_an_open_stream_holds_a_connection(make_harness: Any) -> None:
+    """Streams count against max_connections: one per stream, for as long as it is open."""
+    from tests.support.scripted_worker import Event, Gate
+
+    h = make_harness(listen={"max_connections": 1})
+    gate = Gate(timeout=20)
+    h.worker.on("SendStreamingMessage", sse=[
+        Event(result={"task": {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}}),
+        gate,
+        Event(result={"statusUpdate": {"taskId": "t-1", "contextId": "c-1",
+                                       "status": {"state": "TASK_STATE_COMPLETED"}}}),
+    ])
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+        "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}})
+    with httpx.Client(trust_env=False, timeout=WAIT) as client, client.stream(
+            "POST", h.gateway.url + "/", content=body,
+            headers={"A2A-Version": "1.0", "content-type": "application/json"}) as stream:
+        chunks = stream.iter_raw()
+        assert b"t-1" in next(chunks)
+        with connect(h) as second:
+            assert read_until_closed(second).startswith(b"HTTP/1.1 503 ")
+        gate.release()
+        assert b"TASK_STATE_COMPLETED" in b"".join(chunks)
+
+
+def test_a_bound_that_keeps_biting_is_one_warning_not_one_per_connection(
+        make_harness: Any, caplog: pytest.LogCaptureFixture) -> None:
+    h = make_harness(listen={"max_connections": 1, "header_timeout_seconds": 1.5})
+    caplog.set_level(logging.WARNING, logger="a2a_gateway")
+    with connect(h) as first:
+        wait_until(lambda: h.metric("a2a_gateway_open_connections") == 1)
+        for _ in range(4):
+            with connect(h) as extra:
+                assert read_until_closed(extra).startswith(b"HTTP/1.1 503 ")
+        assert read_until_closed(first).startswith(b"HTTP/1.1 408 ")
+    assert h.metric(REFUSED, reason="max_connections") == 4
+    warnings = [(r.reason, r.connections) for r in caplog.records  # type: ignore[attr-defined]
+                if r.getMessage() == "connections_refused"]
+    assert warnings == [("max_connections", 1), ("header_timeout", 1)]
