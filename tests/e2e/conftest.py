@@ -196,6 +196,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with serve_in_thread(recorder, name="e2e-worker") as worker:
         config = sidecar_config(worker.url, host="127.0.0.1", port=0, mode="enforce",
                                 name=UPSTREAM_NAME, ledger=ledger_url)
+        # the tracked-task gauge is refreshed in the background: often, so tests can poll it
+        config = config.model_copy(update={"admin": config.admin.model_copy(
+            update={"tracked_refresh_seconds": 0.05})})
         assert config.mode == "enforce"
         registry = CollectorRegistry()
         gateway_app = build_app(config, registry=registry)

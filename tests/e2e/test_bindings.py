@@ -246,6 +246,7 @@ def _gateway(name: str, mounts: list[tuple[str, str, Worker]], ledger_dir: Path)
         "upstreams": [{"name": upstream, "url": worker.server.url + "/", "prefix": prefix}
                       for upstream, prefix, worker in mounts],
         "ledger": {"url": f"sqlite:///{ledger_dir}/{name}.db"},
+        "admin": {"tracked_refresh_seconds": 0.05},  # the gauge is refreshed in the background
     })
     return serve_gateway(build_app(config, registry=CollectorRegistry()), name=name)
 
@@ -499,5 +500,10 @@ async def test_every_request_reaches_the_gateway(
         record = await mount.ledger_record(task_id)
         assert record is not None, f"the gateway's ledger does not hold task {task_id} ({transport})"
         assert (record.state.value, record.context_id) == (state, context_id), record
-    assert after.value(TRACKED, state=COMPLETED) - before.value(TRACKED, state=COMPLETED) == 2
-    assert after.value(TRACKED, state=CANCELED) - before.value(TRACKED, state=CANCELED) == 1
+
+    async def tracked_grew() -> bool:  # the gauge is refreshed in the background
+        now = await mount.scrape()
+        return (now.value(TRACKED, state=COMPLETED) - before.value(TRACKED, state=COMPLETED),
+                now.value(TRACKED, state=CANCELED) - before.value(TRACKED, state=CANCELED)) == (2, 1)
+
+    await await_until(tracked_grew, timeout=5.0, message=f"tracked tasks +2 completed, +1 canceled ({transport})")

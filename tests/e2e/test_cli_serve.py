@@ -91,16 +91,18 @@ def test_a_pid_file_from_flag_env_or_config_lets_one_gateway_run(
         worker: tuple[ScriptedWorker, str], tmp_path: Path) -> None:
     _, wurl = worker
     pid_file = tmp_path / "run" / "gateway.pid"  # its directory is created
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     serve = [sys.executable, "-m", "gateway", "serve", "--ledger", "memory"]
     config = tmp_path / "gateway.yaml"
     config.write_text(f"listen: {{port: {free_port()}, pid_file: '{pid_file}'}}\nledger: {{url: memory}}\n"
+                      f"admin: {{port: {free_port()}}}\n"
                       f"upstreams:\n  - {{name: worker, url: '{wurl}/', prefix: /}}\n")
-    with subprocess_server([*serve, "--upstream", wurl, "--port", str(port), "--pid-file", str(pid_file)],
-                           f"http://127.0.0.1:{port}/readyz") as proc:
+    with subprocess_server([*serve, "--upstream", wurl, "--port", str(port), "--admin-port", str(admin_port),
+                            "--pid-file", str(pid_file)], f"http://127.0.0.1:{admin_port}/readyz") as proc:
         assert pid_file.read_text() == f"{proc.pid}\n"
         held = f"a2a-gateway serve: another a2a-gateway (pid {proc.pid}) holds {pid_file}: "
-        by_env = subprocess.run([*serve, "--upstream", wurl, "--port", str(free_port())], capture_output=True,
+        by_env = subprocess.run([*serve, "--upstream", wurl, "--port", str(free_port()),
+                                 "--admin-port", str(free_port())], capture_output=True,
                                 text=True, timeout=30, env={**os.environ, "A2A_GATEWAY_PID_FILE": str(pid_file)})
         by_config = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(config)],
                                    capture_output=True, text=True, timeout=30)

@@ -23,6 +23,7 @@ from gateway.observability.logging import LOGGER_NAME
 from gateway.proxy import card as card_module
 from gateway.proxy.card import CardCache
 from tests.proxy.conftest import Harness, _config
+from tests.support.gateway import serve_gateway
 from tests.support.scripted_worker import JsonBody, Raw, ReceivedRequest, ScriptedWorker, default_card
 from tests.support.servers import free_port, serve_in_thread, wait_until
 
@@ -71,9 +72,9 @@ def gateway_for(release: threading.Event) -> Iterator[Callable[..., Harness]]:
             wsrv = stack.enter_context(serve_in_thread(worker, name="worker"))
             registry = CollectorRegistry()
             app = build_app(_config(wsrv.url + "/", **overrides), registry=registry)
-            gsrv = stack.enter_context(serve_in_thread(app, name="gateway", config={"proxy_headers": False}))
+            gsrv, asrv = stack.enter_context(serve_gateway(app))
             http = stack.enter_context(httpx.Client(trust_env=False, timeout=10))
-            return Harness(worker, gsrv, registry, http)
+            return Harness(worker, gsrv, asrv, registry, http)
 
         yield start
         release.set()  # before the servers stop: no worker handler is left waiting
@@ -131,7 +132,8 @@ def test_start_up_never_waits_for_a_card_endpoint_that_does_not_answer(
     worker.on_path("GET", CARD_PATH, handler=held(release, JsonBody(default_card())), times=None)
     h = gateway_for(worker, upstream={"timeouts": {"read": 30}, "card": {"fetch_wait_seconds": 0.05}})
     wait_until(lambda: card_gets(worker) == 1, message="the start-up fetch reached the worker")
-    assert h.http.get(h.gateway.url + "/healthz").status_code == 200
+    assert h.http.get(h.admin.url + "/healthz").status_code == 200
+    assert h.http.get(h.admin.url + "/readyz").json()["upstreams"]["worker"]["card"] == "pending"
     assert refused_for_the_card(h.rpc(new_task(1), headers=V1))
     assert h.http.get(h.gateway.url + CARD_PATH).status_code == 502  # no card to serve yet
     assert h.runtime.card_status() == {"worker": {
