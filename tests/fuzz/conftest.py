@@ -9,7 +9,7 @@ examples so the whole suite stays well under a minute.
 Deep local runs: ``A2A_FUZZ_EXAMPLES=N`` gives every property N examples and a fresh random
 seed per run (profile ``a2a-fuzz-deep``), e.g.::
 
-    A2A_FUZZ_EXAMPLES=3000 bash scripts/test.sh tests/fuzz -q -p no:timeout
+    A2A_FUZZ_EXAMPLES=3000 bash scripts/test.sh tests/fuzz -q -o timeout=0
 
 A failure prints the shrunk example and a ``@reproduce_failure`` line to replay it.
 
