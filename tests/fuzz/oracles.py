@@ -131,19 +131,33 @@ def respelled(worker: Any, client: Any, version: str, parent: str | None = None)
                 if c not in CANONICAL[version] or fold(w) == UNKNOWN or fold(c) != fold(w):
                     return False
                 continue
-            if key == "status" and key not in worker and "id" in worker:
+            if key == "status" and key not in worker and ("id" in worker or worker.get("kind") == "task"):
                 # a Task without a status reads as unspecified; a v0.3 client is told so
                 if client[key] != {"state": V03_SPELLING["UNSPECIFIED"] if version == "0.3" else V10_SPELLING["UNSPECIFIED"]}:
                     return False
                 continue
             if key not in worker or key not in client:
                 return False
+            if key == "artifacts" and _artifacts_deduplicated(worker[key], client[key]):
+                continue
             if not respelled(worker[key], client[key], version, key):
                 return False
         return True
     if isinstance(worker, list) and isinstance(client, list):
         return len(worker) == len(client) and all(respelled(w, c, version, parent) for w, c in zip(worker, client))
     return same_value(client, worker)
+
+
+def _artifacts_deduplicated(worker: Any, client: Any) -> bool:
+    """docs/field-cases.md F06: "No two artifacts ever share the id" — a snapshot listing one
+    artifact id twice reaches the client with one of them, as the worker wrote it."""
+    if not (isinstance(worker, list) and isinstance(client, list)) or len(client) >= len(worker):
+        return False
+    ids = [a.get("artifactId") if isinstance(a, dict) else None for a in client]
+    if any(not isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
+        return False
+    worker_ids = {a.get("artifactId") for a in worker if isinstance(a, dict) and isinstance(a.get("artifactId"), str)}
+    return set(ids) == worker_ids and all(any(same_value(c, w) for w in worker) for c in client)
 
 
 def states_in(value: Any, parent: str | None = None) -> list[Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,6 +194,40 @@ def send(h: Harness, method: str, target: bytes, body: bytes | None = None,
     with h.http.stream(method, url, content=body, headers=headers or {}) as r:
         raw = b"".join(r.iter_raw())
     return Reply(r.status_code, r.headers, raw)
+
+
+def send_raw(h: Harness, method: str, target: bytes, body: bytes | None = None,
+             headers: dict[str, str] | None = None, timeout: float = 20.0) -> Reply:
+    """:func:`send` on a raw socket: the request line carries ``target`` byte for byte
+    (httpx would normalize dot segments and escapes away). One connection per request."""
+    lines = [method.encode() + b" " + target + b" HTTP/1.1", b"host: " + f"127.0.0.1:{h.gateway.port}".encode(),
+             b"connection: close"]
+    lines += [k.encode() + b": " + v.encode("latin-1") for k, v in (headers or {}).items()]
+    if body is not None:
+        lines.append(b"content-length: " + str(len(body)).encode())
+    data = b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
+    with socket.create_connection(("127.0.0.1", h.gateway.port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    raw = b"".join(chunks)
+    head, sep, rest = raw.partition(b"\r\n\r\n")
+    assert sep, f"no complete response head: {raw[:300]!r}"
+    status_line, *header_lines = head.split(b"\r\n")
+    parsed = httpx.Headers([tuple(x.decode("latin-1").strip() for x in line.split(b":", 1)) for line in header_lines])
+    if parsed.get("transfer-encoding", "").lower() == "chunked":
+        out = b""
+        while True:
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                break
+            out, rest = out + rest[:size], rest[size + 2:]
+        rest = out
+    elif "content-length" in parsed:
+        assert len(rest) == int(parsed["content-length"]), (parsed, rest[:200])
+    return Reply(int(status_line.split()[1]), parsed, rest)
 
 
 def client_calls(h: Harness, since: int) -> list[Any]:

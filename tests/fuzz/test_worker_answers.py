@@ -443,12 +443,21 @@ def unknown_state_inside(result: Any, version: str) -> bool:
     return must_refuse(status.get("state"))
 
 
+def big_int_inside(value: Any) -> bool:
+    """True when ``value`` holds an integer beyond 64 bits (orjson reads those as floats)."""
+    if isinstance(value, dict):
+        return any(big_int_inside(v) for v in value.values())
+    if isinstance(value, list):
+        return any(big_int_inside(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64
+
+
 def doubtful_state_inside(value: Any) -> bool:
     """True when some ``status`` inside ``value`` is no object or holds a state with no
     reading."""
     if isinstance(value, dict):
-        if "status" in value and (not isinstance(value["status"], dict) and value["status"] is not None
-                                  or isinstance(value["status"], dict) and fold(value["status"].get("state")) == "?"):
+        if "status" in value and (not isinstance(value["status"], dict)
+                                  or fold(value["status"].get("state")) == "?"):
             return True
         return any(doubtful_state_inside(v) for v in value.values())
     if isinstance(value, list):
@@ -462,6 +471,8 @@ def check_result(worker: Any, client: Any, version: str) -> None:
     spelling (F01; v1.0 may keep an empty one, ProtoJSON's zero value), and its end-of-stream
     flag as F17 (a) says: a v0.3 status update always has ``final``, true exactly for a
     terminal or interrupted state; a v1.0 one never has it."""
+    if not respelled(worker, client, version) and big_int_inside(worker):
+        assume(False)  # open defect: test_defect_big_integers_in_a_rewritten_payload_become_floats
     assert respelled(worker, client, version), f"worker sent {worker!r}\nclient got {client!r}"
     found = located(client, version)
     if found is None or not isinstance(found[1].get("status"), dict):
@@ -755,3 +766,23 @@ def test_defect_message_stream_on_a_known_task_is_resubscribed(fh: Harness, scri
     docs = check_jsonrpc_reply(reply, ClientId(2, b"2"))
     assert docs == [{"jsonrpc": "2.0", "id": 2, "result": {"message": MESSAGE_V10}}], reply.body
     assert [r.method for r in fh.worker.requests[before:] if "/.well-known/" not in r.path] == ["SendStreamingMessage"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "defect: a worker payload the gateway re-encodes (a state re-spelled, a v0.3 final flag "
+    "set, a wrong JSON-RPC id fixed) loses every integer beyond 64 bits in it: orjson reads "
+    "them as floats, so 18446744073709551616 reaches the client as 1.8446744073709552e+19"))
+@pytest.mark.parametrize("client", ["GetTask", "tasks/get"])
+def test_defect_big_integers_in_a_rewritten_payload_become_floats(fh: Harness, scripted: Scripted,
+                                                                   client: str) -> None:
+    """Worker: ``{"jsonrpc":"2.0","id":1,"result":{"id":t,"contextId":"c-t","status":{"state":
+    S},"metadata":{"n":18446744073709551616}}}`` with S a spelling the gateway re-spells for
+    the client (``working`` for v1.0, ``Working`` for v0.3). Observed: the state re-spelled and
+    ``"n":1.8446744073709552e+19``. Expected: ``"n":18446744073709551616``, exactly."""
+    state = "working" if client == "GetTask" else "Working"
+    body = ('{"jsonrpc":"2.0","id":1,"result":{"id":"@T@","contextId":"c-@T@","status":{"state":"' + state +
+            '"},"metadata":{"n":18446744073709551616}}}').encode()
+    reply, _, _ = ask(fh, scripted, client, 1, Raw(200, {"content-type": "application/json"}, body))
+    (doc,) = check_jsonrpc_reply(reply, ClientId(1, b"1"))
+    assert doc["result"]["status"]["state"] in CANONICAL["1.0" if client == "GetTask" else "0.3"]
+    assert b'"n":18446744073709551616' in reply.body, reply.body

@@ -8,15 +8,14 @@ that whatever goes wrong in an exchange is the gateway's doing.
   subscribe, or a streamed message to an existing task: a lone Message there is taken for
   a cut stream, see test_defect_message_stream_on_a_known_task_is_resubscribed) — never a
   terminal state, so no example leaves a task the next one cannot use.
-* REST (docs/protocol.md §1.3, §3.4): the same answers without the envelope; the task id of
-  ``/tasks/{id}…`` answers is the one the test expects the gateway to read
-  (:attr:`HealthyWorker.rest_task_id`).
+* REST (docs/protocol.md §1.3, §3.4): the same answers without the envelope, routed as a
+  worker's own router reads the (decoded) path, so a task answer names the task the path
+  names for the worker; a path no route takes is a 404 ``google.rpc.Status``.
 * The Agent Card (streaming and push notifications on) is served as usual.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -101,11 +100,20 @@ class HealthyWorker:
     """Installs itself on a :class:`ScriptedWorker` as the answer to every request."""
 
     def __init__(self, worker: ScriptedWorker) -> None:
-        self.rest_task_id: str | None = None
-        """The task id the gateway should read from the current REST request's path."""
+        self._answers: list[tuple[ReceivedRequest, Any]] = []
         worker.on_path("*", _EVERYTHING, handler=self.answer, times=None)
 
+    def answered(self, req: ReceivedRequest) -> Any:
+        """The answer this worker gave to ``req`` (one of ``worker.requests``)."""
+        return next(resp for seen, resp in reversed(self._answers) if seen is req)
+
     def answer(self, req: ReceivedRequest) -> Any:
+        response = self._answer(req)
+        self._answers.append((req, response))
+        del self._answers[:-50]
+        return response
+
+    def _answer(self, req: ReceivedRequest) -> Any:
         if req.http_method in ("GET", "HEAD") and req.path.endswith("/.well-known/agent-card.json"):
             return JsonBody(default_card())
         if req.http_method == "POST" and req.path == "/":
@@ -124,25 +132,73 @@ class HealthyWorker:
         return Raw(200, _JSON, _envelope(raw_id, results[0]))
 
     def rest(self, req: ReceivedRequest) -> Any:
-        path = req.path.rstrip("/").lower()
-        tid = self.rest_task_id or NO_TASK
-        if path.endswith(":stream"):
+        """REST as a worker's router reads it: on the decoded path, in any letter case, with
+        ``{id}`` one path segment (Starlette's ``[^/]+``); anything else is a 404 Status."""
+        path = req.path.rstrip("/") if len(req.path) > 1 else req.path
+        verb = req.http_method
+        ops = _route(verb, path)
+        if ops is None:
+            return Raw(404, _JSON, orjson.dumps({"error": {"code": 404, "status": "NOT_FOUND",
+                                                           "message": f"no route {verb} {req.path}"}}))
+        op, tid, cid = ops
+        follow_up = _follow_up(req.json)
+        if op == "stream" and follow_up:
+            op, tid = "subscribe", follow_up  # its stream goes on with the task (see the module docstring)
+        if op == "stream":
             return Sse([b"data: " + orjson.dumps({"message": MESSAGE_V10}) + b"\n\n"])
-        if path.endswith(":subscribe"):
+        if op == "subscribe":
             update = {"statusUpdate": {"taskId": tid, "contextId": _ctx(tid),
                                        "status": {"state": "TASK_STATE_INPUT_REQUIRED"}}}
             return Sse([b"data: " + orjson.dumps({"task": task_v10(tid)}) + b"\n\n",
                         b"data: " + orjson.dumps(update) + b"\n\n"])
-        if path.endswith(":send"):
+        if op == "send":
             return Raw(200, _JSON, orjson.dumps({"message": MESSAGE_V10}))
-        if path.endswith("extendedagentcard") or path.endswith("/v1/card"):
+        if op == "card":
             return Raw(200, _JSON, orjson.dumps(default_card()))
-        if "pushnotificationconfigs" in path:
-            if req.http_method == "DELETE":
+        if op == "push":
+            if verb == "DELETE":
                 return Raw(200, _JSON, b"{}")
-            return Raw(200, _JSON, orjson.dumps({"taskId": tid, "id": "p-1", "url": "https://example.invalid/hook"}))
-        if path.endswith("/tasks") and req.http_method == "GET":
+            if verb == "GET" and cid is None:
+                return Raw(200, _JSON, orjson.dumps({"configs": [], "nextPageToken": ""}))
+            return Raw(200, _JSON, orjson.dumps({"taskId": tid, "id": cid or "p-1", "url": "https://example.invalid/hook"}))
+        if op == "list":
             return Raw(200, _JSON, orjson.dumps({"tasks": [], "nextPageToken": "", "pageSize": 50, "totalSize": 0}))
-        if "/tasks/" in path:
-            return Raw(200, _JSON, orjson.dumps(task_v10(tid)))
-        return Raw(200, _JSON, json.dumps({"relayed": req.path}).encode())
+        return Raw(200, _JSON, orjson.dumps(task_v10(tid)))  # get, cancel
+
+
+_SEG = r"(?P<id>[^/]+)"
+_ROUTES = (  # (verbs, path tail, op): docs/protocol.md §1.3
+    ("POST", r"/message:send", "send"),
+    ("POST", r"/message:stream", "stream"),
+    ("GET", r"/tasks", "list"),
+    ("POST", rf"/tasks/{_SEG}:cancel", "cancel"),
+    ("GET POST", rf"/tasks/{_SEG}:subscribe", "subscribe"),
+    ("GET POST", rf"/tasks/{_SEG}/pushNotificationConfigs", "push"),
+    ("GET DELETE", rf"/tasks/{_SEG}/pushNotificationConfigs/(?P<cid>[^/]+)", "push"),
+    ("GET", rf"/tasks/{_SEG}", "get"),
+    ("GET", r"/extendedAgentCard", "card"),
+    ("GET", r"/v1/card", "card"),
+)
+_COMPILED = [(verbs.split(), re.compile(r"(?:/[^/]*)*?" + tail, re.IGNORECASE), op) for verbs, tail, op in _ROUTES]
+
+
+def _route(verb: str, path: str) -> tuple[str, str, str | None] | None:
+    for verbs, pattern, op in _COMPILED:
+        m = pattern.fullmatch(path)
+        if m is not None and verb in verbs:
+            groups = m.groupdict()
+            return op, groups.get("id") or NO_TASK, groups.get("cid")
+    return None
+
+
+def _follow_up(body: Any) -> str | None:
+    """The task a REST send names: ``message`` (or v0.3's ``request``) ``.taskId``."""
+    if not isinstance(body, dict):
+        return None
+    message = body.get("message", body.get("request"))
+    if not isinstance(message, dict):
+        return None
+    value = message.get("taskId")
+    if value is None:
+        value = message.get("task_id")
+    return value if isinstance(value, str) and value else None
