@@ -37,7 +37,8 @@ ODD_METHODS = ("tasks/list", "tasks/frobnicate", "message/", "agent/", "tasks/ge
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
 """Unicode text without lone surrogates (those are written as escapes, deliberately)."""
-TASK_IDS = st.one_of(st.sampled_from(["t-1", "t-2", "urn:uuid:0", ""]), TEXT)
+TASK_IDS = st.one_of(st.sampled_from(["t-1", "t-2", "t-done", "t-done", "urn:uuid:0", ""]), TEXT)
+"""Task ids; ``t-done`` is the one the healthy worker (tests/fuzz/workers.py) holds as completed."""
 
 # ------------------------------------------------------------------------------ JSON text
 

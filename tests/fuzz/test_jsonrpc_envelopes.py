@@ -14,8 +14,10 @@ The oracle for "malformed" is docs/field-cases.md F15 (and docs/protocol.md §11
 batches), applied to the body as a strict JSON parser reads it: -32700 for what is not JSON,
 -32600 for a batch, a non-object, an invalid id (then answered with id null), a wrong
 ``jsonrpc`` or a method that is no non-empty string, -32602 for an A2A method whose params are
-present but no object, -32601 for an unknown name in a v0.3 namespace. Everything else is
-forwarded — once, byte for byte, with the client's ``A2A-Version`` as it was (docs/protocol.md
+present but no object, -32601 for an unknown name in a v0.3 namespace. A message, cancel
+or subscribe naming ``t-done`` — a task the gateway's ledger holds as completed — is refused
+by the gateway too (F05: -32002 for a cancel, -32004 otherwise; F17 (b): as an SSE error
+event for a v0.3 streaming call, plain JSON for v1.0). Everything else is forwarded — once, byte for byte, with the client's ``A2A-Version`` as it was (docs/protocol.md
 §11 pitfall 2) — and the healthy worker's answer comes back with the client's id.
 
 Examples: 250 (``A2A_FUZZ_EXAMPLES`` for more; see tests/fuzz/conftest.py).
@@ -42,7 +44,7 @@ from tests.fuzz.support import (
     raw_member,
     send,
 )
-from tests.fuzz.workers import HealthyWorker
+from tests.fuzz.workers import TERMINAL_TASK, HealthyWorker
 from tests.proxy.conftest import Harness
 
 ENVELOPE_CODES = frozenset({-32700, -32600, -32601, -32602})
@@ -53,7 +55,31 @@ VERSIONS = st.sampled_from([None, None, "1.0", "1.0", "0.3", "1.1", "2.0", "", "
 def fh() -> Iterator[Harness]:
     with running_harness() as h:
         HealthyWorker(h.worker)
+        primed = send(h, "POST", b"/", b'{"jsonrpc":"2.0","id":0,"method":"GetTask","params":{"id":"%s"}}'
+                      % TERMINAL_TASK.encode(), {"content-type": "application/json", "A2A-Version": "1.0"})
+        assert b"TASK_STATE_COMPLETED" in primed.body  # the ledger holds t-done as completed
         yield h
+
+
+SENDS = ("SendMessage", "SendStreamingMessage", "message/send", "message/stream")
+
+
+def terminal_refusal(doc: dict[str, Any]) -> int | None:
+    """docs/field-cases.md F05: an action on ``t-done``, which the gateway's ledger holds as
+    completed, is refused by the gateway itself — -32002 for a cancel, -32004 for a message
+    or a subscribe; ``None`` for any other request."""
+    method, params = doc["method"], doc.get("params")
+    if not isinstance(params, dict):
+        return None
+    if method in SENDS:
+        message = params.get("message", params.get("request"))
+        named = message.get("taskId") if isinstance(message, dict) else None
+        return -32004 if named == TERMINAL_TASK else None
+    if method in ("CancelTask", "tasks/cancel", "SubscribeToTask", "tasks/resubscribe"):
+        if params.get("id") != TERMINAL_TASK:
+            return None
+        return -32002 if "ancel" in method else -32004
+    return None
 
 
 def expected_refusal(doc: Any) -> int | None:
@@ -103,6 +129,14 @@ def exchange(h: Harness, body: bytes, version: str | None, sse: bool) -> None:
         assert forwarded == [], [r.body[:200] for r in forwarded]
         return
     assert not set(codes) & ENVELOPE_CODES, reply.body[:300]
+    refused = terminal_refusal(doc)
+    if refused is not None:
+        event("terminal task refused")
+        assert codes == [refused] and forwarded == [], (refused, reply.body[:300])
+        # F17 (b): a v0.3 streaming call is refused as an SSE stream of one error event, v1.0 as JSON
+        v03_stream = doc["method"] in ("message/stream", "tasks/resubscribe")
+        assert reply.media == ("text/event-stream" if v03_stream else "application/json"), reply.headers
+        return
     assert len(forwarded) == 1, [r.body[:200] for r in forwarded]
     sent = forwarded[0]
     assert sent.http_method == "POST" and sent.path == "/"

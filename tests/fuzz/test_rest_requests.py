@@ -40,7 +40,7 @@ from tests.fuzz.conftest import fuzz, running_harness
 from tests.fuzz.oracles import respelled, sse_events
 from tests.fuzz.strategies import deep_text, value_text
 from tests.fuzz.support import client_calls, loads_or_invalid, send_raw, sse_frames
-from tests.fuzz.workers import HealthyWorker
+from tests.fuzz.workers import TERMINAL_TASK, HealthyWorker
 from tests.proxy.conftest import Harness
 
 # (verbs, tail with {id} / {cid}, operation): docs/protocol.md §1.3 and §1.5
@@ -59,7 +59,7 @@ OPERATIONS = (
 )
 JSON_BODY_OPS = frozenset({"send", "stream", "push-create"})
 BASES = st.sampled_from(["", "", "", "/tenant-1", "/rest", "/tenant-1/rest", "/t%C3%BC", "/v1", "/a/b/c"])
-CLEAN_IDS = st.sampled_from(["t-1", "t-2", "urn:uuid:0f24", "T_1", "x" * 40])
+CLEAN_IDS = st.sampled_from(["t-1", "t-2", "t-done", "t-done", "urn:uuid:0f24", "T_1", "x" * 40])
 ODD_IDS = st.one_of(
     st.sampled_from(["a%2Fb", "%3A", "a:b", "a%3Acancel", "%2e%2e", "..", ".", "%", "%zz", "%00", "%C3%BC",
                      "%FF", "~!$&'()*+,;=@", "x" * 3000, "%2F", "tasks", "message:send", "%20", "a%25b"]),
@@ -142,7 +142,10 @@ def fh() -> Iterator[Harness]:
 
 @pytest.fixture(scope="module")
 def healthy(fh: Harness) -> HealthyWorker:
-    return HealthyWorker(fh.worker)
+    worker = HealthyWorker(fh.worker)
+    primed = send_raw(fh, "GET", b"/tasks/" + TERMINAL_TASK.encode(), headers={"A2A-Version": "1.0"})
+    assert b"TASK_STATE_COMPLETED" in primed.body  # the ledger holds t-done as completed (F05)
+    return worker
 
 
 def check_own_error(reply: Any, v03: bool, doc: Any) -> None:

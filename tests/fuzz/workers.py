@@ -37,11 +37,20 @@ def _named_task(params: Any, key: str = "id") -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+TERMINAL_TASK = "t-done"
+"""The one task this worker holds as COMPLETED: actions on it are the gateway's to refuse
+(docs/field-cases.md F05) once its ledger knows (the tests read it first)."""
+
+
 def task_v10(task_id: str, state: str = "TASK_STATE_WORKING") -> dict[str, Any]:
+    if task_id == TERMINAL_TASK:
+        state = "TASK_STATE_COMPLETED"
     return {"id": task_id, "contextId": _ctx(task_id), "status": {"state": state}}
 
 
 def task_v03(task_id: str, state: str = "working") -> dict[str, Any]:
+    if task_id == TERMINAL_TASK:
+        state = "completed"
     return {"kind": "task", "id": task_id, "contextId": _ctx(task_id), "status": {"state": state}}
 
 
@@ -71,6 +80,10 @@ def jsonrpc_results(method: str | None, params: Any) -> list[Any]:
     if method in ("GetTask", "CancelTask"):
         return [task_v10(tid)]
     if method in ("tasks/get", "tasks/cancel"):
+        return [task_v03(tid)]
+    if method == "SubscribeToTask" and tid == TERMINAL_TASK:
+        return [{"task": task_v10(tid)}]
+    if method == "tasks/resubscribe" and tid == TERMINAL_TASK:
         return [task_v03(tid)]
     if method == "SubscribeToTask":
         return [{"task": task_v10(tid)},
@@ -146,6 +159,8 @@ class HealthyWorker:
             op, tid = "subscribe", follow_up  # its stream goes on with the task (see the module docstring)
         if op == "stream":
             return Sse([b"data: " + orjson.dumps({"message": MESSAGE_V10}) + b"\n\n"])
+        if op == "subscribe" and tid == TERMINAL_TASK:
+            return Sse([b"data: " + orjson.dumps({"task": task_v10(tid)}) + b"\n\n"])
         if op == "subscribe":
             update = {"statusUpdate": {"taskId": tid, "contextId": _ctx(tid),
                                        "status": {"state": "TASK_STATE_INPUT_REQUIRED"}}}
