@@ -19,7 +19,10 @@ TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELED", "REJECTED"})
 INTERRUPTED = frozenset({"INPUT_REQUIRED", "AUTH_REQUIRED"})
 V10_SPELLING = {s: "TASK_STATE_" + s for s in STATES}
 V03_SPELLING = {"UNSPECIFIED": "unknown", **{s: s.lower().replace("_", "-") for s in STATES[1:]}}
-CANONICAL = {"1.0": frozenset(V10_SPELLING.values()), "0.3": frozenset(V03_SPELLING.values())}
+V03_REST_SPELLING = {**V10_SPELLING, "CANCELED": "TASK_STATE_CANCELLED"}  # v0.3 REST is ProtoJSON (§2, pitfall 11)
+CANONICAL = {"1.0": frozenset(V10_SPELLING.values()), "0.3": frozenset(V03_SPELLING.values()),
+             "0.3-rest": frozenset(V03_REST_SPELLING.values())}
+"""The spellings a client gets, by wire form: v1.0 (both bindings), v0.3 JSON-RPC, v0.3 REST."""
 
 # The spellings the docs name outright (§2 table, F01, F03, F17 (a)): each must be accepted.
 DOCUMENTED = {
