@@ -19,12 +19,13 @@ TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELED", "REJECTED"})
 INTERRUPTED = frozenset({"INPUT_REQUIRED", "AUTH_REQUIRED"})
 V10_SPELLING = {s: "TASK_STATE_" + s for s in STATES}
 V03_SPELLING = {"UNSPECIFIED": "unknown", **{s: s.lower().replace("_", "-") for s in STATES[1:]}}
-V03_REST_SPELLING = {**V10_SPELLING, "CANCELED": "TASK_STATE_CANCELLED"}  # v0.3 REST is ProtoJSON (§2, pitfall 11)
+V03_REST_SPELLING = {**V10_SPELLING, "CANCELED": "TASK_STATE_CANCELLED"}  # v0.3 REST is ProtoJSON (docs/protocol.md §2, §11 pitfall 11)
 CANONICAL = {"1.0": frozenset(V10_SPELLING.values()), "0.3": frozenset(V03_SPELLING.values()),
              "0.3-rest": frozenset(V03_REST_SPELLING.values())}
 """The spellings a client gets, by wire form: v1.0 (both bindings), v0.3 JSON-RPC, v0.3 REST."""
 
-# The spellings the docs name outright (§2 table, F01, F03, F17 (a)): each must be accepted.
+# The spellings the docs name outright (docs/protocol.md §2 table, docs/field-cases.md F01, F03,
+# F17 (a)): each must be accepted.
 DOCUMENTED = {
     **{v: s for s, v in V10_SPELLING.items()}, **{v: s for s, v in V03_SPELLING.items()},
     "TASK_STATE_CANCELLED": "CANCELED", "cancelled": "CANCELED", "input_required": "INPUT_REQUIRED",

@@ -402,7 +402,7 @@ def unbound_state(doc: dict[str, Any] | None, version: str) -> bool:
 
 
 def valid_error(err: Any) -> bool:
-    """A JSON-RPC 2.0 error object (§5.1): an integer ``code`` and a string ``message``."""
+    """A JSON-RPC 2.0 Error object: an integer ``code`` and a string ``message``."""
     return isinstance(err, dict) and isinstance(err.get("code"), int) and not isinstance(err.get("code"), bool) \
         and isinstance(err.get("message"), str)
 

@@ -129,7 +129,7 @@ def is_number(value: Any) -> bool:
 
 
 def is_valid_id(value: Any) -> bool:
-    """A JSON-RPC id: string, number or null (JSON-RPC 2.0 §4; docs/field-cases.md F15)."""
+    """A JSON-RPC id: string, number or null (the JSON-RPC 2.0 Request object; docs/field-cases.md F15)."""
     return value is None or isinstance(value, str) or is_number(value)
 
 
@@ -144,7 +144,7 @@ class ClientId:
     @classmethod
     def of(cls, body: bytes, doc: Any) -> ClientId:
         """The client's id of a valid single request ``doc``, or null when it has none that
-        can be read (not JSON, a batch, an invalid id): JSON-RPC 2.0 §5."""
+        can be read (not JSON, a batch, an invalid id), as the JSON-RPC 2.0 Response object says."""
         if not isinstance(doc, dict) or "id" not in doc or not is_valid_id(doc["id"]):
             return cls(None, b"null")
         return cls(doc["id"], raw_member(body, "id"))
@@ -285,7 +285,7 @@ def check_response_doc(text: bytes, want: ClientId) -> dict[str, Any]:
     """``text`` is one JSON-RPC 2.0 response object carrying the client's id: ``jsonrpc``
     "2.0", the id (numbers by their raw text when ``want.raw`` says so), exactly one of
     ``result`` / ``error``, an error object with an integer ``code`` and a string
-    ``message`` (JSON-RPC 2.0 §5, §5.1). Returns the parsed object (without an ``"error":
+    ``message`` (the JSON-RPC 2.0 Response and Error objects). Returns the parsed object (without an ``"error":
     null`` beside a result)."""
     doc = loads_or_invalid(text)
     assert doc is not INVALID, f"not JSON: {text[:300]!r}"

@@ -18,13 +18,13 @@ What must hold (docs/protocol.md §1.5, §6.1, §6.3, §7, §11 pitfalls 6 and 8
 * anything else (no JSON, a redirect, a 5xx that is no A2A error) is a transport-class error
   of the gateway's own: HTTP 502/504 with a ``google.rpc.Status`` (v1.0) or ``{code,
   message, type}`` (v0.3) body — an HTTP 500 only ever carries such a JSON body (-32006 is
-  HTTP 500 in v1.0.1, §6.1), never a bare server error;
+  HTTP 500 in v1.0.1, docs/protocol.md §6.1), never a bare server error;
 * a 4xx that is not JSON is relayed as it is (a 401 challenge), an empty 2xx too (an
   ``Empty`` answer);
 * in a stream every event's data is JSON, results in the worker's order and only re-spelled,
   worker error events relayed, the gateway's own error event last.
 
-Examples: 120 unary, 120 streamed (``A2A_FUZZ_EXAMPLES`` for more).
+Examples: 150 unary, 150 streamed (``A2A_FUZZ_EXAMPLES`` for more).
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def check_unary(reply: Reply, sent: Raw, verb: str, form: str, tid: str) -> None
         assert verb == "GET" and found[1].get(key) not in (None, "", tid), doc_in  # another task (F06)
 
 
-@fuzz(120)
+@fuzz(150)
 @given(data=st.data(), client=st.sampled_from(["get", "get-v03", "send"]))
 def test_rest_unary_worker_answers(fh: Harness, scripted: Scripted, data: st.DataObject, client: str) -> None:
     answer = data.draw(rest_answer(client), label="worker answer")
@@ -286,7 +286,7 @@ def test_rest_unary_worker_answers(fh: Harness, scripted: Scripted, data: st.Dat
     check_unary(reply, sent, verb, form, tid)
 
 
-@fuzz(120)
+@fuzz(150)
 @given(data=st.data(), client=st.sampled_from(["stream", "stream-v03"]))
 def test_rest_streamed_worker_answers(fh: Harness, scripted: Scripted, data: st.DataObject, client: str) -> None:
     answer = data.draw(rest_stream(client), label="worker answer")

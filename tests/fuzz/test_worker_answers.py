@@ -26,7 +26,7 @@ What must hold (docs/field-cases.md F09, F15, F16, the unknown-state policy; doc
   ``final`` flag set; nothing follows a terminal event or the gateway's own error event.
 
 Task ids are fresh per example (the ledger would otherwise carry one example's terminal state
-into the next, F04). Examples: 150 unary, 150 streamed (``A2A_FUZZ_EXAMPLES`` for more).
+into the next, F04). Examples: 200 unary, 200 streamed (``A2A_FUZZ_EXAMPLES`` for more).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def raw_id_of(client_id: Any) -> bytes:
 
 # ------------------------------------------------------------------------------ the oracles
 
-@fuzz(150)
+@fuzz(200)
 @given(data=st.data(), client=st.sampled_from(["GetTask", "SendMessage", "tasks/get", "message/send"]),
        client_id=CLIENT_IDS)
 def test_unary_worker_answers(fh: Harness, scripted: Scripted, data: st.DataObject, client: str, client_id: Any) -> None:
@@ -190,7 +190,7 @@ def check_unary(reply: Reply, sent: Raw, client: str, client_id: Any, tid: str) 
     check_result(result, doc["result"], version)
 
 
-@fuzz(150)
+@fuzz(200)
 @given(data=st.data(), client=st.sampled_from(["SendStreamingMessage", "message/stream"]), client_id=CLIENT_IDS)
 def test_streamed_worker_answers(fh: Harness, scripted: Scripted, data: st.DataObject, client: str,
                                  client_id: Any) -> None:
