@@ -35,7 +35,8 @@ from prometheus_client import CollectorRegistry
 from gateway.app import build_app
 from tests.proxy.conftest import Harness, _config
 from tests.support.scripted_worker import ScriptedWorker
-from tests.support.servers import serve_in_thread
+from tests.support.gateway import serve_gateway
+from tests.support.servers import serve_in_thread, wait_until
 
 _DEEP = os.environ.get("A2A_FUZZ_EXAMPLES", "").strip()
 
@@ -71,9 +72,12 @@ def running_harness(**overrides: Any) -> Iterator[Harness]:
     with serve_in_thread(worker, name="worker") as wsrv:
         registry = CollectorRegistry()
         app = build_app(_config(wsrv.url + "/", **overrides), registry=registry)
-        with serve_in_thread(app, name="gateway", config={"proxy_headers": False}) as gsrv, \
-                httpx.Client(trust_env=False, timeout=20) as http:
-            yield Harness(worker, gsrv, registry, http)
+        with serve_gateway(app) as (gsrv, asrv), httpx.Client(trust_env=False, timeout=20) as http:
+            harness = Harness(worker, gsrv, asrv, registry, http)
+            # the start-up card fetch runs in the background: properties begin once it has ended
+            wait_until(lambda: harness.metric("a2a_gateway_card_fetches_total") >= 1,
+                       message="the start-up card fetch")
+            yield harness
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,30 @@ def loads_or_invalid(body: bytes) -> Any:
 
 INVALID: Any = _INVALID
 
+MAX_JSON_DEPTH = 128
+"""``limits.max_json_depth`` by default (README, "Bounds"): objects and arrays nested deeper,
+the top level counting one, are refused — a client's as -32600 / HTTP 400, a worker's as a
+transport-class error or an -32006 event."""
+
+
+def depth(doc: Any) -> int:
+    """How deep ``doc`` nests objects and arrays (a scalar: 0; ``{"a": [1]}``: 2)."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def too_deep(body: bytes) -> bool:
+    """``body`` is JSON nested past :data:`MAX_JSON_DEPTH` (also past orjson's own 1024)."""
+    try:
+        return depth(orjson.loads(body)) > MAX_JSON_DEPTH
+    except orjson.JSONDecodeError as exc:
+        return str(exc).startswith("depth limit exceeded")
+
 _WS = frozenset(b" \t\r\n")
 
 

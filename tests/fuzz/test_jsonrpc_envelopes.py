@@ -10,7 +10,8 @@ nested a few hundred levels); duplicate and escaped member names; batches; non-J
 truncated JSON, invalid UTF-8, a BOM, NaN, lone surrogates, trailing bytes; with and without
 ``A2A-Version``, plain or asking for SSE.
 
-The oracle for "malformed" is docs/field-cases.md F15 (and docs/protocol.md §11 pitfall 17 for
+A body nested deeper than ``limits.max_json_depth`` (128) is -32600 before anything else, with
+the client's id unless it is unreadable or a float. The oracle for "malformed" is docs/field-cases.md F15 (and docs/protocol.md §11 pitfall 17 for
 batches), applied to the body as a strict JSON parser reads it: -32700 for what is not JSON,
 -32600 for a batch, a non-object, an invalid id (then answered with id null), a wrong
 ``jsonrpc`` or a method that is no non-empty string, -32602 for an A2A method whose params are
@@ -41,6 +42,7 @@ from tests.fuzz.support import (
     client_calls,
     is_valid_id,
     loads_or_invalid,
+    too_deep,
     raw_member,
     send,
 )
@@ -113,6 +115,10 @@ def exchange(h: Harness, body: bytes, version: str | None, sse: bool) -> None:
     doc = loads_or_invalid(body)
     refusal = expected_refusal(doc)
     want = ClientId.of(body, doc)
+    if too_deep(body):  # refused before anything else; an id only when read exactly (no float)
+        refusal = -32600
+        if doc is INVALID or isinstance(want.value, float):
+            want = ClientId(None, b"null")
     before = len(h.worker.requests)
 
     reply = send(h, "POST", b"/", body, headers)

@@ -53,7 +53,7 @@ from tests.fuzz.payloads import (
     unbound_state,
     unknown_state_inside,
 )
-from tests.fuzz.support import INVALID, Reply, loads_or_invalid, send_raw, sse_frames
+from tests.fuzz.support import INVALID, Reply, loads_or_invalid, send_raw, sse_frames, too_deep
 from tests.proxy.conftest import Harness
 from tests.support.scripted_worker import Raw, ReceivedRequest, Sse, default_card
 
@@ -247,7 +247,8 @@ def check_unary(reply: Reply, sent: Raw, verb: str, form: str, tid: str) -> None
         event("empty 2xx relayed")
         assert (reply.status, reply.body) == (sent.status, sent.body)
         return
-    if 300 <= sent.status < 400 or doc_in is INVALID or (sent.status >= 500 and not a2a_error_body(doc_in)):
+    if (300 <= sent.status < 400 or doc_in is INVALID or too_deep(sent.body)
+            or (sent.status >= 500 and not a2a_error_body(doc_in))):
         event("unreadable")
         assert reply.status in (502, 504), (reply.status, reply.body[:300])
         assert "location" not in reply.headers
