@@ -215,18 +215,26 @@ def _too_deep_failure(max_depth: int, req_id: JsonId) -> ParseFailure:
 
 
 def clean_response(doc: object) -> dict[str, Any] | None:
-    """A worker's JSON-RPC response object with exactly one of ``result`` / ``error``.
+    """A worker's JSON-RPC 2.0 response object (docs/protocol.md §6.3): ``"jsonrpc": "2.0"``
+    and exactly one of ``result`` / ``error``, an ``error`` being an object with an integer
+    ``code`` and a string ``message``.
 
     ``"error": null`` (emitted by many JSON-RPC libraries next to a result) counts as absent.
-    Returns ``None`` for anything else: not an object, neither member, or both — such an
-    answer is an invalid agent response and is never relayed unchecked.
+    Returns ``None`` for anything else — not an object, another ``jsonrpc``, neither member or
+    both, an error of another shape: such an answer is an invalid agent response and is never
+    relayed unchecked (a client's SDK could not read it either).
     """
-    if not isinstance(doc, dict):
+    if not isinstance(doc, dict) or doc.get("jsonrpc") != "2.0":
         return None
     if "error" in doc and doc["error"] is None and "result" in doc:
         doc = {k: v for k, v in doc.items() if k != "error"}
     if ("result" in doc) == ("error" in doc):
         return None
+    if "error" in doc:
+        error = doc["error"]
+        if not (isinstance(error, dict) and type(error.get("code")) is int
+                and isinstance(error.get("message"), str)):
+            return None
     return doc
 
 

@@ -38,11 +38,15 @@ def decode_answer(answer: Answer, max_depth: int) -> dict[str, Any]:
     """The worker's JSON-RPC response object (exactly one of ``result`` / ``error``).
 
     Raises:
-        UpstreamError: HTTP 5xx (``status``), or a body that is not a JSON-RPC response
-            object or is nested deeper than ``max_depth`` (``invalid_response``).
+        UpstreamError: HTTP 5xx or a redirect (``status``), a body that is no JSON-RPC 2.0
+            response object (``invalid_response``; :func:`gateway.a2a.jsonrpc.clean_response`)
+            or one nested deeper than ``max_depth`` (``nesting_too_deep``).
     """
     if answer.status >= 500:
         raise UpstreamError("status", f"worker answered HTTP {answer.status}")
+    if 300 <= answer.status < 400:  # relayed, it would send the client round the gateway
+        raise UpstreamError("status", f"worker answered HTTP {answer.status}, a redirect; the "
+                                      "gateway neither follows nor relays it (is the JSON-RPC path right?)")
     try:
         doc = jsonrpc.loads(answer.content, max_depth)
     except orjson.JSONDecodeError:
@@ -51,14 +55,19 @@ def decode_answer(answer: Answer, max_depth: int) -> dict[str, Any]:
         raise UpstreamError("nesting_too_deep", f"worker answer: {exc}") from None
     clean = jsonrpc.clean_response(doc)
     if clean is None:
-        raise UpstreamError("invalid_response", "worker answered with a non-JSON-RPC body")
+        raise UpstreamError("invalid_response", "worker answered with a body that is no JSON-RPC 2.0 "
+                                                "response")
     return clean
 
 
 def same_id(doc: dict[str, Any], req: Request) -> bool:
-    """True when a worker's response carries the client's id, with the same JSON type."""
-    worker = doc.get("id")
+    """True when a worker's response carries the client's id, with the same JSON type (a
+    missing ``id`` is never the client's, not even a null one)."""
+    worker = doc.get("id", _MISSING)
     return worker == req.id and type(worker) is type(req.id)
+
+
+_MISSING = object()
 
 
 class JsonRpcExchange(RequestExchange):

@@ -407,12 +407,12 @@ def valid_error(err: Any) -> bool:
         and isinstance(err.get("message"), str)
 
 
-def valid_envelope(doc: dict[str, Any], client_id: Any) -> bool:
-    """A worker response (already one of result / error) that is a JSON-RPC 2.0 response:
-    ``"jsonrpc": "2.0"``, an ``id`` (a wrong one the gateway must fix, F16; a missing one it
-    leaves missing when the client's is null) and, for an error, an error object."""
-    return doc.get("jsonrpc") == "2.0" and ("error" not in doc or valid_error(doc["error"])) \
-        and ("id" in doc or client_id is not None)
+def valid_envelope(doc: dict[str, Any]) -> bool:
+    """A worker response (already one of result / error) the gateway may use (docs/protocol.md
+    §6.3, what the gateway takes from a worker): ``"jsonrpc": "2.0"`` and, for an error, an
+    error object. A wrong or missing ``id`` is the gateway's to fix (F16); anything else is an
+    invalid agent response."""
+    return doc.get("jsonrpc") == "2.0" and ("error" not in doc or valid_error(doc["error"]))
 
 
 def gateway_error(doc: dict[str, Any]) -> int | None:

@@ -154,9 +154,8 @@ def check_unary(reply: Reply, sent: Raw, client: str, client_id: Any, tid: str) 
         return
     parsed = worker_doc(loads_or_invalid(sent.body))
     readable = (parsed is not None and (200 <= sent.status < 300 or 400 <= sent.status < 500)
-                and sent.status != 204 and not too_deep(sent.body))  # past limits.max_json_depth: unusable
-    assume(not (300 <= sent.status < 400 and parsed is not None))  # open defect: test_defect_redirect_*
-    assume(not (readable and not valid_envelope(parsed, client_id)))  # open defect: test_defect_malformed_worker_envelope_*
+                and sent.status != 204 and not too_deep(sent.body)  # past limits.max_json_depth: unusable
+                and valid_envelope(parsed))  # no JSON-RPC 2.0 response: an invalid agent response
     (doc,) = check_jsonrpc_reply(reply, want)
     if not readable:
         event("unreadable worker answer")
@@ -210,14 +209,12 @@ def test_streamed_worker_answers(fh: Harness, scripted: Scripted, data: st.DataO
     assert reply.status == 200 and reply.media == "text/event-stream", (reply.status, reply.headers, reply.body[:300])
     worker = sse_events(b"".join(sent.steps))
     assume(not any(unbound_state(worker_doc(ev.doc), version) for ev in worker if ev.doc is not INVALID))
-    assume(not any(isinstance(w := worker_doc(ev.doc), dict) and not valid_envelope(w, client_id)
-                   for ev in worker if ev.doc is not INVALID))  # open defect: test_defect_malformed_worker_envelope_*
     docs = check_jsonrpc_reply(reply, want)
     # what the worker sent, in order: ("result", r) / ("error", e) / ("junk", None)
     items = []
     for ev in worker:
         wdoc = worker_doc(ev.doc) if ev.doc is not INVALID else None
-        if wdoc is None:
+        if wdoc is None or not valid_envelope(wdoc):  # an invalid agent response: ends the stream
             items.append(("junk", None, ev.dangling))
         elif "error" in wdoc:
             items.append(("error", wdoc["error"], ev.dangling))
@@ -269,14 +266,11 @@ def rpc_body(req_id: Any, method: str, params: Any) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params}).encode()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: a worker's 3xx on JSON-RPC with a JSON body is relayed with its status and its "
-    "Location (an upstream address), sending the client round the gateway; with an empty body "
-    "it is -32603 (tests/proxy/test_hostile.py), and REST refuses every redirect"))
-def test_defect_redirect_with_a_json_body_is_relayed(fh: Harness, scripted: Scripted) -> None:
-    """Worker: ``HTTP 302``, ``Location: http://10.0.0.7:8080/internal``, body
-    ``{"jsonrpc":"2.0","id":1,"result":<a WORKING Task>}``. Observed: the client gets the 302
-    with that Location and the body. Expected: -32603 with HTTP 502, no Location."""
+def test_a_redirect_with_a_json_body_is_refused_not_relayed(fh: Harness, scripted: Scripted) -> None:
+    """Found by the fuzz suite (it was relayed, Location and all, sending the client round the
+    gateway). Worker: ``HTTP 302``, ``Location: http://10.0.0.7:8080/internal``, body
+    ``{"jsonrpc":"2.0","id":1,"result":<a WORKING Task>}``: -32603 with HTTP 502, no Location,
+    as with an empty body and as REST does."""
     body = b'{"jsonrpc":"2.0","id":1,"result":' + WORKING_TASK + b"}"
     answer = Raw(302, {"content-type": "application/json", "location": "http://10.0.0.7:8080/internal"}, body)
     reply, _, _ = ask(fh, scripted, "GetTask", 1, answer)
@@ -294,30 +288,30 @@ MALFORMED_ENVELOPES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: a worker answer that has one of result / error but is otherwise no JSON-RPC 2.0 "
-    "response (no or another jsonrpc, an error that is no error object, no id) is relayed to "
-    "the client byte for byte"))
 @pytest.mark.parametrize("case", sorted(MALFORMED_ENVELOPES))
-def test_defect_malformed_worker_envelope_is_relayed(fh: Harness, scripted: Scripted, case: str) -> None:
-    """Client: ``GetTask`` (v1.0). Worker: the body of ``MALFORMED_ENVELOPES[case]`` with
-    HTTP 200. Observed: exactly those bytes reach the client. Expected: a JSON-RPC 2.0
-    response with the client's id — the worker's answer repaired, or -32603 / -32006."""
+def test_a_malformed_worker_envelope_is_refused_or_its_id_put_in(fh: Harness, scripted: Scripted, case: str) -> None:
+    """Found by the fuzz suite (each was relayed byte for byte). Client: ``GetTask`` (v1.0).
+    Worker: the body of ``MALFORMED_ENVELOPES[case]`` with HTTP 200. The client gets a JSON-RPC
+    2.0 response with its id: a missing id is put in; anything else that is no JSON-RPC 2.0
+    response is an invalid agent response, -32603 with HTTP 502 (docs/protocol.md §6.3)."""
     client_id, body = MALFORMED_ENVELOPES[case]
-    reply, _, _ = ask(fh, scripted, "GetTask", client_id, Raw(200, {"content-type": "application/json"}, body))
-    check_jsonrpc_reply(reply, ClientId(client_id, raw_id_of(client_id)))
+    reply, _, tid = ask(fh, scripted, "GetTask", client_id, Raw(200, {"content-type": "application/json"}, body))
+    (doc,) = check_jsonrpc_reply(reply, ClientId(client_id, raw_id_of(client_id)))
+    if case == "no-id-for-null-id":
+        assert reply.status == 200 and doc["result"]["id"] == tid
+    else:
+        assert reply.status == 502 and gateway_error(doc) == -32603, reply.body
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: the same malformed worker error in a stream: an error event whose error is no "
-    "JSON-RPC error object is relayed as it is (with the client's id put in)"))
-def test_defect_malformed_worker_envelope_in_a_stream_is_relayed(fh: Harness, scripted: Scripted) -> None:
-    """Worker SSE: a Task snapshot, then ``event: error`` / ``data:
-    {"jsonrpc":"2.0","id":1,"error":{"code":"-32001","message":"x"}}``."""
+def test_a_malformed_worker_error_event_ends_the_stream_as_32006(fh: Harness, scripted: Scripted) -> None:
+    """Found by the fuzz suite (relayed with the client's id put in). Worker SSE: a Task
+    snapshot, then ``event: error`` / ``data: {"jsonrpc":"2.0","id":1,"error":{"code":"-32001",
+    "message":"x"}}``: the snapshot, then an -32006 error event, and the stream ends."""
     first = b'data: {"jsonrpc":"2.0","id":1,"result":{"task":' + WORKING_TASK + b"}}\n\n"
     bad = b'event: error\ndata: {"jsonrpc":"2.0","id":1,"error":{"code":"-32001","message":"x"}}\n\n'
     reply, _, _ = ask(fh, scripted, "SendStreamingMessage", 1, Sse([first + bad]))
-    check_jsonrpc_reply(reply, ClientId(1, b"1"))
+    docs = check_jsonrpc_reply(reply, ClientId(1, b"1"))
+    assert "result" in docs[0] and gateway_error(docs[-1]) == -32006 and len(docs) == 2, reply.body
 
 
 @pytest.mark.xfail(strict=True, reason=(
