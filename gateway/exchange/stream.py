@@ -122,6 +122,7 @@ class StreamExchange:
         self._last_state: TaskState | None = None
         self._skip_snapshot: TaskState | None = None
         self._cut_error: str | None = None
+        self._message_reply = False  # the stream began with a Message: that is the whole reply
 
     def run(self) -> Steps:
         """Open the upstream stream and relay it; answers JSON when the worker did."""
@@ -217,10 +218,12 @@ class StreamExchange:
         """The worker's stream ended before its task did (F08 (ii)): probe, then a terminal
         snapshot or a resubscribe, bounded by ``resubscribe_attempts``."""
         task_id = self.stream.task_id
-        if task_id is None or self.stream.terminal:
+        if task_id is None or self.stream.terminal or self._message_reply:
             if self._cut_error is not None:  # nothing to resume: say why the stream ended
                 yield self._error_event(jsonrpc.INTERNAL_ERROR, self._cut_error)
-            return Next.CLOSE  # a direct Message, or already ended: a normal close
+            # a direct Message (the whole reply, docs/protocol.md §7, also to a message naming
+            # an existing task), or already ended: a normal close
+            return Next.CLOSE
         record = (yield from load(self.policy, task_id)).record
         if record is not None and record.state.is_interrupted:
             return Next.CLOSE  # workers close streams on interrupted states (docs/protocol.md §7)
@@ -292,6 +295,8 @@ class StreamExchange:
         result = doc["result"]
         item = locate(result)
         yield Count("sse_events", (item.kind.value,))
+        if item.kind is Kind.MESSAGE and self.summary.events == 1:
+            self._message_reply = True
         outcome = yield from judge(self.policy, self.ex, self.stream, result)
         self.stream = outcome.stream or self.stream
         if outcome.action is Action.REJECT and outcome.error is not None:

@@ -348,18 +348,12 @@ def test_defect_status_update_without_task_id_is_relayed_unrecorded(fh: Harness,
     assert orjson.loads(after.body)["result"]["status"]["state"] == "TASK_STATE_COMPLETED", after.body
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: a streamed message to an existing, non-interrupted task that the worker answers "
-    "with one direct Message (a complete stream, docs/protocol.md §7 'Shape') is taken for a "
-    "cut stream: the gateway probes, resubscribes and appends a Task snapshot and status events "
-    "after the Message (or, without resubscribing, a -32603 'stream lost' error event)"))
-def test_defect_message_stream_on_a_known_task_is_resubscribed(fh: Harness, scripted: Scripted) -> None:
-    """1. ``GetTask t`` answered WORKING (the ledger now knows t). 2. ``SendStreamingMessage``
-    with ``message.taskId: t``, the worker streams one event, ``{"message": {…}}``, and
-    closes. Observed (this module: ``resubscribe_attempts: 0``): the Message, then ``event:
-    error`` -32603; with the default settings: the Message, then a SubscribeToTask upstream
-    and its Task snapshot and statuses. Expected: exactly the Message, and nothing sent
-    upstream but the client's request."""
+def test_a_message_stream_on_a_known_task_is_the_whole_reply(fh: Harness, scripted: Scripted) -> None:
+    """Found by the fuzz suite (it was taken for a cut stream: probed, resubscribed, or ended
+    with a -32603 'stream lost' event). 1. ``GetTask t`` answered WORKING (the ledger now
+    knows t). 2. ``SendStreamingMessage`` with ``message.taskId: t``; the worker streams one
+    event, ``{"message": {…}}``, and closes — a complete stream (docs/protocol.md §7, Shape):
+    the client gets exactly the Message, and nothing goes upstream but its request."""
     reply, _, tid = ask(fh, scripted, "GetTask", 1, Raw(200, {"content-type": "application/json"},
                                                          b'{"jsonrpc":"2.0","id":1,"result":' + WORKING_TASK + b"}"))
     assert orjson.loads(reply.body)["result"]["id"] == tid
