@@ -300,6 +300,13 @@ def _check_identity(
 ) -> Outcome | None:
     tid, ctx = item.task_id, item.context_id
     bound = stream.task_id if stream is not None and stream.task_id else ex.task_id
+    if tid is None and stream is not None:
+        # a stream event with a state or an artifact but no task id (missing, null, a number,
+        # ""): it cannot be recorded, so it is never delivered; the stream ends with -32006
+        findings.append(Finding("divergence", "task_id_mismatch", f"{item.kind.value} without a task id"))
+        return Outcome(Action.REJECT, None, stream, record=record, findings=findings, close=True,
+                       error=(jsonrpc.INVALID_AGENT_RESPONSE,
+                              f"invalid agent response: task_id_mismatch: {item.kind.value} without a task id"))
     if bound and tid and tid != bound:
         return _refuse("task_id_mismatch", f"payload for {tid} on exchange of {bound}", stream, findings)
     bound_ctx = stream.context_id if stream is not None and stream.context_id else None

@@ -393,7 +393,8 @@ def check_result(worker: Any, client: Any, version: str) -> None:
 
 def unbound_state(doc: dict[str, Any] | None, version: str) -> bool:
     """True for a stream event holding a Task or status update whose task id is no
-    non-empty string (an open defect: test_defect_status_update_without_task_id_*)."""
+    non-empty string: it cannot be recorded, so it is refused (-32006) and ends the stream
+    (test_a_status_update_without_a_task_id_ends_the_stream_as_32006)."""
     found = located(doc.get("result"), version) if isinstance(doc, dict) else None
     if found is None:
         return False

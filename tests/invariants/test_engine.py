@@ -731,6 +731,20 @@ class TestIdentity:
         assert book.record("t-2") is None
         assert book.record("t-1").state is TaskState.WORKING
 
+    @pytest.mark.parametrize("task_id", [None, 9, ""])
+    def test_stream_update_without_a_task_id_is_refused_and_ends_the_stream(self, book, task_id):
+        """It could not be recorded: never delivered (a terminal state the ledger would not
+        hold), refused with -32006, the stream closed."""
+        stream = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+        stream.event({"task": task("t-1", "c-1", "TASK_STATE_WORKING")})
+        update = status_update("t-1", "c-1", "TASK_STATE_COMPLETED")
+        update["statusUpdate"]["taskId"] = task_id
+        out = stream.event(update)
+        assert (out.action, out.close) == (Action.REJECT, True)
+        assert out.error is not None and out.error[0] == INVALID_AGENT_RESPONSE
+        assert kinds(out.findings, "divergence") == ["task_id_mismatch"]
+        assert book.record("t-1").state is TaskState.WORKING
+
     def test_subscribe_stream_is_bound_to_the_requested_task(self, book):
         stream = book.open(exchange("SubscribeToTask", {"id": "t-1"}))
         out = stream.event({"task": task("t-2", "c-2", "TASK_STATE_WORKING")})
