@@ -137,6 +137,9 @@ class Request:
     """A well-formed JSON-RPC request object as the client sent it.
 
     ``has_id`` is False for a notification (no ``id`` member); ``id`` keeps its JSON type.
+    ``reply_id`` is what an answer written by the gateway carries: ``id``, or — for a number
+    whose text a JSON encoder would write differently (``1e5``, ``1.50``, ``-0``) — that text
+    exactly, as an :class:`ExactNumber` (JSON-RPC 2.0: the response's id is the request's).
     """
 
     id: JsonId
@@ -144,6 +147,11 @@ class Request:
     method: str
     params: Any
     body: dict[str, Any]
+    reply_id: Any = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.reply_id is None:  # not given: the id itself
+            object.__setattr__(self, "reply_id", self.id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +162,46 @@ class ParseFailure:
     error: dict[str, Any]
     code: int
     limit: str | None = None
+
+
+class _NumberText(str):
+    """The text of a JSON number, as the standard library's parser hands it to a hook."""
+
+
+class ExactNumber:
+    """A client's numeric id as it wrote it (``text``: its JSON bytes); :func:`dumps` writes
+    the text itself, the standard library's encoder the value."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ExactNumber) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"ExactNumber({self.text.decode()})"
+
+
+def reply_id(body: bytes, value: JsonId) -> Any:
+    """The id an answer to the request ``body`` carries: ``value``, or the number's text as the
+    client wrote it (an :class:`ExactNumber`) when an encoder would spell the value otherwise —
+    any float (``1e5`` reads as 100000.0) and ``-0``. Read with the standard library's parser
+    only then (it is slow, and deep bodies were refused before)."""
+    if not (isinstance(value, float) or (value == 0 and type(value) is int and b"-" in body)):
+        return value
+    try:
+        marked = json.loads(body, parse_float=_NumberText, parse_int=_NumberText)
+    except (ValueError, RecursionError):
+        return value
+    text = marked.get("id") if isinstance(marked, dict) else None
+    if not isinstance(text, _NumberText) or orjson.dumps(value) == text.encode():
+        return value
+    return ExactNumber(text.encode())
 
 
 def _valid_id(value: object) -> bool:
@@ -192,17 +240,19 @@ def parse_request(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> Request | Par
     raw_id = doc.get("id")
     if not _valid_id(raw_id):
         return _fail(INVALID_REQUEST, "Invalid Request: id must be a string, number or null", None)
+    answer_id = reply_id(body, raw_id)
     if doc.get("jsonrpc") != "2.0":
-        return _fail(INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', raw_id)
+        return _fail(INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', answer_id)
     method = doc.get("method")
     if not isinstance(method, str) or not method:
-        return _fail(INVALID_REQUEST, 'Invalid Request: "method" must be a string', raw_id)
+        return _fail(INVALID_REQUEST, 'Invalid Request: "method" must be a string', answer_id)
     params = doc.get("params")
     if method in METHODS and "params" in doc and not isinstance(params, dict):
-        return _fail(INVALID_PARAMS, "Invalid params: params must be an object", raw_id)
+        return _fail(INVALID_PARAMS, "Invalid params: params must be an object", answer_id)
     if is_reserved_unknown(method):
-        return _fail(METHOD_NOT_FOUND, f"Method not found: {method}", raw_id)
-    return Request(id=raw_id, has_id="id" in doc, method=method, params=params, body=doc)
+        return _fail(METHOD_NOT_FOUND, f"Method not found: {method}", answer_id)
+    return Request(id=raw_id, has_id="id" in doc, method=method, params=params, body=doc,
+                   reply_id=answer_id)
 
 
 def _fail(code: int, message: str, req_id: JsonId) -> ParseFailure:
@@ -330,12 +380,27 @@ def dumps(obj: Any) -> bytes:
         UnencodableError: the value is nested deeper than either encoder goes.
     """
     try:
-        return orjson.dumps(obj)
+        return orjson.dumps(obj, default=_fragment)
     except orjson.JSONEncodeError:
         try:
-            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=_exact_value).encode()
         except RecursionError:
             raise UnencodableError("JSON value nested too deeply to write") from None
+
+
+def _fragment(obj: object) -> orjson.Fragment:
+    """For orjson: an :class:`ExactNumber` written as its text."""
+    if isinstance(obj, ExactNumber):
+        return orjson.Fragment(obj.text)
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def _exact_value(obj: object) -> Any:
+    """For the standard library's encoder (it cannot write raw text): an
+    :class:`ExactNumber` as the value its text holds."""
+    if isinstance(obj, ExactNumber):
+        return json.loads(obj.text)
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
 def task_get_request(task_id: str, version: ProtocolVersion) -> dict[str, Any]:

@@ -118,7 +118,7 @@ class JsonRpcExchange(RequestExchange):
 
     def _error_doc(self, code: int, message: str, task_id: str | None) -> dict[str, Any]:
         meta = {"taskId": task_id} if task_id else None
-        return jsonrpc.error_response(self.req.id, code, message, version=self.ex.version,
+        return jsonrpc.error_response(self.req.reply_id, code, message, version=self.ex.version,
                                       metadata=meta)
 
     def respond(self, status: int, body: bytes, *, relay: Answer | None = None) -> Respond:
@@ -131,7 +131,7 @@ class JsonRpcExchange(RequestExchange):
         return Respond(status, body, "json", relay)
 
     def transport_error(self, exc: UpstreamError) -> Respond:
-        doc = jsonrpc.error_response(self.req.id, jsonrpc.INTERNAL_ERROR, f"upstream error: {exc}")
+        doc = jsonrpc.error_response(self.req.reply_id, jsonrpc.INTERNAL_ERROR, f"upstream error: {exc}")
         return Respond(exc.http_status, jsonrpc.dumps(doc))
 
     def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
@@ -167,7 +167,7 @@ class JsonRpcExchange(RequestExchange):
             return doc
         finding = Finding("divergence", "jsonrpc_id_mismatch", str(doc.get("id")))
         yield Found((finding,), self.ex.task_id)
-        return {**doc, "id": self.req.id}
+        return {**doc, "id": self.req.reply_id}
 
     # --- stream events -------------------------------------------------------------------------
 
@@ -186,13 +186,13 @@ class JsonRpcExchange(RequestExchange):
         return encode_event(data, event=event.event, id=event.id, retry=event.retry)
 
     def worker_error_frame(self, event: Event, doc: dict[str, Any]) -> bytes:
-        return encode_event(jsonrpc.dumps({**doc, "id": self.req.id}), event=event.event)
+        return encode_event(jsonrpc.dumps({**doc, "id": self.req.reply_id}), event=event.event)
 
     def result_frame(self, result: Any) -> bytes:
-        return encode_event(jsonrpc.dumps({"jsonrpc": "2.0", "id": self.req.id, "result": result}))
+        return encode_event(jsonrpc.dumps({"jsonrpc": "2.0", "id": self.req.reply_id, "result": result}))
 
     def error_frame(self, code: int, message: str) -> bytes:
-        doc = jsonrpc.error_response(self.req.id, code, message, version=self.ex.version)
+        doc = jsonrpc.error_response(self.req.reply_id, code, message, version=self.ex.version)
         return encode_event(jsonrpc.dumps(doc), event="error")
 
     def snapshot(self, task: dict[str, Any]) -> Any:

@@ -44,7 +44,7 @@ class JsonRpcHandler(ExchangeHandler):
         info = jsonrpc.lookup_method(parsed.method)
         if info is None:
             self.summary.method = "other"
-            await self._relay_unknown(body, parsed.id)
+            await self._relay_unknown(body, parsed.reply_id)
             return
         cards = self.rt.card_cache(self.route.upstream)
         card = await cards.current(self.header(b"a2a-version") or "")

@@ -360,3 +360,19 @@ def test_loads_bounds_nesting_counting_the_top_level() -> None:
     assert loads(b'["' + b"[" * 300 + b'"]', 8) == ["[" * 300]
     assert loads('{"a": {"b": {}}}', 3) == {"a": {"b": {}}}
     assert not nesting_exceeds([1, "x", None], 1) and nesting_exceeds([[]], 1)
+
+
+@pytest.mark.parametrize("raw_id", [b"1e5", b"1.50", b"-0", b"1E5", b"2.50e1"])
+def test_answers_written_by_the_gateway_keep_a_numeric_id_as_written(raw_id: bytes) -> None:
+    from gateway.a2a.jsonrpc import dumps, error_response, parse_request
+
+    body = b'{"jsonrpc":"2.0","id":' + raw_id + b',"method":"tasks/frobnicate"}'
+    failure = parse_request(body)
+    assert dumps(failure.error).startswith(b'{"jsonrpc":"2.0","id":' + raw_id + b",")
+    ok = parse_request(b'{"jsonrpc":"2.0","id":' + raw_id + b',"method":"GetTask","params":{"id":"t"}}')
+    assert ok.id == orjson.loads(raw_id)  # the value, for comparisons with a worker's id
+    assert b'"id":' + raw_id + b"," in dumps(error_response(ok.reply_id, -32603, "x"))
+    plain = parse_request(b'{"jsonrpc":"2.0","id":7,"method":"GetTask"}')
+    assert plain.reply_id == 7 and parse_request(b'{"jsonrpc":"2.0","id":1.5,"method":"GetTask"}').reply_id == 1.5
+    # the standard library's encoder (integers past 64 bits elsewhere) writes the value instead
+    assert dumps({"id": ok.reply_id, "n": 2**70}) == b'{"id":' + orjson.dumps(orjson.loads(raw_id)) + b',"n":1180591620717411303424}'

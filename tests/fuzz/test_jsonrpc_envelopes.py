@@ -164,16 +164,13 @@ def test_jsonrpc_client_envelopes(fh: Harness, body: bytes, version: str | None,
     exchange(fh, body, version, sse)
 
 
-# ------------------------------------------------------------------------------ open defects
+# ------------------------------------------------------------------------------ defects the suite found (fixed)
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: a numeric JSON-RPC id is re-spelled in every answer the gateway writes itself "
-    "(its own errors, re-encoded worker answers): 1e5 comes back as 100000.0, 1.50 as 1.5, "
-    "1e-400 as 0.0, a decimal beyond double precision rounded; F15 wants it exactly as sent"))
 @pytest.mark.parametrize("raw_id", [b"1e5", b"1.50", b"-0", b"1e-400", b"100000000000000000000000000.5"])
-def test_defect_numeric_id_spelling_is_not_kept(fh: Harness, raw_id: bytes) -> None:
-    """Reproducer: a v0.3-namespace method no version defines, answered -32601 by the gateway
-    itself; the answer's id text must be the request's."""
+def test_a_numeric_id_comes_back_as_the_client_wrote_it(fh: Harness, raw_id: bytes) -> None:
+    """Found by the fuzz suite (1e5 came back as 100000.0, 1.50 as 1.5, 1e-400 as 0.0, a
+    decimal beyond double precision rounded): a v0.3-namespace method no version defines,
+    answered -32601 by the gateway itself; the answer's id text is the request's (F15)."""
     body = b'{"jsonrpc":"2.0","id":' + raw_id + b',"method":"tasks/frobnicate","params":{}}'
     reply = send(fh, "POST", b"/", body, {"content-type": "application/json", "A2A-Version": "1.0"})
     assert reply.status == 200
