@@ -36,6 +36,9 @@ class ListenConfig(_Frozen):
     header_timeout_seconds: Seconds = 10.0
     """A request's head (request line and headers) must arrive within this many seconds of
     the connection's accept, or of the request's first byte; else the connection is closed."""
+    max_header_bytes: int = Field(default=65536, ge=1024)
+    """The most a request head (request line and headers) may take; a longer one is answered
+    HTTP 431 and the connection closed."""
     idle_timeout_seconds: Seconds = 60.0
     """A keep-alive connection with no request in flight is closed after this many seconds."""
     probes: bool = False

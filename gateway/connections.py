@@ -16,6 +16,9 @@ that put it in force on a listener.
   served (a later request on a keep-alive connection); else ``HTTP/1.1 408 Request Timeout``
   (``Connection: close``) is written and the connection closed. A request body and a
   response (a stream) are not bounded by it.
+* **max_header_bytes**: a request head still not whole after this many bytes is answered
+  ``HTTP/1.1 431 Request Header Fields Too Large`` and the connection closed (httptools sets
+  no bound of its own, so a client could grow one head in memory for ``header_timeout``).
 * **idle_timeout**: uvicorn's keep-alive timeout: a connection whose response is complete and
   that sends nothing more is closed after this many seconds.
 
@@ -50,6 +53,8 @@ def _response(status: bytes, body: bytes, *headers: bytes) -> bytes:
 SERVICE_UNAVAILABLE = _response(b"503 Service Unavailable",
                                 b'{"error":"too many open connections; retry"}', b"retry-after: 1")
 REQUEST_TIMEOUT = _response(b"408 Request Timeout", b'{"error":"request head not received in time"}')
+HEADERS_TOO_LARGE = _response(b"431 Request Header Fields Too Large",
+                              b'{"error":"request head too large (listen.max_header_bytes)"}')
 
 
 class ConnectionBounds:
@@ -58,6 +63,7 @@ class ConnectionBounds:
     Args:
         max_connections: open connections at most (> 0).
         header_timeout: seconds a request head may take to arrive (> 0).
+        max_header_bytes: bytes a request head may take (httptools alone keeps reading one).
         idle_timeout: seconds a keep-alive connection may sit idle (> 0).
         log: where the ``connections_refused`` warnings go.
         metrics: the gateway's metrics, to count connections in
@@ -68,9 +74,11 @@ class ConnectionBounds:
     """
 
     def __init__(self, *, max_connections: int, header_timeout: float, idle_timeout: float,
-                 log: logging.Logger, metrics: Metrics | None = None, listener: str = "traffic") -> None:
+                 log: logging.Logger, metrics: Metrics | None = None, listener: str = "traffic",
+                 max_header_bytes: int = 65536) -> None:
         self.max_connections = max_connections
         self.header_timeout = header_timeout
+        self.max_header_bytes = max_header_bytes
         self.idle_timeout = idle_timeout
         self.log = log
         self.listener = listener
@@ -110,6 +118,7 @@ class ConnectionBounds:
             return
         self._last_logged[reason], self._held[reason] = now, 0
         bound: dict[str, Any] = ({"max_connections": self.max_connections} if reason == "max_connections"
+                                 else {"max_header_bytes": self.max_header_bytes} if reason == "header_too_large"
                                  else {"header_timeout_s": self.header_timeout})
         self.log.warning("connections_refused", extra={
             "listener": self.listener, "reason": reason, "connections": held, **bound,
@@ -123,6 +132,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     bounds: ClassVar[ConnectionBounds]
     _counted = False
     _head_timer: asyncio.TimerHandle | None = None
+    _head_bytes = 0  # bytes received since the current head began (while its timer runs)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.bounds.opened():
@@ -144,7 +154,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if not self._counted:
             return
+        if self._head_timer is not None:
+            self._head_bytes += len(data)
         super().data_received(data)
+        if self._head_timer is not None and self._head_bytes > self.bounds.max_header_bytes \
+                and not self.transport.is_closing():  # the head is still not whole: too large
+            self._stop_head_timer()
+            self.bounds.refused("header_too_large")
+            self.transport.write(HEADERS_TOO_LARGE)
+            self.transport.close()
+            return
         # Bytes arrived while no request is being served, and no whole head came with them
         # (else on_headers_complete made a cycle): the head's clock starts now.
         if self._head_timer is None and (self.cycle is None or self.cycle.response_complete) \
@@ -164,6 +183,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().handle_websocket_upgrade()
 
     def _stop_head_timer(self) -> None:
+        self._head_bytes = 0
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None

@@ -122,6 +122,7 @@ def listener_bounds(runtime: Runtime, listener: str = "traffic") -> ConnectionBo
     return ConnectionBounds(
         max_connections=listen.max_connections if listener == "traffic" else ADMIN_MAX_CONNECTIONS,
         header_timeout=listen.header_timeout_seconds, idle_timeout=listen.idle_timeout_seconds,
+        max_header_bytes=listen.max_header_bytes,
         log=runtime.log, metrics=runtime.metrics if listener == "traffic" else None, listener=listener)
 
 

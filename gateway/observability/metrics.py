@@ -239,11 +239,12 @@ class Metrics:
             "a2a_gateway_connections_refused_total",
             "Client connections the traffic port closed at a bound, by reason "
             "(max_connections: answered 503 at accept; header_timeout: no whole request head "
-            "within listen.header_timeout_seconds, answered 408)",
+            "within listen.header_timeout_seconds, answered 408; header_too_large: a head past "
+            "listen.max_header_bytes, answered 431)",
             ["reason"],
             registry=registry,
         ))
-        for reason in ("max_connections", "header_timeout"):  # both series exist from the start
+        for reason in ("max_connections", "header_timeout", "header_too_large"):  # every series from the start
             self.connections_refused.labels(reason)
         build = Gauge(
             "a2a_gateway_build_info", "Build information", ["version"], registry=registry,

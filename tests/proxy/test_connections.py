@@ -91,6 +91,31 @@ def test_a_slow_head_after_a_first_request_on_the_same_connection_is_bounded_too
     assert h.metric(REFUSED, reason="header_timeout") == 1
 
 
+def test_a_request_head_past_max_header_bytes_is_answered_431_and_closed(make_harness: Any) -> None:
+    """httptools sets no bound on a head: one that never ends would grow in memory until the
+    header timeout. Past ``listen.max_header_bytes`` it is answered 431 at once; a head just
+    under it, and a large body after a small head (in the same reads), are served."""
+    h = make_harness(listen={"max_header_bytes": 4096, "header_timeout_seconds": 30})
+    with connect(h) as sock:
+        # 5 KiB of header lines in one write (all of it read: the close is no reset), the
+        # head never finished
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: gateway\r\n" + (b"X-Pad: " + b"a" * 1000 + b"\r\n") * 5)
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answer
+    assert h.metric(REFUSED, reason="header_too_large") == 1
+    with connect(h) as sock:
+        sock.sendall(b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: gateway\r\nX-Pad: " + b"a" * 3000 +
+                     b"\r\n\r\n")
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+    h.worker.on("GetTask", json_result={"id": "t-1", "contextId": "c-1", "status": {"state": "working"}})
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1", "pad": "x" * 200_000}})
+    with connect(h) as sock:  # head and a 200 KB body in one write: only the head counts
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: gateway\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+    assert h.metric(REFUSED, reason="header_too_large") == 1
+
+
 def test_a_head_that_arrives_in_pieces_within_the_timeout_is_served(make_harness: Any) -> None:
     h = make_harness(listen={"header_timeout_seconds": 5})
     with connect(h) as sock:
