@@ -74,14 +74,8 @@ def supervise(argv: Sequence[str], *, host: str, port: int, admin: tuple[str, in
         cleanly, 3 when an address cannot be bound (logged as ``listen_failed``; when it is in
         use, with a ``hint``).
     """
-    try:
-        sock = socket.create_server((host, port), backlog=2048)
-    except OSError as exc:
-        failed = {"listen": f"{host}:{port}", "error": str(exc)}
-        if exc.errno == errno.EADDRINUSE:
-            failed["hint"] = (f"another a2a-gateway, or a worker left by one, may still listen on "
-                              f"{host}:{port}; `ss -ltnp 'sport = :{port}'` names the process")
-        log.error("listen_failed", extra=failed)
+    sock = _bind("listen", (host, port), 2048, log)
+    if sock is None:
         return 3
     sock.set_inheritable(True)
     # Only this process holds `alive` (pipe ends are not inherited, PEP 446): when it is gone,
@@ -92,17 +86,11 @@ def supervise(argv: Sequence[str], *, host: str, port: int, admin: tuple[str, in
            SUPERVISOR_FD_ENV: str(watched), SUPERVISOR_PID_ENV: str(os.getpid())}
     env.pop(ADMIN_FD_ENV, None)
     if admin is not None:
-        try:
-            admin_sock = socket.create_server(admin, backlog=128)
-        except OSError as exc:
+        admin_sock = _bind("admin", admin, 128, log)
+        if admin_sock is None:
             sock.close()
             os.close(watched)
             os.close(alive)
-            failed = {"admin": f"{admin[0]}:{admin[1]}", "error": str(exc)}
-            if exc.errno == errno.EADDRINUSE:
-                failed["hint"] = (f"another a2a-gateway, or a worker left by one, may still listen on "
-                                  f"{admin[0]}:{admin[1]}; `ss -ltnp 'sport = :{admin[1]}'` names the process")
-            log.error("listen_failed", extra=failed)
             return 3
         admin_sock.set_inheritable(True)
         inherited.append(admin_sock)
@@ -215,6 +203,21 @@ def _die_with_parent(supervisor: int) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
     if os.getppid() != supervisor:  # died before the signal was armed: it will never come
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _bind(listener: str, address: tuple[str, int], backlog: int, log: logging.Logger) -> socket.socket | None:
+    """A listening socket on ``address``, or ``None`` after a ``listen_failed`` line (with a
+    ``hint`` when the address is in use: another gateway, or a worker left by one)."""
+    host, port = address
+    try:
+        return socket.create_server(address, backlog=backlog)
+    except OSError as exc:
+        failed = {listener: f"{host}:{port}", "error": str(exc)}
+        if exc.errno == errno.EADDRINUSE:
+            failed["hint"] = (f"another a2a-gateway, or a worker left by one, may still listen on "
+                              f"{host}:{port}; `ss -ltnp 'sport = :{port}'` names the process")
+        log.error("listen_failed", extra=failed)
+        return None
 
 
 def _forget(metrics_dir: str, pid: int) -> None:

@@ -309,10 +309,9 @@ def test_the_parent_death_signal_alone_drains_a_worker(
     _, wurl = worker
     watched, alive = os.pipe()
     port, admin_port = free_port(), free_port()
-    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
+    admin = f"http://127.0.0.1:{admin_port}"
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
-           "--admin-port", str(admin_port),
-           "--ledger", "memory", "--shutdown-grace", "0.5"]
+           "--admin-port", str(admin_port), "--ledger", "memory", "--shutdown-grace", "0.5"]
     log = tmp_path / "stderr"
     gateway = 0
     with open(log, "wb") as err:

@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import assume, event, given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from tests.fuzz.conftest import fuzz, running_harness

@@ -4,7 +4,8 @@ tests/support/gateway.py serves them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.app import build_app
 from gateway.config import parse_config
+from gateway.observability.logging import LOGGER_NAME
 from tests.support.gateway import serve_gateway
 from tests.support.scripted_worker import ScriptedWorker
 from tests.support.servers import RunningServer, serve_in_thread, wait_until
@@ -187,3 +189,21 @@ def on_client_writes(monkeypatch: pytest.MonkeyPatch, record: Any) -> None:
 
     monkeypatch.setattr(Driver, "__init__", init)
 
+
+@pytest.fixture
+def gateway_warnings() -> Iterator[Callable[[str], list[logging.LogRecord]]]:
+    """``gateway_warnings(event)``: the WARNING records of that event the gateway logged since
+    the test began (the handler is on before any harness starts, so start-up lines count)."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Collect(logging.WARNING)
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.addHandler(handler)
+    try:
+        yield lambda event: [r for r in records if r.getMessage() == event]
+    finally:
+        logger.removeHandler(handler)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import logging
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +15,6 @@ from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 
 from gateway.a2a.card import HEARTBEAT_EXTENSION
-from gateway.observability.logging import LOGGER_NAME
 from tests.proxy.conftest import Harness, frames
 from tests.support.cards import GRPC_IFACE, TOCK_CARD, TOCK_V03, WS_IFACE
 from tests.support.scripted_worker import Event, Gate, default_card
@@ -105,25 +102,6 @@ def test_signed_card_is_served_verbatim_by_default_and_stripped_on_request(make_
 
 SIG = {"protected": "eyJhbGciOiJFUzI1NiJ9", "signature": "c2ln"}
 CARD_PATH = "/.well-known/agent-card.json"
-
-
-@pytest.fixture
-def gateway_warnings() -> Iterator[Callable[[str], list[logging.LogRecord]]]:
-    """``gateway_warnings(event)``: the WARNING records of that event the gateway logged since
-    the test began (the handler is on before any harness starts, so start-up lines count)."""
-    records: list[logging.LogRecord] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler = Collect(logging.WARNING)
-    logger = logging.getLogger(LOGGER_NAME)
-    logger.addHandler(handler)
-    try:
-        yield lambda event: [r for r in records if r.getMessage() == event]
-    finally:
-        logger.removeHandler(handler)
 
 
 def sdk_urls(served: dict[str, Any]) -> list[tuple[str, str]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +18,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.app import build_app
-from gateway.observability.logging import LOGGER_NAME
 from gateway.proxy import card as card_module
 from gateway.proxy.card import CardCache
 from tests.proxy.conftest import Harness, _config
@@ -78,24 +76,6 @@ def gateway_for(release: threading.Event) -> Iterator[Callable[..., Harness]]:
 
         yield start
         release.set()  # before the servers stop: no worker handler is left waiting
-
-
-@pytest.fixture
-def card_warnings() -> Iterator[Callable[[str], list[logging.LogRecord]]]:
-    """``card_warnings(event)``: the WARNING records of that event since the test began."""
-    records: list[logging.LogRecord] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler = Collect(logging.WARNING)
-    logger = logging.getLogger(LOGGER_NAME)
-    logger.addHandler(handler)
-    try:
-        yield lambda event: [r for r in records if r.getMessage() == event]
-    finally:
-        logger.removeHandler(handler)
 
 
 class FrozenClock:
@@ -187,7 +167,7 @@ def test_concurrent_new_tasks_share_one_fetch_of_an_unreachable_card(
 # ------------------------------------------------------------------------------ back-off
 
 def test_a_failed_fetch_is_retried_only_after_a_doubling_back_off_reset_by_success(
-        make_harness: Any, clock: FrozenClock, card_warnings: Any) -> None:
+        make_harness: Any, clock: FrozenClock, gateway_warnings: Any) -> None:
     """After a failure no request fetches the card until the back-off (1 s, then 2 s …) has
     run out; then one does. A good fetch resets the back-off. One warning per failed fetch."""
     h = make_harness(upstream={"card": {"retry_backoff_seconds": 1, "retry_max_seconds": 60}})
@@ -212,7 +192,7 @@ def test_a_failed_fetch_is_retried_only_after_a_doubling_back_off_reset_by_succe
     assert h.runtime.card_status()["worker"]["retry_in_s"] == 2.0
     assert fetches_after(1.5) == 2
     assert fetches_after(0.5) == 3
-    assert len(card_warnings("card_unreachable")) == 3  # one per fetch, not one per request
+    assert len(gateway_warnings("card_unreachable")) == 3  # one per fetch, not one per request
     h.worker.reset()  # the worker's card is back
     h.worker.default_card = default_card()
     h.worker.on("SendMessage", json_result=WORKING)
@@ -256,7 +236,7 @@ INVALID = {
 
 @pytest.mark.parametrize("answer,status,content_type,reason", INVALID.values(), ids=INVALID.keys())
 def test_an_invalid_card_is_told_apart_and_not_fetched_per_request(
-        gateway_for: Any, card_warnings: Any, answer: Any, status: int,
+        gateway_for: Any, gateway_warnings: Any, answer: Any, status: int,
         content_type: str | None, reason: str) -> None:
     worker = ScriptedWorker()
     worker.on_path("GET", CARD_PATH, respond=answer, times=None)
@@ -269,17 +249,17 @@ def test_an_invalid_card_is_told_apart_and_not_fetched_per_request(
     assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") == 1
     assert h.metric("a2a_gateway_upstream_degraded", reason="card_invalid") == 1
     assert h.metric("a2a_gateway_upstream_degraded", reason="card_unreachable") == 0
-    [warning] = card_warnings("card_invalid")
+    [warning] = gateway_warnings("card_invalid")
     assert warning.reason.startswith(reason)  # type: ignore[attr-defined]
     assert (warning.status, warning.content_type) == (status, content_type)  # type: ignore[attr-defined]
-    assert card_warnings("card_unreachable") == []
+    assert gateway_warnings("card_unreachable") == []
     card = h.runtime.card_status()["worker"]
     assert (card["card"], card["admitting_new_tasks"]) == ("invalid", False)
     assert card["reason"].startswith(reason) and card["retry_in_s"] > 0
     assert h.runtime.cards["worker"].reachable  # no transport degradation: no forced GetTask
 
 
-def test_a_refused_connection_is_unreachable(make_harness: Any, card_warnings: Any) -> None:
+def test_a_refused_connection_is_unreachable(make_harness: Any, gateway_warnings: Any) -> None:
     h = make_harness(upstream={"url": f"http://127.0.0.1:{free_port()}/",
                                "card": {"retry_backoff_seconds": 60}})
     for i in range(3):
@@ -288,7 +268,7 @@ def test_a_refused_connection_is_unreachable(make_harness: Any, card_warnings: A
     assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") == 0
     assert h.metric("a2a_gateway_upstream_degraded", reason="card_unreachable") == 1
     assert h.metric("a2a_gateway_upstream_degraded", reason="card_invalid") == 0
-    [warning] = card_warnings("card_unreachable")
+    [warning] = gateway_warnings("card_unreachable")
     assert warning.reason == "worker unreachable: connection failed"  # type: ignore[attr-defined]
     assert warning.status is None  # type: ignore[attr-defined]
     assert h.runtime.card_status()["worker"]["card"] == "unreachable"
@@ -296,19 +276,19 @@ def test_a_refused_connection_is_unreachable(make_harness: Any, card_warnings: A
 
 
 def test_a_card_endpoint_that_times_out_is_unreachable(
-        gateway_for: Any, card_warnings: Any, release: threading.Event) -> None:
+        gateway_for: Any, gateway_warnings: Any, release: threading.Event) -> None:
     worker = ScriptedWorker()
     worker.on_path("GET", CARD_PATH, handler=held(release, JsonBody(default_card())), times=None)
     h = gateway_for(worker, upstream={"timeouts": {"read": 0.2}, "card": {"retry_backoff_seconds": 60}})
     wait_until(lambda: h.metric("a2a_gateway_card_fetches_total", outcome="unreachable") == 1)
-    [warning] = card_warnings("card_unreachable")
+    [warning] = gateway_warnings("card_unreachable")
     assert warning.reason == "worker timed out (ReadTimeout)"  # type: ignore[attr-defined]
     assert refused_for_the_card(h.rpc(new_task(1), headers=V1))
     assert card_gets(worker) == 1
 
 
 def test_a_worker_error_keeps_the_last_good_card_served_and_marks_it_unreachable(
-        make_harness: Any, card_warnings: Any) -> None:
+        make_harness: Any, gateway_warnings: Any) -> None:
     h = make_harness()
     h.worker.default_card = None
     h.worker.on_path("GET", CARD_PATH, raw=(500, {"content-type": "text/html"}, b"<h1>oops</h1>"),
@@ -316,7 +296,7 @@ def test_a_worker_error_keeps_the_last_good_card_served_and_marks_it_unreachable
     h.runtime.cards["worker"].mark_stale()
     served = h.http.get(h.gateway.url + CARD_PATH)
     assert served.status_code == 200 and served.json()["name"] == "scripted"
-    [warning] = card_warnings("card_unreachable")
+    [warning] = gateway_warnings("card_unreachable")
     assert (warning.reason, warning.status) == ("HTTP 500", 500)  # type: ignore[attr-defined]
     assert h.metric("a2a_gateway_upstream_degraded", reason="card_unreachable") == 1
     assert h.runtime.card_status()["worker"]["admitting_new_tasks"] is False  # stale, reject
