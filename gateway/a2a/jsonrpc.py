@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -329,6 +330,9 @@ def loads(data: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
     Python (orjson stops at 1024 levels on its own); the depth walk below is iterative and
     runs only when the body holds more ``{`` and ``[`` than ``max_depth``.
 
+    Integers past 64 bits stay integers (re-read with the standard library's parser), so a
+    payload the gateway changes and writes back keeps them exact.
+
     Raises:
         orjson.JSONDecodeError: not JSON.
         NestingTooDeepError: nested deeper than ``max_depth``.
@@ -341,7 +345,16 @@ def loads(data: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
         raise
     if _too_deep(data, doc, max_depth):
         raise NestingTooDeepError(max_depth)
+    if (_BIG_INTEGER if isinstance(data, bytes) else _BIG_INTEGER_TEXT).search(data) is not None:
+        doc = json.loads(data)  # an integer past 64 bits: orjson reads it as a float; keep it exact
     return doc
+
+
+_BIG_INTEGER = re.compile(rb"\d{20}")
+"""20 digits in a row: maybe an integer past 64 bits (2**64 has 20 digits), which orjson reads
+as a float; found in C, and the body re-read exactly only then (a string of digits as long
+costs the re-read too, never a wrong value)."""
+_BIG_INTEGER_TEXT = re.compile(r"\d{20}")
 
 
 def _too_deep(data: bytes | str, doc: object, max_depth: int) -> bool:

@@ -254,10 +254,9 @@ def test_streamed_worker_answers(fh: Harness, scripted: Scripted, data: st.DataO
     event(f"{len(docs)} events")
 
 
-# ------------------------------------------------------------------------------ open defects
-# Each is one shrunk example of a class the properties above leave out with ``assume`` while
-# the defect is open; a fix turns its strict xfail into a failure, to be removed with the
-# ``assume``.
+# ------------------------------------------------------------------------------ defects found
+# Each is one shrunk example of a defect class the properties above found (all fixed): the
+# properties cover them too now; these pin the exact case.
 
 V1_JSON = {"content-type": "application/json", "A2A-Version": "1.0"}
 WORKING_TASK = b'{"id":"@T@","contextId":"c-@T@","status":{"state":"TASK_STATE_WORKING"}}'
@@ -356,17 +355,13 @@ def test_a_message_stream_on_a_known_task_is_the_whole_reply(fh: Harness, script
     assert [r.method for r in fh.worker.requests[before:] if "/.well-known/" not in r.path] == ["SendStreamingMessage"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: a worker payload the gateway re-encodes (a state re-spelled, a v0.3 final flag "
-    "set, a wrong JSON-RPC id fixed) loses every integer beyond 64 bits in it: orjson reads "
-    "them as floats, so 18446744073709551616 reaches the client as 1.8446744073709552e+19"))
 @pytest.mark.parametrize("client", ["GetTask", "tasks/get"])
-def test_defect_big_integers_in_a_rewritten_payload_become_floats(fh: Harness, scripted: Scripted,
-                                                                   client: str) -> None:
-    """Worker: ``{"jsonrpc":"2.0","id":1,"result":{"id":t,"contextId":"c-t","status":{"state":
-    S},"metadata":{"n":18446744073709551616}}}`` with S a spelling the gateway re-spells for
-    the client (``working`` for v1.0, ``Working`` for v0.3). Observed: the state re-spelled and
-    ``"n":1.8446744073709552e+19``. Expected: ``"n":18446744073709551616``, exactly."""
+def test_big_integers_in_a_rewritten_payload_stay_exact(fh: Harness, scripted: Scripted, client: str) -> None:
+    """Found by the fuzz suite (orjson read them as floats: 1.8446744073709552e+19 reached the
+    client). Worker: ``{"jsonrpc":"2.0","id":1,"result":{"id":t,"contextId":"c-t","status":
+    {"state": S},"metadata":{"n":18446744073709551616}}}`` with S a spelling the gateway
+    re-spells for the client (``working`` for v1.0, ``Working`` for v0.3): the state re-spelled
+    and ``"n":18446744073709551616``, exactly."""
     state = "working" if client == "GetTask" else "Working"
     body = ('{"jsonrpc":"2.0","id":1,"result":{"id":"@T@","contextId":"c-@T@","status":{"state":"' + state +
             '"},"metadata":{"n":18446744073709551616}}}').encode()

@@ -5,8 +5,8 @@ that whatever goes wrong in an exchange is the gateway's doing.
   the request carried (``1e5`` stays ``1e5``), sends are answered with a direct Message,
   task reads with a WORKING Task of the task the request names, streams with one Message
   event (a send of a new message) or a Task snapshot plus an INPUT_REQUIRED status (a
-  subscribe, or a streamed message to an existing task: a lone Message there is taken for
-  a cut stream, see test_defect_message_stream_on_a_known_task_is_resubscribed) — never a
+  subscribe, or a streamed message to an existing task; a lone Message there is pinned by
+  test_a_message_stream_on_a_known_task_is_the_whole_reply) — never a
   terminal state, so no example leaves a task the next one cannot use.
 * REST (docs/protocol.md §1.3, §3.4): the same answers without the envelope, routed as a
   worker's own router reads the (decoded) path, so a task answer names the task the path
