@@ -221,6 +221,18 @@ def _grouped(
     return [(*k, _n(v)) for k, v in sorted(totals.items()) if v]
 
 
+def tracked_scrape(http: httpx.Client, metrics_url: str, wait: float = 2.0) -> str:
+    """A scrape once the tracked-task gauge (refreshed in the background) shows tasks, or
+    after ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        text = http.get(metrics_url).text
+        tracked = parse_metrics(text).get('a2a_gateway_tracked_tasks')
+        if (tracked is not None and any(s.value for s in tracked.samples)) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.1)
+
+
 def parse_metrics(text: str) -> dict[str, Any]:
     """Metric families of a Prometheus text exposition, by family name."""
     return {f.name: f for f in text_string_to_metric_families(text)}
@@ -458,7 +470,8 @@ def run(startup_timeout: float) -> int:
     config_path = log_dir / 'gateway.yaml'
     config_path.write_text(
         f'listen: {{host: {HOST}, port: {gateway_port}}}\n'
-        f'admin: {{host: {HOST}, port: {admin_port}}}\n'
+        # the tracked-task gauge is refreshed in the background: often here, so the summary has it
+        f'admin: {{host: {HOST}, port: {admin_port}, tracked_refresh_seconds: 0.2}}\n'
         'mode: enforce\n'
         f'ledger: {{url: "sqlite:///{log_dir / "ledger.db"}"}}\n'
         'upstreams:\n'
@@ -517,7 +530,7 @@ def run(startup_timeout: float) -> int:
                 _say(f'  demo client: {err}')
 
             _heading(f'2. what the gateway saw (GET {metrics_url})')
-            for line in summarize_metrics(http.get(metrics_url).text):
+            for line in summarize_metrics(tracked_scrape(http, metrics_url)):
                 _say(line)
 
             _heading('3. an invariant, live: a terminal task stays terminal')

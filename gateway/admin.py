@@ -87,8 +87,8 @@ class BearerGuard:
 
 def probe_routes(runtime: Runtime, is_ready: Callable[[], bool], *, upstreams: bool) -> list[Route]:
     """``GET``/``HEAD`` ``/healthz`` and ``/readyz``; ``is_ready``: start-up is done (the drain
-    is read from the runtime). ``upstreams``: ``/readyz`` adds ``runtime.card_status()`` when
-    the runtime has it (the admin listener; never on the traffic port)."""
+    is read from the runtime). ``upstreams``: ``/readyz`` adds ``runtime.card_status()`` (the
+    admin listener; never on the traffic port), every upstream not admitting during a drain."""
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -96,9 +96,12 @@ def probe_routes(runtime: Runtime, is_ready: Callable[[], bool], *, upstreams: b
     async def readyz(request: Request) -> Response:
         ready = is_ready() and not runtime.draining.is_set()
         body: dict[str, object] = {"status": "ready" if ready else "not ready"}
-        card_status = getattr(runtime, "card_status", None) if upstreams else None
-        if callable(card_status):
-            body["upstreams"] = card_status()
+        if upstreams:
+            status = runtime.card_status()
+            if runtime.draining.is_set():  # shutting down: no upstream admits anything new
+                status = {name: {**s, "admitting_new_tasks": False, "reason": "gateway draining"}
+                          for name, s in status.items()}
+            body["upstreams"] = status
         return JSONResponse(body, status_code=200 if ready else 503)
 
     return [Route("/healthz", healthz, methods=["GET", "HEAD"]),

@@ -16,9 +16,10 @@ that put it in force on a listener.
   served (a later request on a keep-alive connection); else ``HTTP/1.1 408 Request Timeout``
   (``Connection: close``) is written and the connection closed. A request body and a
   response (a stream) are not bounded by it.
-* **max_header_bytes**: a request head still not whole after this many bytes is answered
-  ``HTTP/1.1 431 Request Header Fields Too Large`` and the connection closed (httptools sets
-  no bound of its own, so a client could grow one head in memory for ``header_timeout``).
+* **max_header_bytes**: a request head (up to its blank line; a body in the same read does not
+  count) longer than this many bytes is answered ``HTTP/1.1 431 Request Header Fields Too
+  Large`` and the connection closed, before the parser sees it (httptools sets no bound of its
+  own, so a client could grow one head in memory for ``header_timeout``).
 * **idle_timeout**: uvicorn's keep-alive timeout: a connection whose response is complete and
   that sends nothing more is closed after this many seconds.
 
@@ -132,7 +133,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     bounds: ClassVar[ConnectionBounds]
     _counted = False
     _head_timer: asyncio.TimerHandle | None = None
-    _head_bytes = 0  # bytes received since the current head began (while its timer runs)
+    _head_bytes = 0  # bytes of the head being received so far
+    _head_tail = b""  # its last 3 bytes (a CRLFCRLF may be split across reads)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.bounds.opened():
@@ -154,16 +156,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if not self._counted:
             return
-        if self._head_timer is not None:
-            self._head_bytes += len(data)
-        super().data_received(data)
-        if self._head_timer is not None and self._head_bytes > self.bounds.max_header_bytes \
-                and not self.transport.is_closing():  # the head is still not whole: too large
+        idle = self.cycle is None or self.cycle.response_complete
+        if (self._head_timer is not None or idle) and self._head_too_large(data):
             self._stop_head_timer()
             self.bounds.refused("header_too_large")
             self.transport.write(HEADERS_TOO_LARGE)
             self.transport.close()
             return
+        super().data_received(data)
         # Bytes arrived while no request is being served, and no whole head came with them
         # (else on_headers_complete made a cycle): the head's clock starts now.
         if self._head_timer is None and (self.cycle is None or self.cycle.response_complete) \
@@ -174,6 +174,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         super().on_headers_complete()
 
+    def _head_too_large(self, data: bytes) -> bool:
+        """Whether the request head that ``data`` continues is past ``max_header_bytes``
+        (counted up to its blank line when ``data`` holds it, so a body in the same read does
+        not count), before the parser gets ``data``."""
+        seen = self._head_tail + data if self._head_tail else data
+        end = seen.find(b"\r\n\r\n")
+        if end >= 0:
+            return self._head_bytes + end + 4 - len(self._head_tail) > self.bounds.max_header_bytes
+        self._head_bytes += len(data)
+        self._head_tail = seen[-3:]
+        return self._head_bytes > self.bounds.max_header_bytes
+
     def handle_websocket_upgrade(self) -> None:
         # The connection leaves this protocol (and uvicorn's own connection set) for the
         # WebSocket one, which closes it: the gateway serves no WebSocket route.
@@ -183,7 +195,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().handle_websocket_upgrade()
 
     def _stop_head_timer(self) -> None:
-        self._head_bytes = 0
+        self._head_bytes, self._head_tail = 0, b""
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
