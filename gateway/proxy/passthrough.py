@@ -4,7 +4,9 @@ A path and verb that no A2A binding defines (a worker's own endpoints, a well-kn
 than the Agent Card's …) passes through unchanged in both directions: bodies are
 streamed, never buffered, and response bytes are relayed raw (``aiter_raw``: compression is
 left as the worker chose). Only hop-by-hop headers are removed (docs/protocol.md §11 pitfalls 9,
-10). A worker transport failure becomes HTTP 502 (504 on timeout) with a
+10), and a ``Location`` that names the worker (its configured URL, or a path below it) is
+rewritten to the gateway's public URL for the mount, as nginx's ``proxy_redirect default``
+does — a redirect never sends the client round the gateway. A worker transport failure becomes HTTP 502 (504 on timeout) with a
 ``google.rpc.Status``-shaped JSON body (docs/protocol.md §6.3).
 """
 
@@ -25,6 +27,7 @@ from gateway.proxy.forward import (
     until_disconnect,
     upstream_request_headers,
 )
+from gateway.proxy.card import public_base
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
 
@@ -35,6 +38,24 @@ def status_body(code: int, message: str) -> bytes:
     """A ``google.rpc.Status`` JSON error body (docs/protocol.md §6.3, REST v1.0)."""
     status = _STATUS_NAMES.get(code, "INTERNAL")
     return orjson.dumps({"error": {"code": code, "status": status, "message": message}})
+
+
+def _own_location(headers: list[tuple[bytes, bytes]], route: Route, base: str) -> list[tuple[bytes, bytes]]:
+    """``headers`` with a ``Location`` below the worker's URL (``http://worker:9999/a2a/x``, or
+    the path ``/a2a/x``) pointing at the same place below the mount (``base``: the gateway's
+    public URL of the mount); any other ``Location`` as it was."""
+    upstream = route.upstream.url  # ends with "/"
+    upstream_path = "/" + upstream.split("://", 1)[1].partition("/")[2]
+    out = []
+    for name, value in headers:
+        if name.lower() == b"location":
+            text = value.decode("latin-1")
+            for below in (upstream, upstream_path):
+                if text.startswith(below) or text == below.rstrip("/"):
+                    value = (base + text[len(below):]).encode("latin-1")
+                    break
+        out.append((name, value))
+    return out
 
 
 async def relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
@@ -82,6 +103,8 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
         return "upstream_error"
     try:
         headers = client_response_headers(response.headers)
+        if "location" in response.headers:
+            headers = _own_location(headers, route, public_base(rt.config.public, route, scope))
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         is_stream = is_event_stream(response.headers)
         finished, outcome = await until_disconnect(

@@ -1195,3 +1195,16 @@ def test_agent_card_nested_too_deep_is_invalid_never_cached(make_harness: Any) -
     h.runtime.cards["worker"].cancel()
     assert h.on_gateway_loop(h.runtime.cards["worker"].refresh()) == "invalid"
     assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") >= 1
+
+
+def test_a_relayed_redirect_names_the_gateway_not_the_worker(h: Harness) -> None:
+    """A worker's redirect on a relayed path (``/healthz`` → ``/healthz/``) is passed on with
+    its ``Location`` pointing at the gateway, as nginx's ``proxy_redirect default`` does: a
+    client following it stays on the gateway. Other Locations are left as they are."""
+    upstream = h.runtime.config.upstreams[0].url  # http://127.0.0.1:PORT/
+    for sent, want in ((upstream + "healthz/?a=1", f"{h.gateway.url}/healthz/?a=1"),
+                       ("/healthz/", f"{h.gateway.url}/healthz/"),
+                       ("https://elsewhere.example/x", "https://elsewhere.example/x")):
+        h.worker.on_path("GET", "/healthz", raw=(307, {"location": sent, "content-type": "text/plain"}, b""))
+        r = h.http.get(h.gateway.url + "/healthz")
+        assert (r.status_code, r.headers["location"]) == (307, want), (sent, r.headers)
