@@ -135,6 +135,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _head_timer: asyncio.TimerHandle | None = None
     _head_bytes = 0  # bytes of the head being received so far
     _head_tail = b""  # its last 3 bytes (a CRLFCRLF may be split across reads)
+    _in_head = False  # the parser is inside a request head (from its first byte to its end)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.bounds.opened():
@@ -156,23 +157,37 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if not self._counted:
             return
-        idle = self.cycle is None or self.cycle.response_complete
-        if (self._head_timer is not None or idle) and self._head_too_large(data):
-            self._stop_head_timer()
-            self.bounds.refused("header_too_large")
-            self.transport.write(HEADERS_TOO_LARGE)
-            self.transport.close()
+        cycle = self.cycle  # a request body still arriving (more_body) is no head
+        counting = self._in_head or cycle is None or (cycle.response_complete and not cycle.more_body)
+        if counting and self._head_too_large(data):
+            self._refuse_head()
             return
         super().data_received(data)
+        if self._in_head and not counting:  # a head began in this read, behind a response
+            self._head_bytes += len(data)  # (at most this read of it)
+            if self._head_bytes > self.bounds.max_header_bytes:
+                self._refuse_head()
+                return
         # Bytes arrived while no request is being served, and no whole head came with them
         # (else on_headers_complete made a cycle): the head's clock starts now.
         if self._head_timer is None and (self.cycle is None or self.cycle.response_complete) \
                 and self._counted and not self.transport.is_closing():
             self._head_timer = self.loop.call_later(self.bounds.header_timeout, self._head_timed_out)
 
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+
     def on_headers_complete(self) -> None:
+        self._in_head = False
         self._stop_head_timer()
         super().on_headers_complete()
+
+    def _refuse_head(self) -> None:
+        self._stop_head_timer()
+        self.bounds.refused("header_too_large")
+        self.transport.write(HEADERS_TOO_LARGE)
+        self.transport.close()
 
     def _head_too_large(self, data: bytes) -> bool:
         """Whether the request head that ``data`` continues is past ``max_header_bytes``

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from tests.proxy.conftest import Harness
+from tests.support.scripted_worker import Event
 from tests.support.servers import wait_until
 
 WAIT = 5.0  # the longest a socket read waits here: far above every bound set below
@@ -210,3 +211,28 @@ def test_a_bound_that_keeps_biting_is_one_warning_not_one_per_connection(
     warnings = [(r.reason, r.connections) for r in caplog.records  # type: ignore[attr-defined]
                 if r.getMessage() == "connections_refused"]
     assert warnings == [("max_connections", 1), ("header_timeout", 1)]
+
+
+def test_the_head_bound_holds_behind_a_response_and_ignores_a_refused_body(make_harness: Any) -> None:
+    """A head pipelined behind a response still being written is bounded too; the rest of a
+    body refused early (413) is a body, never counted as a head."""
+    h = make_harness(listen={"max_header_bytes": 4096, "header_timeout_seconds": 30},
+                     limits={"max_body_bytes": 1000})
+    with connect(h) as sock:  # a 413 for a big body, then the rest of that body arrives
+        sock.sendall(b"POST /message:send HTTP/1.1\r\nHost: gateway\r\nA2A-Version: 1.0\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 20000\r\n\r\n" + b"x" * 20000)
+        assert read_response(sock).startswith(b"HTTP/1.1 413 ")
+    assert h.metric(REFUSED, reason="header_too_large") == 0
+    h.worker.on("SendStreamingMessage", sse=[
+        Event(result={"task": {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}})],
+        hold_open=True)
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+        "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}})
+    with connect(h) as sock:  # a stream stays open; a second head grows behind it
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: gateway\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        seen = b""
+        while b"t-1" not in seen:
+            seen += sock.recv(65536)
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: gateway\r\n" + (b"X-Pad: " + b"a" * 1000 + b"\r\n") * 6)
+        wait_until(lambda: h.metric(REFUSED, reason="header_too_large") == 1)
