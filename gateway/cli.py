@@ -257,6 +257,10 @@ def _serve(args: argparse.Namespace) -> int:
         print("a2a-gateway serve: --workers must be 1 or more, and more than 1 needs a shared "
               "ledger (--ledger sqlite:///PATH or redis://HOST:PORT/DB), not memory", file=sys.stderr)
         return 2
+    if workers > 1:  # SIGHUP means "reload" to the supervisor: never die of one before it listens
+        import signal
+
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     configure_logging(config.log.level, config.log.format, config.log.flush_seconds,
                       config.log.repeat_window_seconds)
     # Taken before the ledger is touched, so a refused start flags no live task for a resync;

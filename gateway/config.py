@@ -240,9 +240,9 @@ class LogConfig(_Frozen):
     """INFO/DEBUG lines are written in batches at most this late (one write per batch, not
     per request); WARNING and above at once; 0 writes every line at once."""
     repeat_window_seconds: Annotated[float, Field(ge=0)] = 10.0
-    """An error line identical to one written less than this long ago (same event, upstream
-    and error) is held back and counted; the next one after the window carries
-    ``repeated`` (how many were held back). 0 writes every line."""
+    """A WARNING-or-worse line identical to one written less than this long ago (the same
+    event and fields, ``duration_s`` aside) is held back and counted; the next one after the
+    window carries ``repeated`` (how many were held back). 0 writes every line."""
 
 
 class GatewayConfig(_Frozen):

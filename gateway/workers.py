@@ -103,7 +103,10 @@ def supervise(argv: Sequence[str], *, host: str, port: int, admin: tuple[str, in
     stop = {"signal": 0}
 
     def start(slot: int) -> None:
-        proc = subprocess.Popen(command, env=env, pass_fds=[*(s.fileno() for s in inherited), watched])
+        # SIGHUP ignored from the first instruction (an ignored signal stays ignored across
+        # exec): a reload forwarded before the worker's handler is in place must not kill it
+        proc = subprocess.Popen(command, env=env, pass_fds=[*(s.fileno() for s in inherited), watched],
+                                preexec_fn=_ignore_sighup)
         if slot < len(procs):
             procs[slot], started[slot] = proc, time.monotonic()
         else:
@@ -138,6 +141,9 @@ def supervise(argv: Sequence[str], *, host: str, port: int, admin: tuple[str, in
                     forward(signal.SIGTERM, None)
                     break
                 start(slot)
+        for proc in procs:  # again: a worker started while the signal came may not have had it
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_seconds + 10
         for proc in procs:
             try:
@@ -203,6 +209,10 @@ def _die_with_parent(supervisor: int) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
     if os.getppid() != supervisor:  # died before the signal was armed: it will never come
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _ignore_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def _bind(listener: str, address: tuple[str, int], backlog: int, log: logging.Logger) -> socket.socket | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,21 +187,28 @@ class ExactNumber:
         return f"ExactNumber({self.text.decode()})"
 
 
-def reply_id(body: bytes, value: JsonId) -> Any:
-    """The id an answer to the request ``body`` carries: ``value``, or the number's text as the
-    client wrote it (an :class:`ExactNumber`) when an encoder would spell the value otherwise —
-    any float (``1e5`` reads as 100000.0) and ``-0``. Read with the standard library's parser
-    only then (it is slow, and deep bodies were refused before)."""
-    if not (isinstance(value, float) or (value == 0 and type(value) is int and b"-" in body)):
-        return value
+EXACT_ID_MAX_BYTES = 1024 * 1024
+"""The largest body whose numeric id is re-read exactly (the standard library's parser is
+about ten times slower than orjson; past this the id is orjson's reading)."""
+
+
+def _exact_id(body: bytes) -> tuple[int | float, Any] | None:
+    """The top-level numeric ``id`` of ``body`` read exactly — ``(value, reply_id)``: the value
+    (an integer past 64 bits stays an integer) and what an answer carries (the value, or an
+    :class:`ExactNumber` when an encoder would spell it otherwise: ``1e5``, ``1.50``, ``-0``)
+    — or ``None`` (no numeric id, unreadable, or a body over :data:`EXACT_ID_MAX_BYTES`).
+    One pass of the standard library's parser, its number hooks keeping the text."""
+    if len(body) > EXACT_ID_MAX_BYTES:
+        return None
     try:
         marked = json.loads(body, parse_float=_NumberText, parse_int=_NumberText)
     except (ValueError, RecursionError):
-        return value
+        return None
     text = marked.get("id") if isinstance(marked, dict) else None
-    if not isinstance(text, _NumberText) or orjson.dumps(value) == text.encode():
-        return value
-    return ExactNumber(text.encode())
+    if not isinstance(text, _NumberText):
+        return None
+    value: int | float = float(text) if any(c in text for c in ".eE") else int(text)
+    return value, (value if dumps(value) == text.encode() else ExactNumber(text.encode()))
 
 
 def _valid_id(value: object) -> bool:
@@ -229,11 +235,11 @@ def parse_request(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> Request | Par
     if _too_deep(body, doc, max_depth):
         raw_id = doc.get("id") if isinstance(doc, dict) else None
         return _too_deep_failure(max_depth, raw_id if _valid_id(raw_id) and not isinstance(raw_id, float) else None)
-    if isinstance(doc, dict) and isinstance(doc.get("id"), float):
-        try:
-            doc = json.loads(body)  # keep integer ids beyond 64 bits exact (orjson makes floats)
-        except RecursionError:  # too deep for the exact re-parse: keep orjson's reading
-            pass
+    answer_id: Any = None
+    if isinstance(doc, dict) and (isinstance(doc.get("id"), float) or (doc.get("id") == 0 and b"-0" in body)):
+        exact = _exact_id(body)  # orjson made a float of it (1e5, or an integer past 64 bits)
+        if exact is not None:
+            doc["id"], answer_id = exact
     if isinstance(doc, list):
         return _fail(INVALID_REQUEST, "Invalid Request: batch requests are not supported", None)
     if not isinstance(doc, dict):
@@ -241,7 +247,7 @@ def parse_request(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> Request | Par
     raw_id = doc.get("id")
     if not _valid_id(raw_id):
         return _fail(INVALID_REQUEST, "Invalid Request: id must be a string, number or null", None)
-    answer_id = reply_id(body, raw_id)
+    answer_id = raw_id if answer_id is None else answer_id
     if doc.get("jsonrpc") != "2.0":
         return _fail(INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', answer_id)
     method = doc.get("method")
@@ -324,14 +330,15 @@ def error_response(
     return {"jsonrpc": "2.0", "id": req_id, "error": err}
 
 
-def loads(data: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def loads(data: bytes | str, max_depth: int = MAX_JSON_DEPTH, *, exact_integers: bool = True) -> Any:
     """Parse a JSON body (orjson) and bound its nesting: an object or array counts one level,
     the top level included (``{"a": [1]}`` is 2 deep). The parse itself never recurses in
     Python (orjson stops at 1024 levels on its own); the depth walk below is iterative and
     runs only when the body holds more ``{`` and ``[`` than ``max_depth``.
 
-    Integers past 64 bits stay integers (re-read with the standard library's parser), so a
-    payload the gateway changes and writes back keeps them exact.
+    With ``exact_integers`` (for a worker payload the gateway may write back) integers past 64
+    bits stay integers, re-read with the standard library's parser; a body only read (a
+    client's REST body, forwarded as sent) skips that.
 
     Raises:
         orjson.JSONDecodeError: not JSON.
@@ -345,16 +352,18 @@ def loads(data: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
         raise
     if _too_deep(data, doc, max_depth):
         raise NestingTooDeepError(max_depth)
-    if (_BIG_INTEGER if isinstance(data, bytes) else _BIG_INTEGER_TEXT).search(data) is not None:
+    if exact_integers and (b"0" * 20 in data.translate(_DIGITS_TO_ZERO) if isinstance(data, bytes)
+                           else "0" * 20 in data.translate(_DIGITS_TO_ZERO_TEXT)):
         doc = json.loads(data)  # an integer past 64 bits: orjson reads it as a float; keep it exact
     return doc
 
 
-_BIG_INTEGER = re.compile(rb"\d{20}")
-"""20 digits in a row: maybe an integer past 64 bits (2**64 has 20 digits), which orjson reads
-as a float; found in C, and the body re-read exactly only then (a string of digits as long
-costs the re-read too, never a wrong value)."""
-_BIG_INTEGER_TEXT = re.compile(r"\d{20}")
+# 20 ASCII digits in a row: maybe an integer past 64 bits (2**64 has 20 digits), which orjson
+# reads as a float. Found in C (every digit made a "0", then one substring search), and the
+# body re-read exactly only then (a string of as many digits costs the re-read too, never a
+# wrong value).
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_DIGITS_TO_ZERO_TEXT = str.maketrans("123456789", "000000000")
 
 
 def _too_deep(data: bytes | str, doc: object, max_depth: int) -> bool:

@@ -106,7 +106,7 @@ class JsonRpcExchange(RequestExchange):
         return Post(jsonrpc.dumps(jsonrpc.task_get_request(task_id, self.ex.version)))
 
     def subscribe_request(self, task_id: str) -> Open:
-        return Open(jsonrpc.dumps(jsonrpc.subscribe_request(self.req.id, task_id, self.ex.version)))
+        return Open(jsonrpc.dumps(jsonrpc.subscribe_request(self.req.reply_id, task_id, self.ex.version)))
 
     # --- answers to the client -----------------------------------------------------------------
 
@@ -163,8 +163,8 @@ class JsonRpcExchange(RequestExchange):
     def client_id(self, doc: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]:
         """``doc`` with the client's id (F16); a worker that changed it is a
         ``jsonrpc_id_mismatch`` divergence."""
-        if same_id(doc, self.req):
-            return doc
+        if same_id(doc, self.req):  # an id the client wrote as 1e5 goes back as 1e5, not 100000.0
+            return doc if type(self.req.reply_id) is not jsonrpc.ExactNumber else {**doc, "id": self.req.reply_id}
         finding = Finding("divergence", "jsonrpc_id_mismatch", str(doc.get("id")))
         yield Found((finding,), self.ex.task_id)
         return {**doc, "id": self.req.reply_id}

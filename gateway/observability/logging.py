@@ -122,9 +122,10 @@ class RepeatFilter(logging.Filter):
     """Holds back a WARNING-or-worse line identical to one written less than ``window``
     seconds ago — same event, level and fields (``duration_s`` aside): during an outage every
     refused request would otherwise log the same lines. The first such line after the window
-    is written with ``repeated``: how many were held back since the last one written. Lines
-    that differ in any field (a divergence's ``task_id``) are never held back. At most
-    :data:`MAX_KEYS` kinds of line are remembered.
+    is written with ``repeated``: how many were held back since the last one written (a run
+    of repeats that just stops is not reported). Lines that differ in any field (a
+    divergence's ``task_id``) are never held back. At most :data:`MAX_KEYS` kinds of line are
+    remembered, the one written longest ago forgotten first (O(1) a line).
 
     Args:
         window: seconds; 0 holds nothing back.
@@ -151,12 +152,12 @@ class RepeatFilter(logging.Filter):
         if seen is not None and now - seen[0] < self.window:
             seen[1] += 1
             return False
-        if seen is not None and seen[1]:
-            record.repeated = int(seen[1])
-        if seen is None and len(self._seen) >= self.MAX_KEYS:
-            self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.window}
-            if len(self._seen) >= self.MAX_KEYS:  # all recent: forget the oldest
-                del self._seen[next(iter(self._seen))]
+        if seen is not None:
+            if seen[1]:
+                record.repeated = int(seen[1])
+            del self._seen[key]  # written again: to the end, so the dict stays in write order
+        elif len(self._seen) >= self.MAX_KEYS:
+            del self._seen[next(iter(self._seen))]  # forget the line written longest ago
         self._seen[key] = [now, 0]
         return True
 

@@ -56,7 +56,7 @@ class RestHandler(ExchangeHandler):
         doc: object = None
         if call.operation in _JSON_BODY:
             try:
-                doc = jsonrpc.loads(body, self.rt.config.limits.max_json_depth)
+                doc = jsonrpc.loads(body, self.rt.config.limits.max_json_depth, exact_integers=False)
             except orjson.JSONDecodeError:
                 doc = None
             except NestingTooDeepError as exc:

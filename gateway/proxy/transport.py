@@ -354,7 +354,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             self._exact = httpx.AsyncHTTPTransport(retries=0, limits=httpx.Limits(
                 max_connections=100, max_keepalive_connections=10, keepalive_expiry=self._keepalive))
         url = request.url
-        host = url.raw_host if url.port is None else url.raw_host + b":%d" % url.port
+        host = b"[" + url.raw_host + b"]" if b":" in url.raw_host else url.raw_host  # IPv6
+        host = host if url.port is None else host + b":%d" % url.port
         stream = request.stream
         framing = ((b"content-length", b"%d" % len(b"".join(stream)))
                    if isinstance(stream, httpx.ByteStream) else (b"transfer-encoding", b"chunked"))
