@@ -306,10 +306,14 @@ def load_config(path: str | Path) -> GatewayConfig:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError([f"{path}: {err.strerror}"]) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError([f"{path}: not UTF-8 text (byte {err.start})"]) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError([f"{path}: invalid YAML: {err}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{path}: invalid YAML: nested too deeply"]) from None
     return parse_config(data)
 
 

@@ -231,3 +231,18 @@ class TestCheckConfigCli:
         proc = cli("check-config", str(tmp_path / "nope.yaml"))
         assert proc.returncode == 2
         assert "nope.yaml" in proc.stderr
+
+
+def test_a_config_file_that_is_not_utf8_or_nested_too_deeply_is_a_config_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A ConfigError (exit 2, one line; on SIGHUP a refused reload), never a traceback."""
+    from gateway.config import load_config
+    from gateway.errors import ConfigError
+
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"upstreams:\n  - {name: caf\xe9, url: 'http://x/'}\n")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    for path, words in ((latin1, "not UTF-8"), (deep, "nested too deeply")):
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert words in info.value.problems[0]
