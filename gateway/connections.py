@@ -20,6 +20,9 @@ that put it in force on a listener.
   count) longer than this many bytes is answered ``HTTP/1.1 431 Request Header Fields Too
   Large`` and the connection closed, before the parser sees it (httptools sets no bound of its
   own, so a client could grow one head in memory for ``header_timeout``).
+* **max_request_bytes**: what one request may take on the wire in all (twice the body bound
+  plus twice the head bound, so chunk framing never bites): chunked trailers, which httptools
+  reads into memory and no other bound sees, end there with a 431 and the close.
 * **idle_timeout**: uvicorn's keep-alive timeout: a connection whose response is complete and
   that sends nothing more is closed after this many seconds.
 
@@ -65,6 +68,8 @@ class ConnectionBounds:
         max_connections: open connections at most (> 0).
         header_timeout: seconds a request head may take to arrive (> 0).
         max_header_bytes: bytes a request head may take (httptools alone keeps reading one).
+        max_request_bytes: bytes one request may take on the wire, head, body, chunk framing
+            and trailers (which no other bound sees) together; ``None``: unbounded.
         idle_timeout: seconds a keep-alive connection may sit idle (> 0).
         log: where the ``connections_refused`` warnings go.
         metrics: the gateway's metrics, to count connections in
@@ -76,10 +81,11 @@ class ConnectionBounds:
 
     def __init__(self, *, max_connections: int, header_timeout: float, idle_timeout: float,
                  log: logging.Logger, metrics: Metrics | None = None, listener: str = "traffic",
-                 max_header_bytes: int = 65536) -> None:
+                 max_header_bytes: int = 65536, max_request_bytes: int | None = None) -> None:
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.max_header_bytes = max_header_bytes
+        self.max_request_bytes = max_request_bytes
         self.idle_timeout = idle_timeout
         self.log = log
         self.listener = listener
@@ -136,6 +142,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _head_bytes = 0  # bytes of the head being received so far
     _head_tail = b""  # its last 3 bytes (a CRLFCRLF may be split across reads)
     _in_head = False  # the parser is inside a request head (from its first byte to its end)
+    _request_bytes = 0  # bytes received since the current request began
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.bounds.opened():
@@ -163,6 +170,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse_head()
             return
         super().data_received(data)
+        self._request_bytes += len(data)  # (after the parse: a request that began in it was reset)
+        limit = self.bounds.max_request_bytes
+        if limit is not None and self._request_bytes > limit and self.cycle is not None \
+                and self.cycle.more_body and not self.transport.is_closing():
+            self._refuse_head()  # chunked trailers, or a body past every bound: stop reading
+            return
         if self._in_head and not counting:  # a head began in this read, behind a response
             self._head_bytes += len(data)  # (at most this read of it)
             if self._head_bytes > self.bounds.max_header_bytes:
@@ -177,6 +190,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
+        self._request_bytes = 0
 
     def on_headers_complete(self) -> None:
         self._in_head = False

@@ -123,6 +123,7 @@ def listener_bounds(runtime: Runtime, listener: str = "traffic") -> ConnectionBo
         max_connections=listen.max_connections if listener == "traffic" else ADMIN_MAX_CONNECTIONS,
         header_timeout=listen.header_timeout_seconds, idle_timeout=listen.idle_timeout_seconds,
         max_header_bytes=listen.max_header_bytes,
+        max_request_bytes=2 * (runtime.config.limits.max_body_bytes + listen.max_header_bytes),
         log=runtime.log, metrics=runtime.metrics if listener == "traffic" else None, listener=listener)
 
 

@@ -236,3 +236,19 @@ def test_the_head_bound_holds_behind_a_response_and_ignores_a_refused_body(make_
             seen += sock.recv(65536)
         sock.sendall(b"GET / HTTP/1.1\r\nHost: gateway\r\n" + (b"X-Pad: " + b"a" * 1000 + b"\r\n") * 6)
         wait_until(lambda: h.metric(REFUSED, reason="header_too_large") == 1)
+
+
+def test_chunked_trailers_are_bounded_with_the_whole_request(make_harness: Any) -> None:
+    """Trailers after a chunked body pass both the head and the body bound, and httptools
+    reads them into memory: one request's bytes on the wire are bounded too (twice the body
+    and head bounds), so endless trailers end with 431 and the close."""
+    h = make_harness(listen={"max_header_bytes": 4096}, limits={"max_body_bytes": 1000})
+    with connect(h) as sock:
+        sock.sendall(b"POST /other HTTP/1.1\r\nHost: gateway\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"2\r\n{}\r\n0\r\n" + (b"X-Trailer: " + b"t" * 1000 + b"\r\n") * 12)
+        answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:300]
+    assert h.metric(REFUSED, reason="header_too_large") == 1
+    with connect(h) as sock:  # the gateway serves on
+        sock.sendall(CARD)
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")
