@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from queue import SimpleQueue
@@ -314,9 +315,21 @@ class SqliteLedger:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            _migrate(conn)
+            # Several processes opening one file at once (serve --workers N): the switch to
+            # WAL (an exclusive lock) can be refused at once, without the busy handler, while
+            # another connection reads; retried here, on the ledger's own thread, for up to
+            # busy_timeout.
+            deadline = time.monotonic() + self._busy_ms / 1000
+            while True:
+                try:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    conn.execute("PRAGMA synchronous = NORMAL")
+                    _migrate(conn)
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
         except BaseException:
             conn.close()
             raise
