@@ -18,6 +18,8 @@ Prints one table and writes it to ``bench/results/ledger-<date>.txt``. No timing
 
 from __future__ import annotations
 
+from bench import run_and_save
+
 import argparse
 import asyncio
 import os
@@ -42,7 +44,6 @@ from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
 
 EX = Exchange("worker", Operation.STREAM, ProtocolVersion.V1_0, None)
-RESULTS = Path(__file__).parent / "results"
 
 
 def _events(task_id: str, context_id: str) -> tuple[dict[str, object], dict[str, object]]:
@@ -201,18 +202,7 @@ def main() -> None:
                         help="tasks for the memory size measurement (default 1000000)")
     parser.add_argument("--backends", default="memory,sqlite,redis")
     args = parser.parse_args()
-    try:
-        import uvloop
-    except ImportError:
-        lines = asyncio.run(main_async(args))
-    else:
-        lines = uvloop.run(main_async(args))
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"ledger-{time.strftime('%Y%m%d-%H%M%S')}.txt"
-    out.write_text(text + "\n")
-    print(f"\nsaved to {out}")
+    run_and_save(main_async(args), "ledger")
 
 
 if __name__ == "__main__":

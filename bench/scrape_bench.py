@@ -30,6 +30,8 @@ Prints one table and writes it to ``bench/results/scrape-<date>.txt``. No timing
 
 from __future__ import annotations
 
+from bench import run_and_save
+
 import argparse
 import asyncio
 import dataclasses
@@ -53,7 +55,6 @@ from gateway.ledger import codec
 from gateway.ledger.memory import MemoryLedger
 from gateway.ledger.sqlite import _INSERT, SqliteLedger
 
-RESULTS = Path(__file__).parent / "results"
 OLD_COUNT = "SELECT state, COUNT(*) FROM tasks GROUP BY state"
 TRIGGERS = ("tasks_count_insert", "tasks_count_update", "tasks_count_delete")
 # The states of a ledger under retention: mostly finished tasks, a few live ones.
@@ -286,18 +287,7 @@ def main() -> None:
     parser.add_argument("--old-reps", type=int, default=10, help="timed old GROUP BY queries")
     parser.add_argument("--memory-tasks", type=int, default=100_000)
     args = parser.parse_args()
-    try:
-        import uvloop
-    except ImportError:
-        lines = asyncio.run(main_async(args))
-    else:
-        lines = uvloop.run(main_async(args))
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"scrape-{time.strftime('%Y%m%d-%H%M%S')}.txt"
-    out.write_text(text + "\n")
-    print(f"\nsaved to {out}")
+    run_and_save(main_async(args), "scrape")
 
 
 if __name__ == "__main__":
