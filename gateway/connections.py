@@ -164,8 +164,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if not self._counted:
             return
-        cycle = self.cycle  # a request body still arriving (more_body) is no head
-        counting = self._in_head or cycle is None or (cycle.response_complete and not cycle.more_body)
+        counting = self._expecting_head()
         if counting and self._head_too_large(data):
             self._refuse_head()
             return
@@ -181,11 +180,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if self._head_bytes > self.bounds.max_header_bytes:
                 self._refuse_head()
                 return
-        # Bytes arrived while no request is being served, and no whole head came with them
-        # (else on_headers_complete made a cycle): the head's clock starts now.
-        if self._head_timer is None and (self.cycle is None or self.cycle.response_complete) \
-                and self._counted and not self.transport.is_closing():
+        # A head began in these bytes and is not whole yet (also one pipelined behind a
+        # response), or they came while no request is in flight: the head's clock starts now.
+        if self._head_timer is None and self._expecting_head() and not self.transport.is_closing():
             self._head_timer = self.loop.call_later(self.bounds.header_timeout, self._head_timed_out)
+
+    def _expecting_head(self) -> bool:
+        """The next bytes belong to a request head: one is being parsed, or no request is
+        in flight (none yet, or the last answered with its body read whole; the rest of a
+        body refused early is still a body)."""
+        cycle = self.cycle
+        return self._in_head or cycle is None or (cycle.response_complete and not cycle.more_body)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -199,8 +204,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse_head(self) -> None:
         self._stop_head_timer()
-        self.bounds.refused("header_too_large")
-        self.transport.write(HEADERS_TOO_LARGE)
+        self._refuse("header_too_large", HEADERS_TOO_LARGE)
+
+    def _refuse(self, reason: str, answer: bytes) -> None:
+        """Count the refusal and close; the answer is written only where a response may start
+        (never into the middle of one still being written, such as a stream a head was
+        pipelined behind)."""
+        self.bounds.refused(reason)
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not cycle.response_started:
+            self.transport.write(answer)
         self.transport.close()
 
     def _head_too_large(self, data: bytes) -> bool:
@@ -233,9 +246,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = None
         if self.transport.is_closing():
             return
-        self.bounds.refused("header_timeout")
-        self.transport.write(REQUEST_TIMEOUT)
-        self.transport.close()
+        self._refuse("header_timeout", REQUEST_TIMEOUT)
 
 
 def protocol_class(bounds: ConnectionBounds) -> type[BoundedHttpToolsProtocol]:

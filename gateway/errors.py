@@ -43,7 +43,8 @@ class UpstreamError(GatewayError):
     """The worker failed at the transport level.
 
     ``reason`` is a metric label: ``connect``, ``timeout``, ``protocol``, ``status``,
-    ``invalid_response`` or ``answer_too_large``. ``http_status`` is what the gateway answers (502 or 504).
+    ``invalid_response``, ``answer_too_large`` or ``nesting_too_deep``. ``http_status`` is what the
+    gateway answers (502 or 504).
     """
 
     def __init__(self, reason: str, message: str, *, http_status: int = 502) -> None:
