@@ -552,6 +552,43 @@ def test_f15_body_over_cap_is_413(make_harness: Any) -> None:
     assert h.rpc_calls() == []
 
 
+@pytest.mark.parametrize("raw_id", [b"1e5", b"1.50", b"-0"])
+def test_f15_numeric_id_comes_back_as_written_in_the_gateways_own_errors(h: Harness, raw_id: bytes) -> None:
+    r = h.rpc(b'{"jsonrpc":"2.0","id":' + raw_id + b',"method":"GetTask","params":"t-15"}', headers=V1)
+    assert r.json()["error"]["code"] == -32602
+    assert r.content.startswith(b'{"jsonrpc":"2.0","id":' + raw_id + b",")
+    assert h.rpc_calls() == []
+
+
+def test_f15_body_nested_past_max_json_depth_is_32600_with_client_id(h: Harness) -> None:
+    deep = b"[" * 200 + b"]" * 200
+    r = h.rpc(b'{"jsonrpc":"2.0","id":"d-15","method":"GetTask","params":{"id":"t-15","x":' + deep + b"}}",
+              headers=V1)
+    assert (r.status_code, r.json()["id"], r.json()["error"]["code"]) == (200, "d-15", -32600)
+    assert h.rpc_calls() == []
+
+
+@pytest.mark.parametrize("req_id", [None, 9])
+def test_f16_worker_answer_without_an_id_gets_the_clients(h: Harness, req_id: Any) -> None:
+    h.worker.on("GetTask", raw=(200, {"content-type": "application/json"},
+                                orjson.dumps({"jsonrpc": "2.0", "result": task("t-16", "TASK_STATE_WORKING")})))
+    r = h.rpc({"jsonrpc": "2.0", "id": req_id, "method": "GetTask", "params": {"id": "t-16"}}, headers=V1)
+    doc = r.json()
+    assert "id" in doc and doc["id"] == req_id and doc["result"]["id"] == "t-16"
+    assert h.metric("a2a_gateway_divergences_total", kind="jsonrpc_id_mismatch") == 1
+
+
+def test_f06_stream_status_update_without_task_id_is_refused(h: Harness) -> None:
+    update = status_update("t-06", "TASK_STATE_COMPLETED")
+    del update["statusUpdate"]["taskId"]
+    h.worker.on("SendStreamingMessage", sse=[Event(result={"task": task("t-06", "TASK_STATE_WORKING")}),
+                                             Event(result=update)])
+    _, raw = h.stream(send_msg(1, method="SendStreamingMessage"), headers=V1)
+    events = [f for f in frames(raw) if f["data"] is not None]
+    assert events[-1]["data"]["error"]["code"] == -32006 and b"TASK_STATE_COMPLETED" not in raw
+    assert h.metric("a2a_gateway_divergences_total", kind="task_id_mismatch") == 1
+
+
 def test_upstream_refused_is_transport_error_not_a_state(make_harness: Any) -> None:
     from tests.support.servers import free_port
 
