@@ -139,6 +139,10 @@ class UpstreamConfig(_Frozen):
     """Expected longest silence of a live task (unless the card declares one, see
     ``gateway.a2a.card.HEARTBEAT_EXTENSION``); past it an action on the task is preceded by a
     forced GetTask."""
+    protocol_versions: list[Literal["0.3", "1.0"]] | None = Field(default=None, min_length=1)
+    """The A2A versions the worker speaks, on the bindings its card names, instead of what the
+    card says (docs/bridge.md §3.1); ``None``: learnt from the card. A client of another
+    version is bridged to one of these when ``bridge.enabled``."""
 
     @field_validator("url")
     @classmethod

@@ -122,6 +122,15 @@ def code_label(code: object) -> str:
     return str(code) if code in KNOWN_CODES else "other"
 
 
+_NAMES = {(info.operation, info.version): name for name, info in METHODS.items()}
+
+
+def method_name(operation: Operation, version: ProtocolVersion) -> str | None:
+    """The JSON-RPC method name of ``operation`` in ``version`` (``None``: the version has
+    none, v0.3's ``ListTasks``; docs/protocol.md §1.2)."""
+    return _NAMES.get((operation, version))
+
+
 def lookup_method(name: str) -> MethodInfo | None:
     """The :class:`MethodInfo` for a v1.0 or v0.3 A2A method name, else ``None``."""
     return METHODS.get(name)

@@ -128,6 +128,23 @@ class RestCall:
         v1 = "/v1" if self.version is ProtocolVersion.V0_3 else ""
         return self.base + v1 + tail
 
+    def operation_target(self) -> str:
+        """The path of this call's own operation on its road (:meth:`target`), ids quoted,
+        without a query: what a bridged request is sent to in the worker's version
+        (docs/bridge.md §3)."""
+        tid = quote(self.task_id or "", safe="")
+        tails = {
+            Operation.SEND: "/message:send", Operation.STREAM: "/message:stream",
+            Operation.LIST: "/tasks", Operation.GET: f"/tasks/{tid}",
+            Operation.CANCEL: f"/tasks/{tid}:cancel", Operation.SUBSCRIBE: f"/tasks/{tid}:subscribe",
+            Operation.PUSH_CREATE: f"/tasks/{tid}/pushNotificationConfigs",
+            Operation.PUSH_LIST: f"/tasks/{tid}/pushNotificationConfigs",
+            Operation.PUSH_GET: f"/tasks/{tid}/pushNotificationConfigs/{quote(self.config_id or '', safe='')}",
+            Operation.PUSH_DELETE: f"/tasks/{tid}/pushNotificationConfigs/{quote(self.config_id or '', safe='')}",
+            Operation.EXTENDED_CARD: "/card" if self.version is ProtocolVersion.V0_3 else "/extendedAgentCard",
+        }
+        return self.target(tails[self.operation])
+
     def task_get_target(self, task_id: str) -> str:
         """The path and query of the gateway's ``GetTask`` probe for ``task_id``, asking for
         no history (docs/protocol.md §1.3)."""

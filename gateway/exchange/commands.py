@@ -62,11 +62,15 @@ class Post:
 
     ``method`` is the HTTP method; ``target`` the path and query below the upstream's base
     URL (starting with ``/``), ``None`` for the client's own request path and query. A
-    ``GET`` / ``DELETE`` sends no body."""
+    ``GET`` / ``DELETE`` sends no body. ``a2a_version`` replaces the client's ``A2A-Version``
+    header (``""``: none is sent) and copies its extensions header to the version's name
+    (``A2A-Extensions`` / ``X-A2A-Extensions``): a bridged request speaks the worker's version
+    (docs/bridge.md); ``None`` leaves the client's headers as they are."""
 
     body: bytes
     method: str = "POST"
     target: str | None = None
+    a2a_version: str | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +83,7 @@ class Open:
     body: bytes
     method: str = "POST"
     target: str | None = None
+    a2a_version: str | None = None
 
 
 @dataclass(slots=True)

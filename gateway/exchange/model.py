@@ -40,7 +40,9 @@ class Summary:
 
     ``outcome`` is a bounded label (``ok``, ``rejected``, ``upstream_error``, …); ``events``
     and ``close_reason`` are set for streams (``close_reason`` ``None``: no stream was
-    relayed); ``binding`` is the client's (the ``binding`` label).
+    relayed); ``binding`` is the client's (the ``binding`` label); ``bridge`` is
+    ``"<client version>-><worker version>"`` for a bridged request (docs/bridge.md §3), else
+    ``None``.
     """
 
     method: str
@@ -50,3 +52,4 @@ class Summary:
     events: int = 0
     close_reason: str | None = None
     binding: Binding = Binding.JSONRPC
+    bridge: str | None = None

@@ -10,6 +10,7 @@ metric                                                 labels
 ``a2a_gateway_requests_total``                         upstream, binding, method, outcome
 ``a2a_gateway_request_duration_seconds``               upstream, binding, method
 ``a2a_gateway_upstream_errors_total``                  upstream, reason
+``a2a_gateway_bridged_requests_total``                 upstream, binding, client_version, worker_version
 ``a2a_gateway_sse_events_total``                       upstream, kind
 ``a2a_gateway_state_normalizations_total``             upstream, family
 ``a2a_gateway_divergences_total``                      upstream, kind, action
@@ -93,6 +94,13 @@ class Metrics:
             "a2a_gateway_upstream_errors_total",
             "Transport failures talking to a worker, by reason",
             ["upstream", "reason"],
+            registry=registry,
+        ))
+        self.bridged = Labelled(Counter(
+            "a2a_gateway_bridged_requests_total",
+            "Client requests translated to the other A2A protocol version the worker speaks "
+            "(docs/bridge.md), by binding and direction",
+            ["upstream", "binding", "client_version", "worker_version"],
             registry=registry,
         ))
         self.limits_reached = Labelled(Counter(

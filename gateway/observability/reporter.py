@@ -77,6 +77,8 @@ class Reporter:
         self._metrics.duration.labels(upstream, s.binding, s.method).observe(duration_s)
         fields = {"upstream": upstream, "binding": s.binding.value, "method": s.method, "task_id": s.task_id,
                   "context_id": s.context_id, "duration_s": round(duration_s, 6)}
+        if s.bridge is not None:
+            fields["bridge"] = s.bridge
         if s.close_reason is not None:
             self._log.info("stream_closed", extra={**fields, "events": s.events, "reason": s.close_reason})
         self._log.info("request", extra={**fields, "outcome": s.outcome})

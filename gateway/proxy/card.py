@@ -48,6 +48,7 @@ from gateway.a2a.card import (
     advertised_urls,
     canonical_etag,
     card_problem,
+    card_versions,
     content_etag,
     drop_unguarded,
     heartbeat_interval,
@@ -57,7 +58,7 @@ from gateway.a2a.card import (
     unguarded_interfaces,
 )
 from gateway.a2a.jsonrpc import MAX_JSON_DEPTH, loads
-from gateway.a2a.version import version_family
+from gateway.a2a.version import Binding, ProtocolVersion, version_family
 from gateway.config import CardConfig, PublicConfig, UpstreamConfig
 from gateway.errors import NestingTooDeepError, UpstreamError
 from gateway.invariants.admission import CardView
@@ -168,6 +169,7 @@ class CardCache:
         self._retry_at = 0.0  # monotonic: after a failure, no fetch before this
         self._heartbeat_of: CachedCard | None = None  # the card _heartbeat was read from
         self._jsonrpc_paths: frozenset[str] = frozenset()
+        self._speaks: frozenset[tuple[ProtocolVersion, Binding]] = frozenset()
         self._heartbeat: float | None = None
 
     def _variant(self, a2a_version: str) -> str:
@@ -234,6 +236,18 @@ class CardCache:
         (:func:`gateway.a2a.card.jsonrpc_paths`), so a POST there is guarded as JSON-RPC
         even when ``jsonrpc_path`` names another path."""
         return self._jsonrpc_paths
+
+    def speaks(self) -> frozenset[tuple[ProtocolVersion, Binding]]:
+        """The A2A versions and bindings the worker serves: what its cached card(s) say
+        (:func:`gateway.a2a.card.card_versions`), with the versions replaced by
+        ``protocol_versions`` when configured (on the card's bindings, or both before any
+        card). Empty while nothing is known: then nothing is bridged (docs/bridge.md §3.1)."""
+        learnt = self._speaks
+        override = self.upstream.protocol_versions
+        if override is None:
+            return learnt
+        bindings = {binding for _, binding in learnt} or set(Binding)
+        return frozenset((ProtocolVersion(v), b) for v in override for b in bindings)
 
     async def current(self, a2a_version: str = "") -> CardView:
         """The card view for a client's ``A2A-Version``, fetched first when it is due.
@@ -369,6 +383,7 @@ class CardCache:
         self._cards[self._variant(a2a_version)] = card
         self._jsonrpc_paths = frozenset().union(
             *(jsonrpc_paths(c.doc, self.upstream.url) for c in self._cards.values()))
+        self._speaks = frozenset().union(*(card_versions(c.doc) for c in self._cards.values()))
         if old is None or card.etag != old.etag:
             self._report_served(card)
         if old is None:

@@ -188,6 +188,8 @@ class Driver:
             url = self.route.upstream.url.rstrip("/") + cmd.target
             accept = b"text/event-stream" if type(cmd) is Open else b"application/json"
             headers = [h for h in headers if h[0] != b"accept"] + [(b"accept", accept)]
+        if cmd.a2a_version is not None:
+            headers = bridged_headers(headers, cmd.a2a_version)
         if cmd.method in _BODILESS:  # a probe GET made from the client's POST has no body
             return url, [h for h in headers if h[0] != b"content-type"], None
         return url, headers, cmd.body
@@ -305,6 +307,24 @@ _HANDLERS: dict[type, Any] = {
 }
 """What performs each command (``Emit`` is queued in :meth:`Driver.run` itself; any other
 command is a report for the Reporter)."""
+
+
+_EXTENSIONS = (b"a2a-extensions", b"x-a2a-extensions")
+
+
+def bridged_headers(headers: list[tuple[bytes, bytes]], version: str) -> list[tuple[bytes, bytes]]:
+    """``headers`` of a bridged request in the worker's version (docs/bridge.md §3):
+    ``A2A-Version: version`` instead of the client's (none for ``""``, the v0.3 way), and the
+    client's extensions header also under the name the worker's version reads
+    (``A2A-Extensions`` in v1.0, ``X-A2A-Extensions`` in v0.3) when it lacks it."""
+    out = [h for h in headers if h[0] != b"a2a-version"]
+    names = {name for name, _ in out}
+    wanted = _EXTENSIONS[1] if version.startswith("0.") or not version else _EXTENSIONS[0]
+    if wanted not in names:
+        out += [(wanted, value) for name, value in headers if name in _EXTENSIONS]
+    if version:
+        out.append((b"a2a-version", version.encode("latin-1")))
+    return out
 
 
 def _answer(status: int, content: bytes, headers: httpx.Headers) -> Answer:

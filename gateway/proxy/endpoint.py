@@ -14,11 +14,13 @@ import time
 from typing import Any
 
 from gateway.a2a import jsonrpc
-from gateway.a2a.card import is_signed, rewrite_card
+from gateway.a2a.card import bridge_card, is_signed, rewrite_card
 from gateway.a2a.jsonrpc import Operation
+from gateway.a2a.version import Binding, ProtocolVersion
+from gateway.exchange.bridge import worker_version
 from gateway.exchange.model import Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
-from gateway.proxy.card import public_base
+from gateway.proxy.card import CardCache, public_base
 from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import Route, until_disconnect
 from gateway.proxy.runtime import Runtime
@@ -79,6 +81,22 @@ class ExchangeHandler:
         if upstream.card.signed != "verbatim":
             return rewrite
         return lambda doc: doc if is_signed(doc) else rewrite(doc)
+
+    def bridge_to(self, client: ProtocolVersion, binding: Binding, cards: CardCache) -> ProtocolVersion | None:
+        """The worker version to bridge this request to (docs/bridge.md §3.1), or ``None`` to
+        proxy it as it is: ``bridge.enabled`` and :func:`gateway.exchange.bridge.worker_version`
+        over what the worker speaks (:meth:`~gateway.proxy.card.CardCache.speaks`)."""
+        if not self.rt.config.bridge.enabled:
+            return None
+        return worker_version(client, binding, cards.speaks())
+
+    @staticmethod
+    def bridged_card_rewrite(rewrite: CardRewrite | None, client: ProtocolVersion) -> CardRewrite | None:
+        """An extended Agent Card answer of a bridged request: in the client's version
+        (:func:`gateway.a2a.card.bridge_card`), then rewritten as usual."""
+        if rewrite is None:
+            return None
+        return lambda doc: rewrite(bridge_card(doc, client))
 
     async def drive(self, exchange: RequestExchange) -> None:
         """Run the exchange until the client's response is complete, watching for the

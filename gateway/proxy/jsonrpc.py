@@ -10,7 +10,9 @@ method is a :class:`~gateway.exchange.jsonrpc.JsonRpcExchange`, driven by
 from __future__ import annotations
 
 from gateway.a2a import jsonrpc
+from gateway.a2a.version import Binding
 from gateway.errors import BodyTooLargeError, ClientGoneError, UpstreamError
+from gateway.exchange.bridge import BridgedJsonRpcExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.proxy.endpoint import ExchangeHandler, send_json
@@ -49,8 +51,13 @@ class JsonRpcHandler(ExchangeHandler):
         cards = self.rt.card_cache(self.route.upstream)
         card = await cards.current(self.header(b"a2a-version") or "")
         policy = self.rt.policy(self.route.upstream, cards.heartbeat_seconds())
-        await self.drive(JsonRpcExchange(parsed, body, info, card, policy,
-                                         self.card_rewrite(info.operation)))
+        rewrite = self.card_rewrite(info.operation)
+        worker = self.bridge_to(info.version, Binding.JSONRPC, cards)
+        if worker is None:
+            await self.drive(JsonRpcExchange(parsed, body, info, card, policy, rewrite))
+        else:
+            await self.drive(BridgedJsonRpcExchange(parsed, body, info, card, policy, worker,
+                                                    self.bridged_card_rewrite(rewrite, info.version)))
 
     async def _relay_unknown(self, body: bytes, req_id: jsonrpc.JsonId) -> None:
         """A method no A2A version defines: relayed untouched (custom extension methods)."""

@@ -17,6 +17,7 @@ from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.rest import RestCall
 from gateway.a2a.version import Binding
 from gateway.errors import BodyTooLargeError, ClientGoneError, NestingTooDeepError
+from gateway.exchange.bridge import BridgedRestExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.rest import RestExchange
 from gateway.proxy.endpoint import ExchangeHandler, send_json
@@ -70,8 +71,15 @@ class RestHandler(ExchangeHandler):
         card = await cards.current(self.header(b"a2a-version") or "")
         policy = self.rt.policy(self.route.upstream, cards.heartbeat_seconds())
         params = rest.request_params(call, doc)
-        await self.drive(RestExchange(call, method, body, params, card, policy,
-                                      self.card_rewrite(call.operation)))
+        rewrite = self.card_rewrite(call.operation)
+        worker = self.bridge_to(call.version, Binding.REST, cards)
+        if worker is None:
+            await self.drive(RestExchange(call, method, body, params, card, policy, rewrite))
+        else:
+            query = self.scope.get("query_string", b"").decode("latin-1")
+            await self.drive(BridgedRestExchange(call, method, body, params, card, policy, worker,
+                                                 query=query, doc=doc,
+                                                 rewrite_card=self.bridged_card_rewrite(rewrite, call.version)))
 
     async def _malformed(self, message: str) -> None:
         self.summary.outcome = "malformed"
