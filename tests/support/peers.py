@@ -124,6 +124,8 @@ __all__ = [
     "Peer",
     "PeerRun",
     "js_worker",
+    "js_worker03",
+    "py_worker03",
     "require_peer",
     "run_peer",
 ]
@@ -132,12 +134,15 @@ REPO = Path(__file__).resolve().parents[2]
 PEERS_DIR = Path(__file__).resolve().parent / "peers"
 VENV03 = REPO / ".venv-a2a03"
 #: What ``.venv-a2a03`` holds: the newest a2a-sdk 0.3 (0.3.26 when this was written).
-REQUIREMENTS03 = ("a2a-sdk[http-server]>=0.3.20,<0.4", "httpx")
+#: ``http-server`` brings starlette, fastapi and sse-starlette for ``worker03.py``; uvicorn serves it.
+REQUIREMENTS03 = ("a2a-sdk[http-server]>=0.3.20,<0.4", "httpx", "uvicorn")
 STAMP = ".a2a-gateway-peers-stamp"
 INSTALL_TIMEOUT = 600.0  # seconds, each install command
 #: What ``npm ci`` must have put in ``node_modules``: package -> version prefix.
 NODE_PACKAGES = {"a2a-js-03": "0.3.", "a2a-js-13": "1.3.", "express": "5."}
 WORKER_SCRIPT = "worker13.mjs"
+WORKER03_JS = "worker03.mjs"
+WORKER03_PY = "worker03.py"
 WORKER_READY_TIMEOUT = 30.0  # seconds from spawn to the worker's ready line
 
 
@@ -210,7 +215,7 @@ def _ensure_venv03() -> Path:
     """``.venv-a2a03/bin/python`` with a2a-sdk 0.3 installed (created on first use)."""
     command = (f"{sys.executable} -m venv {VENV03} && {VENV03}/bin/python -m pip install "
                + " ".join(f"'{r}'" for r in REQUIREMENTS03))
-    what = "the a2a-sdk 0.3 client venv (.venv-a2a03)"
+    what = "the a2a-sdk 0.3 peers venv (.venv-a2a03)"
     python = VENV03 / "bin" / "python"
     stamp = VENV03 / STAMP
     want = _digest(json.dumps(REQUIREMENTS03).encode(), f"{sys.version_info[:2]}".encode())
@@ -223,7 +228,8 @@ def _ensure_venv03() -> Path:
         _run([sys.executable, "-m", "venv", "--clear", str(VENV03)], what, command)
         _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *REQUIREMENTS03],
              what, command)
-        out = _run([str(python), "-c", "import a2a.client, httpx; from importlib.metadata import version; "
+        out = _run([str(python), "-c", "import a2a.client, a2a.server.apps, fastapi, httpx, uvicorn; "
+                    "from importlib.metadata import version; "
                     "print(version('a2a-sdk'))"], what, command)
         if not out.strip().startswith("0.3."):
             raise _Unavailable(what, command, f"a2a-sdk {out.strip()} was installed, not 0.3.x")
@@ -293,7 +299,7 @@ def _peer_env() -> dict[str, str]:
     return env
 
 
-# --------------------------------------------------------------------------- the JS worker
+# --------------------------------------------------------------------------- the workers
 
 
 def _pump(stream: IO[bytes], lines: queue.SimpleQueue[str | None]) -> None:
@@ -305,7 +311,7 @@ def _pump(stream: IO[bytes], lines: queue.SimpleQueue[str | None]) -> None:
 
 
 def _await_ready(proc: subprocess.Popen[bytes], lines: queue.SimpleQueue[str | None], stderr: IO[bytes],
-                 timeout: float) -> str:
+                 timeout: float, script: str) -> str:
     """The ``url`` of the worker's ready line; RuntimeError (with its output) if it exits or
     stays silent for ``timeout`` seconds first."""
     deadline = time.monotonic() + timeout
@@ -326,7 +332,7 @@ def _await_ready(proc: subprocess.Popen[bytes], lines: queue.SimpleQueue[str | N
         seen.append(line)
     stderr.seek(0)
     detail = "\n".join([*seen, stderr.read().decode("utf-8", "replace")]).strip()[-3000:]
-    raise RuntimeError(f"{WORKER_SCRIPT} {problem}:\n{detail}")
+    raise RuntimeError(f"{script} {problem}:\n{detail}")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -344,6 +350,23 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
+def _worker(interpreter: Path, script: str, host: str, timeout: float) -> Iterator[str]:
+    """Run ``interpreter peers/script --port 0 --host host``; yield the URL of its ready line;
+    stop it on exit (see :func:`_stop`)."""
+    cmd = [str(interpreter), str(PEERS_DIR / script), "--port", "0", "--host", host]
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                cwd=str(REPO), env=_peer_env())
+        try:
+            assert proc.stdout is not None
+            lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+            threading.Thread(target=_pump, args=(proc.stdout, lines), name=f"{script}-stdout", daemon=True).start()
+            yield _await_ready(proc, lines, stderr, timeout, script)
+        finally:
+            _stop(proc)
+
+
+@contextlib.contextmanager
 def js_worker(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT) -> Iterator[str]:
     """Run the genuine @a2a-js/sdk 1.3 worker (``peers/worker13.mjs``) on ``host`` and an
     ephemeral port; yield its base URL once it is listening; terminate it on exit.
@@ -351,18 +374,25 @@ def js_worker(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT)
     Installs the node modules on first use like :func:`require_peer` (skipping the test when
     that fails, failing it under CI); raises RuntimeError if the worker exits or prints no ready
     line within ``timeout`` seconds. See the module docstring for what it serves."""
-    node = _require("node")
-    cmd = [str(node), str(PEERS_DIR / WORKER_SCRIPT), "--port", "0", "--host", host]
-    with tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                cwd=str(REPO), env=_peer_env())
-        try:
-            assert proc.stdout is not None
-            lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-            threading.Thread(target=_pump, args=(proc.stdout, lines), name="js-worker-stdout", daemon=True).start()
-            yield _await_ready(proc, lines, stderr, timeout)
-        finally:
-            _stop(proc)
+    with _worker(_require("node"), WORKER_SCRIPT, host, timeout) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def js_worker03(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT) -> Iterator[str]:
+    """Like :func:`js_worker`, for the genuine @a2a-js/sdk 0.3 worker (``peers/worker03.mjs``):
+    v0.3 only, JSON-RPC at ``BASE/``, HTTP+JSON at ``BASE/rest`` (``/rest/v1/...``)."""
+    with _worker(_require("node"), WORKER03_JS, host, timeout) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def py_worker03(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT) -> Iterator[str]:
+    """Like :func:`js_worker`, for the genuine a2a-sdk 0.3 worker (``peers/worker03.py``, run by
+    ``.venv-a2a03``'s python, installing that venv on first use): v0.3 only, JSON-RPC at
+    ``BASE/``, HTTP+JSON at ``BASE/rest`` (``/rest/v1/...``)."""
+    with _worker(_require("venv03"), WORKER03_PY, host, timeout) as base:
+        yield base
 
 
 # --------------------------------------------------------------------------- runs
