@@ -7,6 +7,11 @@
 //   POST BASE/                             JSON-RPC v0.3 (jsonRpcHandler: message/send, …)
 //        BASE/rest/v1/...                  HTTP+JSON v0.3 (restHandler: /rest/v1/message:send,
 //                                           /rest/v1/tasks/{id}, …:cancel, …:subscribe)
+// and one route that is no part of A2A, for tests to synchronise on:
+//   GET  BASE/_peer/joins/{taskId}         {"taskId", "joins": n}: how many requests (a
+//                                           tasks/resubscribe, a tasks/cancel) joined the task's
+//                                           live event bus — once n counts a resubscribe, that
+//                                           stream gets every later event of the task
 // The card is protocolVersion "0.3.0" with url BASE/ and preferredTransport JSONRPC, and
 // additionalInterfaces JSONRPC at BASE/ and HTTP+JSON at BASE/rest (the base the SDK's REST
 // clients append /v1/... to), built from the port actually bound (--port 0 picks an ephemeral
@@ -29,7 +34,7 @@
 import { randomUUID } from "node:crypto";
 import express from "express";
 import { AGENT_CARD_PATH } from "a2a-js-03";
-import { DefaultRequestHandler, InMemoryTaskStore } from "a2a-js-03/server";
+import { DefaultExecutionEventBusManager, DefaultRequestHandler, InMemoryTaskStore } from "a2a-js-03/server";
 import { UserBuilder, agentCardHandler, jsonRpcHandler, restHandler } from "a2a-js-03/server/express";
 import { DEMO, announceReady, demoCardBasics, listenWorker } from "./common.mjs";
 
@@ -125,9 +130,26 @@ function buildAgentCard(base) {
   };
 }
 
+/** The SDK's bus manager, counting the requests that join a live task's bus (see the header):
+ * its resubscribe and cancel look the bus up and subscribe to it in the same tick. */
+class CountingEventBusManager extends DefaultExecutionEventBusManager {
+  joins = new Map(); // taskId -> count
+
+  getByTaskId(taskId) {
+    const bus = super.getByTaskId(taskId);
+    if (bus) this.joins.set(taskId, (this.joins.get(taskId) ?? 0) + 1);
+    return bus;
+  }
+}
+
 const app = express();
 const base = await listenWorker(app);
-const requestHandler = new DefaultRequestHandler(buildAgentCard(base), new InMemoryTaskStore(), new DemoAgentExecutor());
+const buses = new CountingEventBusManager();
+const requestHandler = new DefaultRequestHandler(buildAgentCard(base), new InMemoryTaskStore(), new DemoAgentExecutor(),
+                                                 buses);
+app.get("/_peer/joins/:taskId", (req, res) => {
+  res.json({ taskId: req.params.taskId, joins: buses.joins.get(req.params.taskId) ?? 0 });
+});
 const userBuilder = UserBuilder.noAuthentication;
 app.use(`/${AGENT_CARD_PATH}`, agentCardHandler({ agentCardProvider: requestHandler }));
 app.use(DEMO.restPath, restHandler({ requestHandler, userBuilder }));

@@ -14,6 +14,12 @@ The v0.3 twin of ``worker13.mjs`` / ``demo/worker.py`` on the Python SDK: its ow
   ``…:cancel``, ``GET …:subscribe``); it also answers its own card at
   ``/rest/.well-known/agent-card.json``.
 
+and one route that is no part of A2A, for tests to synchronise on: ``GET
+BASE/_peer/joins/{taskId}`` → ``{"taskId", "joins": n}``, how many requests (a
+``tasks/resubscribe``, a ``tasks/cancel``) tapped the task's live event queue — once ``n``
+counts a resubscribe, that stream gets every later event of the task. (This SDK's resubscribe
+sends nothing until the task's next event, so a client cannot tell by itself.)
+
 The card is ``protocolVersion`` ``0.3.0`` with ``url`` BASE/ and ``preferredTransport``
 JSONRPC, and ``additionalInterfaces`` JSONRPC at BASE/ and HTTP+JSON at BASE/rest (the base the
 SDK's REST clients append ``/v1/...`` to), with the port actually bound; streaming true,
@@ -27,7 +33,10 @@ Behaviour by the user's message text, as in ``worker13.mjs`` (states spelled as 
 
 * anything else — Task (submitted) → working ("working") → artifact ``hello <text>``
   (lastChunk) → completed (final);
-* ``slow…`` — Task → working, then parked until ``tasks/cancel``, which ends it canceled;
+* ``slow…`` — Task → working, then parked until ``tasks/cancel``, which ends it canceled (the
+  SDK hands :meth:`DemoAgentExecutor.cancel` a tap of the task's queue, whose events reach the
+  cancel's caller alone, then cancels ``execute()``, which publishes canceled once more on the
+  task's own queue so that resubscribers get it too);
 * ``ask…`` — Task → input-required ("Which date?", final); a follow-up message with the same
   taskId completes it with the artifact ``booked for <follow-up text>``;
 * ``fail…`` — Task → working → failed ("demo failure requested", final), published by the
@@ -48,11 +57,13 @@ import threading
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.routing import Mount
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.apps import A2ARESTFastAPIApplication, A2AStarletteApplication
-from a2a.server.events import EventQueue
+from a2a.server.events import EventQueue, InMemoryQueueManager
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import (
@@ -108,6 +119,11 @@ class DemoAgentExecutor(AgentExecutor):
             parked = self._parked.setdefault(task.id, asyncio.Event())
             try:
                 await parked.wait()
+            except asyncio.CancelledError:
+                # tasks/cancel: cancel() published CANCELED on the queue it was handed, a tap of
+                # this one that no resubscriber shares; say it here too, so theirs end with it.
+                await updater.cancel(say("cancelled"))
+                raise
             finally:
                 self._parked.pop(task.id, None)
         elif text.startswith("ask"):
@@ -127,6 +143,21 @@ class DemoAgentExecutor(AgentExecutor):
         await updater.cancel(updater.new_agent_message([Part(root=TextPart(text="cancelled"))]))
         if (parked := self._parked.get(context.task_id)) is not None:
             parked.set()
+
+
+class CountingQueueManager(InMemoryQueueManager):
+    """The SDK's queue manager, counting the taps of a live task's queue (see the module
+    docstring); a tap's child queue is registered before it returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.joins: dict[str, int] = {}
+
+    async def tap(self, task_id: str) -> EventQueue | None:
+        queue = await super().tap(task_id)
+        if queue is not None:
+            self.joins[task_id] = self.joins.get(task_id, 0) + 1
+        return queue
 
 
 def build_agent_card(base: str) -> AgentCard:
@@ -154,10 +185,18 @@ def build_agent_card(base: str) -> AgentCard:
 
 def build_app(base: str) -> Starlette:
     card = build_agent_card(base)
-    handler = DefaultRequestHandler(agent_executor=DemoAgentExecutor(), task_store=InMemoryTaskStore())
+    queues = CountingQueueManager()
+    handler = DefaultRequestHandler(agent_executor=DemoAgentExecutor(), task_store=InMemoryTaskStore(),
+                                    queue_manager=queues)
     jsonrpc = A2AStarletteApplication(agent_card=card, http_handler=handler)
     rest = A2ARESTFastAPIApplication(agent_card=card, http_handler=handler).build()
-    return Starlette(routes=[*jsonrpc.routes(), Mount(REST_PATH, app=rest)])
+
+    async def joins(request: Request) -> JSONResponse:
+        task_id = request.path_params["task_id"]
+        return JSONResponse({"taskId": task_id, "joins": queues.joins.get(task_id, 0)})
+
+    return Starlette(routes=[*jsonrpc.routes(), Route("/_peer/joins/{task_id}", joins, methods=["GET"]),
+                             Mount(REST_PATH, app=rest)])
 
 
 def exit_when_stdin_closes() -> None:
