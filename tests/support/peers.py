@@ -1,6 +1,6 @@
 """Genuine A2A SDK peers of both protocol versions, run as separate processes by the tests.
 
-Four clients, one scenario format, one output format — and one genuine JS worker:
+Four clients, one scenario format, one output format — and three genuine workers:
 
 ============  ================================  ===============================================
 name          SDK                               runs as
@@ -10,18 +10,20 @@ name          SDK                               runs as
 ``py13``      a2a-sdk 1.3 (the main venv)        ``<main venv python> peers/client13.py``
 ``js13``      @a2a-js/sdk 1.3.0                  ``node peers/client13.mjs`` (npm alias ``a2a-js-13``)
 worker        @a2a-js/sdk 1.3.0 + express 5      ``node peers/worker13.mjs`` (:func:`js_worker`)
+worker03 js   @a2a-js/sdk 0.3.14 + express 5     ``node peers/worker03.mjs`` (:func:`js_worker03`)
+worker03 py   a2a-sdk 0.3 + uvicorn              ``.venv-a2a03/bin/python peers/worker03.py`` (:func:`py_worker03`)
 ============  ================================  ===============================================
 
 Installs are lazy and happen once (:func:`require_peer`): the first test that needs ``py03``
-creates ``.venv-a2a03/`` at the repository root (``python -m venv`` + ``pip install``), the
-first that needs ``js03``/``js13`` or the worker runs ``npm ci`` in ``tests/support/peers/``
-from the committed ``package.json`` + ``package-lock.json``. A stamp file in each remembers what
+or :func:`py_worker03` creates ``.venv-a2a03/`` at the repository root (``python -m venv`` +
+``pip install``), the first that needs ``js03``/``js13`` or a JS worker runs ``npm ci`` in
+``tests/support/peers/`` from the committed ``package.json`` + ``package-lock.json``. A stamp file in each remembers what
 was installed (a digest of those inputs, so editing either reinstalls), so reruns cost nothing;
 a file lock keeps two pytest processes from installing at once. When an install fails the test
 is skipped with the command to run — except under CI (``CI=true``), where it fails.
 
-The JS worker
--------------
+The workers
+-----------
 ``with js_worker() as base:`` (a plain context manager, for module-scoped fixtures like
 ``tests/e2e/conftest.py``'s ``stack``) starts ``worker13.mjs`` on 127.0.0.1 with an ephemeral
 port, waits for the ``{"type": "ready", "url"}`` line it prints once listening, yields that base
@@ -41,6 +43,26 @@ The card advertises exactly those two interfaces (``JSONRPC`` then ``HTTP+JSON``
 ``protocolVersion`` ``1.0``) with the port actually bound — so the v0.3 peers cannot use it
 directly (their factories find no compatible interface); they reach it through the gateway.
 
+``with js_worker03() as base:`` (@a2a-js/sdk 0.3.14, ``worker03.mjs``) and ``with py_worker03()
+as base:`` (a2a-sdk 0.3 in ``.venv-a2a03``, ``worker03.py``) are the same contract for the v0.3
+twins: the same behaviours by message text (states spelled ``submitted``, ``working``,
+``input-required``, ``completed``, ``canceled``, ``failed``; ``fail…`` publishes ``failed``
+itself rather than raising, see the scripts), v0.3 only, on one port each:
+
+* ``BASE/.well-known/agent-card.json`` — a v0.3 card: ``protocolVersion`` ``0.3.0``, ``url``
+  ``BASE/`` with ``preferredTransport`` ``JSONRPC``, ``additionalInterfaces`` ``JSONRPC`` at
+  ``BASE/`` and ``HTTP+JSON`` at ``BASE/rest``; no ``supportedInterfaces``;
+* ``BASE/`` — JSON-RPC v0.3 (``message/send``, ``message/stream``, ``tasks/get``, …);
+* ``BASE/rest/v1/...`` — HTTP+JSON v0.3 (``/rest/v1/message:send``, ``/rest/v1/tasks/{id}``,
+  ``…:cancel``, ``…:subscribe``: GET and POST on the JS worker, GET only on the Python one);
+* ``GET BASE/_peer/joins/{taskId}`` — not A2A: ``{"taskId", "joins"}``, how many requests
+  (resubscribe, cancel) joined the task's live events, so a test knows a resubscription is in
+  place before it cancels (a2a-sdk's resubscribe sends nothing before the next event).
+
+@a2a-js/sdk 0.3.14's REST client cannot stream from ``py_worker03``'s REST binding (it misreads
+the multi-line SSE ``data:`` that a2a-sdk 0.3 sends and POSTs ``:subscribe``, which answers 405);
+its unary REST calls and everything on JSON-RPC work (``tests/e2e/test_peers03.py``).
+
 Clients
 -------
 Each client takes an Agent Card URL (argv) and a scenario (JSON on stdin), builds its client
@@ -49,11 +71,10 @@ prints one JSON object per line:
 
 ``{"type": "client", "sdk", "version", "cardUrl", "transport", "endpoint", ...}``
     the SDK, the binding its factory chose (``JSONRPC`` / ``HTTP+JSON``) and the URL it took
-    from the card for it. v1.0 peers add ``requestedTransport`` (the scenario's ``transport``
-    or ``null``); ``js13`` adds the ``protocolVersion`` of its transport, ``py13`` the SDK's
-    ``transportClass`` (``JsonRpcTransport``, ``RestTransport``, ``Compat…`` for v0.3). v0.3
-    peers report the card's ``preferredTransport`` (which their factory follows) and
-    ``protocolVersion``.
+    from the card for it, and ``requestedTransport`` (the scenario's ``transport`` or
+    ``null``); ``js13`` adds the ``protocolVersion`` of its transport, ``py13`` and ``py03`` the
+    SDK's ``transportClass`` (``JsonRpcTransport``, ``RestTransport``, ``Compat…`` for v0.3 in
+    1.3). v0.3 peers add the card's ``preferredTransport`` and ``protocolVersion``.
 ``{"type": "step", "index", "op"}``
     a step begins.
 ``{"type": "event", "index", "at", "kind", "taskId", "contextId", "state", "final", "raw"}``
@@ -78,23 +99,25 @@ prints one JSON object per line:
 
 A scenario is ``{"steps": [...], "timeout": seconds, "headers": {...}, "transport": binding}``;
 each step is ``{"op", "text", "taskId", "contextId", "sameTask", "until", "pageSize"}``
-(``sameTask`` takes the task and context ids of the last event seen; ``until`` — ``py13`` and
-the JS peers — stops iterating after the first event whose ``state`` is that spelling, e.g.
+(``sameTask`` takes the task and context ids of the last event seen; ``until`` (every peer)
+stops iterating after the first event whose ``state`` is that spelling, e.g.
 ``TASK_STATE_WORKING``, so a ``slow`` stream can be left for a later ``cancel``). The ops:
 
 * ``send`` — non-streaming ``message/send`` / ``SendMessage``;
 * ``stream`` — ``message/stream`` / ``SendStreamingMessage``;
 * ``resubscribe`` — ``tasks/resubscribe`` / ``SubscribeToTask`` of ``taskId``;
-* v1.0 peers only: ``get`` (``GetTask``) and ``cancel`` (``CancelTask``) of ``taskId``, else
-  of the last task seen; ``list`` (``ListTasks``, optionally filtered by ``contextId``, with
+* ``get`` (``tasks/get`` / ``GetTask``) and ``cancel`` (``tasks/cancel`` / ``CancelTask``) of
+  ``taskId``, else of the last task seen: one ``task`` event;
+* v1.0 peers only: ``list`` (``ListTasks``, optionally filtered by ``contextId``, with
   ``pageSize``) prints one ``task`` event per task and leaves the last task seen alone.
 
-``headers`` go on every request (e.g. the e2e trace header). ``transport`` (v1.0 peers only;
-v0.3 peers ignore it) makes the factory prefer that binding of the card — ``py13``:
-``supported_protocol_bindings=[transport, other]`` with ``use_client_preference``, ``js13``:
-``preferredTransports=[transport]`` — falling back to the card's other binding when it lacks
-that one, so assert the ``client`` line's ``transport``. Without it ``py13`` speaks JSON-RPC
-only and ``js13`` takes the card's first JSON-RPC or HTTP+JSON interface.
+``headers`` go on every request (e.g. the e2e trace header). ``transport`` makes the factory
+prefer that binding of the card — ``py13``: ``supported_protocol_bindings=[transport, other]``
+with ``use_client_preference``, ``py03``: ``supported_transports=[transport, other]`` with
+``use_client_preference``, ``js13`` and ``js03``: ``preferredTransports=[transport]`` — falling
+back to the card's other binding when it lacks that one, so assert the ``client`` line's
+``transport``. Without it ``py13`` and ``py03`` speak JSON-RPC only, ``js13`` takes the card's
+first JSON-RPC or HTTP+JSON interface and ``js03`` the card's ``preferredTransport``.
 """
 
 from __future__ import annotations
