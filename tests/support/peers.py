@@ -1,6 +1,6 @@
 """Genuine A2A SDK peers of both protocol versions, run as separate processes by the tests.
 
-Four clients, one scenario format, one output format — and one genuine JS worker:
+Four clients, one scenario format, one output format — and three genuine workers:
 
 ============  ================================  ===============================================
 name          SDK                               runs as
@@ -10,18 +10,20 @@ name          SDK                               runs as
 ``py13``      a2a-sdk 1.3 (the main venv)        ``<main venv python> peers/client13.py``
 ``js13``      @a2a-js/sdk 1.3.0                  ``node peers/client13.mjs`` (npm alias ``a2a-js-13``)
 worker        @a2a-js/sdk 1.3.0 + express 5      ``node peers/worker13.mjs`` (:func:`js_worker`)
+worker03 js   @a2a-js/sdk 0.3.14 + express 5     ``node peers/worker03.mjs`` (:func:`js_worker03`)
+worker03 py   a2a-sdk 0.3 + uvicorn              ``.venv-a2a03/bin/python peers/worker03.py`` (:func:`py_worker03`)
 ============  ================================  ===============================================
 
 Installs are lazy and happen once (:func:`require_peer`): the first test that needs ``py03``
-creates ``.venv-a2a03/`` at the repository root (``python -m venv`` + ``pip install``), the
-first that needs ``js03``/``js13`` or the worker runs ``npm ci`` in ``tests/support/peers/``
-from the committed ``package.json`` + ``package-lock.json``. A stamp file in each remembers what
+or :func:`py_worker03` creates ``.venv-a2a03/`` at the repository root (``python -m venv`` +
+``pip install``), the first that needs ``js03``/``js13`` or a JS worker runs ``npm ci`` in
+``tests/support/peers/`` from the committed ``package.json`` + ``package-lock.json``. A stamp file in each remembers what
 was installed (a digest of those inputs, so editing either reinstalls), so reruns cost nothing;
 a file lock keeps two pytest processes from installing at once. When an install fails the test
 is skipped with the command to run — except under CI (``CI=true``), where it fails.
 
-The JS worker
--------------
+The workers
+-----------
 ``with js_worker() as base:`` (a plain context manager, for module-scoped fixtures like
 ``tests/e2e/conftest.py``'s ``stack``) starts ``worker13.mjs`` on 127.0.0.1 with an ephemeral
 port, waits for the ``{"type": "ready", "url"}`` line it prints once listening, yields that base
@@ -41,6 +43,26 @@ The card advertises exactly those two interfaces (``JSONRPC`` then ``HTTP+JSON``
 ``protocolVersion`` ``1.0``) with the port actually bound — so the v0.3 peers cannot use it
 directly (their factories find no compatible interface); they reach it through the gateway.
 
+``with js_worker03() as base:`` (@a2a-js/sdk 0.3.14, ``worker03.mjs``) and ``with py_worker03()
+as base:`` (a2a-sdk 0.3 in ``.venv-a2a03``, ``worker03.py``) are the same contract for the v0.3
+twins: the same behaviours by message text (states spelled ``submitted``, ``working``,
+``input-required``, ``completed``, ``canceled``, ``failed``; ``fail…`` publishes ``failed``
+itself rather than raising, see the scripts), v0.3 only, on one port each:
+
+* ``BASE/.well-known/agent-card.json`` — a v0.3 card: ``protocolVersion`` ``0.3.0``, ``url``
+  ``BASE/`` with ``preferredTransport`` ``JSONRPC``, ``additionalInterfaces`` ``JSONRPC`` at
+  ``BASE/`` and ``HTTP+JSON`` at ``BASE/rest``; no ``supportedInterfaces``;
+* ``BASE/`` — JSON-RPC v0.3 (``message/send``, ``message/stream``, ``tasks/get``, …);
+* ``BASE/rest/v1/...`` — HTTP+JSON v0.3 (``/rest/v1/message:send``, ``/rest/v1/tasks/{id}``,
+  ``…:cancel``, ``…:subscribe``: GET and POST on the JS worker, GET only on the Python one);
+* ``GET BASE/_peer/joins/{taskId}`` — not A2A: ``{"taskId", "joins"}``, how many requests
+  (resubscribe, cancel) joined the task's live events, so a test knows a resubscription is in
+  place before it cancels (a2a-sdk's resubscribe sends nothing before the next event).
+
+@a2a-js/sdk 0.3.14's REST client cannot stream from ``py_worker03``'s REST binding (it misreads
+the multi-line SSE ``data:`` that a2a-sdk 0.3 sends and POSTs ``:subscribe``, which answers 405);
+its unary REST calls and everything on JSON-RPC work (``tests/e2e/test_peers03.py``).
+
 Clients
 -------
 Each client takes an Agent Card URL (argv) and a scenario (JSON on stdin), builds its client
@@ -49,11 +71,10 @@ prints one JSON object per line:
 
 ``{"type": "client", "sdk", "version", "cardUrl", "transport", "endpoint", ...}``
     the SDK, the binding its factory chose (``JSONRPC`` / ``HTTP+JSON``) and the URL it took
-    from the card for it. v1.0 peers add ``requestedTransport`` (the scenario's ``transport``
-    or ``null``); ``js13`` adds the ``protocolVersion`` of its transport, ``py13`` the SDK's
-    ``transportClass`` (``JsonRpcTransport``, ``RestTransport``, ``Compat…`` for v0.3). v0.3
-    peers report the card's ``preferredTransport`` (which their factory follows) and
-    ``protocolVersion``.
+    from the card for it, and ``requestedTransport`` (the scenario's ``transport`` or
+    ``null``); ``js13`` adds the ``protocolVersion`` of its transport, ``py13`` and ``py03`` the
+    SDK's ``transportClass`` (``JsonRpcTransport``, ``RestTransport``, ``Compat…`` for v0.3 in
+    1.3). v0.3 peers add the card's ``preferredTransport`` and ``protocolVersion``.
 ``{"type": "step", "index", "op"}``
     a step begins.
 ``{"type": "event", "index", "at", "kind", "taskId", "contextId", "state", "final", "raw"}``
@@ -78,23 +99,25 @@ prints one JSON object per line:
 
 A scenario is ``{"steps": [...], "timeout": seconds, "headers": {...}, "transport": binding}``;
 each step is ``{"op", "text", "taskId", "contextId", "sameTask", "until", "pageSize"}``
-(``sameTask`` takes the task and context ids of the last event seen; ``until`` — ``py13`` and
-the JS peers — stops iterating after the first event whose ``state`` is that spelling, e.g.
+(``sameTask`` takes the task and context ids of the last event seen; ``until`` (every peer)
+stops iterating after the first event whose ``state`` is that spelling, e.g.
 ``TASK_STATE_WORKING``, so a ``slow`` stream can be left for a later ``cancel``). The ops:
 
 * ``send`` — non-streaming ``message/send`` / ``SendMessage``;
 * ``stream`` — ``message/stream`` / ``SendStreamingMessage``;
 * ``resubscribe`` — ``tasks/resubscribe`` / ``SubscribeToTask`` of ``taskId``;
-* v1.0 peers only: ``get`` (``GetTask``) and ``cancel`` (``CancelTask``) of ``taskId``, else
-  of the last task seen; ``list`` (``ListTasks``, optionally filtered by ``contextId``, with
+* ``get`` (``tasks/get`` / ``GetTask``) and ``cancel`` (``tasks/cancel`` / ``CancelTask``) of
+  ``taskId``, else of the last task seen: one ``task`` event;
+* v1.0 peers only: ``list`` (``ListTasks``, optionally filtered by ``contextId``, with
   ``pageSize``) prints one ``task`` event per task and leaves the last task seen alone.
 
-``headers`` go on every request (e.g. the e2e trace header). ``transport`` (v1.0 peers only;
-v0.3 peers ignore it) makes the factory prefer that binding of the card — ``py13``:
-``supported_protocol_bindings=[transport, other]`` with ``use_client_preference``, ``js13``:
-``preferredTransports=[transport]`` — falling back to the card's other binding when it lacks
-that one, so assert the ``client`` line's ``transport``. Without it ``py13`` speaks JSON-RPC
-only and ``js13`` takes the card's first JSON-RPC or HTTP+JSON interface.
+``headers`` go on every request (e.g. the e2e trace header). ``transport`` makes the factory
+prefer that binding of the card — ``py13``: ``supported_protocol_bindings=[transport, other]``
+with ``use_client_preference``, ``py03``: ``supported_transports=[transport, other]`` with
+``use_client_preference``, ``js13`` and ``js03``: ``preferredTransports=[transport]`` — falling
+back to the card's other binding when it lacks that one, so assert the ``client`` line's
+``transport``. Without it ``py13`` and ``py03`` speak JSON-RPC only, ``js13`` takes the card's
+first JSON-RPC or HTTP+JSON interface and ``js03`` the card's ``preferredTransport``.
 """
 
 from __future__ import annotations
@@ -124,6 +147,8 @@ __all__ = [
     "Peer",
     "PeerRun",
     "js_worker",
+    "js_worker03",
+    "py_worker03",
     "require_peer",
     "run_peer",
 ]
@@ -132,12 +157,15 @@ REPO = Path(__file__).resolve().parents[2]
 PEERS_DIR = Path(__file__).resolve().parent / "peers"
 VENV03 = REPO / ".venv-a2a03"
 #: What ``.venv-a2a03`` holds: the newest a2a-sdk 0.3 (0.3.26 when this was written).
-REQUIREMENTS03 = ("a2a-sdk[http-server]>=0.3.20,<0.4", "httpx")
+#: ``http-server`` brings starlette, fastapi and sse-starlette for ``worker03.py``; uvicorn serves it.
+REQUIREMENTS03 = ("a2a-sdk[http-server]>=0.3.20,<0.4", "httpx", "uvicorn")
 STAMP = ".a2a-gateway-peers-stamp"
 INSTALL_TIMEOUT = 600.0  # seconds, each install command
 #: What ``npm ci`` must have put in ``node_modules``: package -> version prefix.
 NODE_PACKAGES = {"a2a-js-03": "0.3.", "a2a-js-13": "1.3.", "express": "5."}
 WORKER_SCRIPT = "worker13.mjs"
+WORKER03_JS = "worker03.mjs"
+WORKER03_PY = "worker03.py"
 WORKER_READY_TIMEOUT = 30.0  # seconds from spawn to the worker's ready line
 
 
@@ -210,7 +238,7 @@ def _ensure_venv03() -> Path:
     """``.venv-a2a03/bin/python`` with a2a-sdk 0.3 installed (created on first use)."""
     command = (f"{sys.executable} -m venv {VENV03} && {VENV03}/bin/python -m pip install "
                + " ".join(f"'{r}'" for r in REQUIREMENTS03))
-    what = "the a2a-sdk 0.3 client venv (.venv-a2a03)"
+    what = "the a2a-sdk 0.3 peers venv (.venv-a2a03)"
     python = VENV03 / "bin" / "python"
     stamp = VENV03 / STAMP
     want = _digest(json.dumps(REQUIREMENTS03).encode(), f"{sys.version_info[:2]}".encode())
@@ -223,7 +251,8 @@ def _ensure_venv03() -> Path:
         _run([sys.executable, "-m", "venv", "--clear", str(VENV03)], what, command)
         _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *REQUIREMENTS03],
              what, command)
-        out = _run([str(python), "-c", "import a2a.client, httpx; from importlib.metadata import version; "
+        out = _run([str(python), "-c", "import a2a.client, a2a.server.apps, fastapi, httpx, uvicorn; "
+                    "from importlib.metadata import version; "
                     "print(version('a2a-sdk'))"], what, command)
         if not out.strip().startswith("0.3."):
             raise _Unavailable(what, command, f"a2a-sdk {out.strip()} was installed, not 0.3.x")
@@ -293,7 +322,7 @@ def _peer_env() -> dict[str, str]:
     return env
 
 
-# --------------------------------------------------------------------------- the JS worker
+# --------------------------------------------------------------------------- the workers
 
 
 def _pump(stream: IO[bytes], lines: queue.SimpleQueue[str | None]) -> None:
@@ -305,7 +334,7 @@ def _pump(stream: IO[bytes], lines: queue.SimpleQueue[str | None]) -> None:
 
 
 def _await_ready(proc: subprocess.Popen[bytes], lines: queue.SimpleQueue[str | None], stderr: IO[bytes],
-                 timeout: float) -> str:
+                 timeout: float, script: str) -> str:
     """The ``url`` of the worker's ready line; RuntimeError (with its output) if it exits or
     stays silent for ``timeout`` seconds first."""
     deadline = time.monotonic() + timeout
@@ -326,7 +355,7 @@ def _await_ready(proc: subprocess.Popen[bytes], lines: queue.SimpleQueue[str | N
         seen.append(line)
     stderr.seek(0)
     detail = "\n".join([*seen, stderr.read().decode("utf-8", "replace")]).strip()[-3000:]
-    raise RuntimeError(f"{WORKER_SCRIPT} {problem}:\n{detail}")
+    raise RuntimeError(f"{script} {problem}:\n{detail}")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -344,6 +373,23 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
+def _worker(interpreter: Path, script: str, host: str, timeout: float) -> Iterator[str]:
+    """Run ``interpreter peers/script --port 0 --host host``; yield the URL of its ready line;
+    stop it on exit (see :func:`_stop`)."""
+    cmd = [str(interpreter), str(PEERS_DIR / script), "--port", "0", "--host", host]
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                cwd=str(REPO), env=_peer_env())
+        try:
+            assert proc.stdout is not None
+            lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+            threading.Thread(target=_pump, args=(proc.stdout, lines), name=f"{script}-stdout", daemon=True).start()
+            yield _await_ready(proc, lines, stderr, timeout, script)
+        finally:
+            _stop(proc)
+
+
+@contextlib.contextmanager
 def js_worker(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT) -> Iterator[str]:
     """Run the genuine @a2a-js/sdk 1.3 worker (``peers/worker13.mjs``) on ``host`` and an
     ephemeral port; yield its base URL once it is listening; terminate it on exit.
@@ -351,18 +397,25 @@ def js_worker(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT)
     Installs the node modules on first use like :func:`require_peer` (skipping the test when
     that fails, failing it under CI); raises RuntimeError if the worker exits or prints no ready
     line within ``timeout`` seconds. See the module docstring for what it serves."""
-    node = _require("node")
-    cmd = [str(node), str(PEERS_DIR / WORKER_SCRIPT), "--port", "0", "--host", host]
-    with tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                cwd=str(REPO), env=_peer_env())
-        try:
-            assert proc.stdout is not None
-            lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-            threading.Thread(target=_pump, args=(proc.stdout, lines), name="js-worker-stdout", daemon=True).start()
-            yield _await_ready(proc, lines, stderr, timeout)
-        finally:
-            _stop(proc)
+    with _worker(_require("node"), WORKER_SCRIPT, host, timeout) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def js_worker03(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT) -> Iterator[str]:
+    """Like :func:`js_worker`, for the genuine @a2a-js/sdk 0.3 worker (``peers/worker03.mjs``):
+    v0.3 only, JSON-RPC at ``BASE/``, HTTP+JSON at ``BASE/rest`` (``/rest/v1/...``)."""
+    with _worker(_require("node"), WORKER03_JS, host, timeout) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def py_worker03(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT) -> Iterator[str]:
+    """Like :func:`js_worker`, for the genuine a2a-sdk 0.3 worker (``peers/worker03.py``, run by
+    ``.venv-a2a03``'s python, installing that venv on first use): v0.3 only, JSON-RPC at
+    ``BASE/``, HTTP+JSON at ``BASE/rest`` (``/rest/v1/...``)."""
+    with _worker(_require("venv03"), WORKER03_PY, host, timeout) as base:
+        yield base
 
 
 # --------------------------------------------------------------------------- runs

@@ -1,6 +1,10 @@
-// Shared by client03.mjs and client13.mjs: the scenario runner, a recording fetch and the JSON
-// lines printed on stdout (the format is described in tests/support/peers.py).
-import { readFileSync } from "node:fs";
+// Shared by the JS peers. The clients (client03.mjs, client13.mjs): the scenario runner, a
+// recording fetch and the JSON lines printed on stdout (the format is described in
+// tests/support/peers.py). The workers (worker03.mjs, worker13.mjs): what their message texts
+// mean and how they listen, announce themselves and exit.
+import { fstatSync, readFileSync } from "node:fs";
+import { createServer } from "node:http";
+import { parseArgs } from "node:util";
 
 export function emit(fields) {
   process.stdout.write(JSON.stringify(fields) + "\n");
@@ -124,4 +128,65 @@ export async function runScenario({ connect, ops, describe }) {
 
 export function newMessageId() {
   return `m-${Date.now()}-${Math.random().toString(16).slice(2)}`;
+}
+
+// --------------------------------------------------------------------------- workers
+
+/** The demo behaviours' fixed texts (the same as demo/worker.py's). */
+export const DEMO = {
+  artifactName: "result",
+  askQuestion: "Which date?",
+  directReply: "direct reply",
+  failMessage: "demo failure requested",
+  restPath: "/rest",
+};
+
+/** The card members both workers share (name, description, skills, …), for `sdk` ("0.3.14"). */
+export function demoCardBasics(sdk) {
+  return {
+    name: "a2a-gateway JS demo worker",
+    description: `Echo agent on @a2a-js/sdk ${sdk} for a2a-gateway tests. The message text selects the behaviour: `
+      + '"slow..." waits until cancelled, "ask..." asks for input, "fail..." fails, "direct" answers with a '
+      + 'message, anything else completes with "hello <text>".',
+    version: "0.1.0",
+    provider: { organization: "a2a-gateway", url: "https://github.com/a2aproject" },
+    capabilities: { streaming: true, pushNotifications: false },
+    defaultInputModes: ["text/plain"],
+    defaultOutputModes: ["text/plain"],
+    skills: [{
+      id: "echo", name: "Echo", description: 'Replies "hello <text>"; see the card description.',
+      tags: ["demo", "echo"], examples: ["hi", "slow task", "ask for a date", "direct"],
+    }],
+  };
+}
+
+/** Exit on SIGTERM / SIGINT and, when stdin is a pipe or socket, as soon as it closes. */
+function exitWhenParentGoes() {
+  const exit = () => process.exit(0);
+  process.once("SIGTERM", exit);
+  process.once("SIGINT", exit);
+  const stdin = fstatSync(0);
+  if (stdin.isFIFO() || stdin.isSocket()) {
+    process.stdin.on("end", exit).on("close", exit).resume();
+  }
+}
+
+/**
+ * Parse `--port` (default 0: ephemeral) and `--host` (default 127.0.0.1), arrange the exit
+ * rules, and listen with `app` (an express app); resolves to BASE (`http://HOST:PORT`, the port
+ * actually bound) once listening. Call `announceReady(base)` after mounting the routes.
+ */
+export async function listenWorker(app) {
+  const { values: args } = parseArgs({
+    options: { port: { type: "string", default: "0" }, host: { type: "string", default: "127.0.0.1" } },
+  });
+  exitWhenParentGoes();
+  const server = createServer(app);
+  await new Promise((resolve, reject) => server.once("error", reject).listen(Number(args.port), args.host, resolve));
+  return `http://${args.host.includes(":") ? `[${args.host}]` : args.host}:${server.address().port}`;
+}
+
+/** The one line a worker prints on stdout once it serves: {"type":"ready","url":BASE}. */
+export function announceReady(base) {
+  emit({ type: "ready", url: base });
 }

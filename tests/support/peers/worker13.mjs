@@ -24,21 +24,16 @@
 //   "fail..."      Task -> WORKING, then execute() throws; the SDK marks the task FAILED
 //   "direct"       a direct Message reply "direct reply", no task
 import { randomUUID } from "node:crypto";
-import { fstatSync } from "node:fs";
-import { createServer } from "node:http";
-import { parseArgs } from "node:util";
 import express from "express";
 import {
   AGENT_CARD_PATH, AgentCard, Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent,
 } from "a2a-js-13";
 import { AgentEvent, DefaultRequestHandler, InMemoryTaskStore } from "a2a-js-13/server";
 import { UserBuilder, agentCardHandler, jsonRpcHandler, restHandler } from "a2a-js-13/server/express";
+import { DEMO, announceReady, demoCardBasics, listenWorker } from "./common.mjs";
 
-const ARTIFACT_NAME = "result";
-const ASK_QUESTION = "Which date?";
-const DIRECT_REPLY = "direct reply";
-const FAIL_MESSAGE = "demo failure requested";
-const REST_PATH = "/rest";
+const { artifactName: ARTIFACT_NAME, askQuestion: ASK_QUESTION, directReply: DIRECT_REPLY,
+        failMessage: FAIL_MESSAGE, restPath: REST_PATH } = DEMO;
 
 function messageText(message) {
   return message.parts.filter((p) => p.content?.$case === "text").map((p) => p.content.value).join("\n").trim();
@@ -119,48 +114,19 @@ class DemoAgentExecutor {
  * type requires: signatures [], securitySchemes {}, tenant "", …). */
 function buildAgentCard(base) {
   return AgentCard.fromJSON({
-    name: "a2a-gateway JS demo worker",
-    description: 'Echo agent on @a2a-js/sdk 1.3 for a2a-gateway tests. The message text selects the behaviour: '
-      + '"slow..." waits until cancelled, "ask..." asks for input, "fail..." fails, "direct" answers with a '
-      + 'message, anything else completes with "hello <text>".',
-    version: "0.1.0",
-    provider: { organization: "a2a-gateway", url: "https://github.com/a2aproject" },
+    ...demoCardBasics("1.3"),
     supportedInterfaces: [
       { url: `${base}/`, protocolBinding: "JSONRPC", protocolVersion: "1.0" },
       { url: `${base}${REST_PATH}`, protocolBinding: "HTTP+JSON", protocolVersion: "1.0" },
     ],
-    capabilities: { streaming: true, pushNotifications: false },
-    defaultInputModes: ["text/plain"],
-    defaultOutputModes: ["text/plain"],
-    skills: [{
-      id: "echo", name: "Echo", description: 'Replies "hello <text>"; see the card description.',
-      tags: ["demo", "echo"], examples: ["hi", "slow task", "ask for a date", "direct"],
-    }],
   });
 }
 
-function exitWhenParentGoes() {
-  const exit = () => process.exit(0);
-  process.once("SIGTERM", exit);
-  process.once("SIGINT", exit);
-  const stdin = fstatSync(0);
-  if (stdin.isFIFO() || stdin.isSocket()) {
-    process.stdin.on("end", exit).on("close", exit).resume();
-  }
-}
-
-const { values: args } = parseArgs({
-  options: { port: { type: "string", default: "0" }, host: { type: "string", default: "127.0.0.1" } },
-});
-exitWhenParentGoes();
 const app = express();
-const server = createServer(app);
-await new Promise((resolve, reject) => server.once("error", reject).listen(Number(args.port), args.host, resolve));
-const base = `http://${args.host.includes(":") ? `[${args.host}]` : args.host}:${server.address().port}`;
-
+const base = await listenWorker(app);
 const requestHandler = new DefaultRequestHandler(buildAgentCard(base), new InMemoryTaskStore(), new DemoAgentExecutor());
 const userBuilder = UserBuilder.noAuthentication;
 app.use(`/${AGENT_CARD_PATH}`, agentCardHandler({ agentCardProvider: requestHandler }));
 app.use(REST_PATH, restHandler({ requestHandler, userBuilder }));
 app.use("/", jsonRpcHandler({ requestHandler, userBuilder })); // last: it guards every path's content type
-process.stdout.write(JSON.stringify({ type: "ready", url: base }) + "\n");
+announceReady(base);
