@@ -24,6 +24,7 @@ __all__ = [
     "card_endpoints",
     "card_versions",
     "interface_version",
+    "speaks",
 ]
 
 _BINDINGS = {"JSONRPC": Binding.JSONRPC, "HTTP+JSON": Binding.REST}
