@@ -552,3 +552,77 @@ def test_a_host_that_is_no_host_never_shapes_the_served_urls(make_harness: Any, 
     served = h.http.get(h.gateway.url + CARD_PATH, headers={**headers, **V1}).json()
     urls = [i["url"] for i in served["supportedInterfaces"]]
     assert urls == [h.gateway.url + "/", h.gateway.url + "/rest"]
+
+
+# ------------------------------------------------------------------------------ docs/bridge.md §2
+
+def _card(h: Harness, headers: dict[str, str] | None = None, path: str = CARD_PATH) -> Any:
+    return h.http.get(h.gateway.url + path, headers=headers or {})
+
+
+def test_a_v03_client_gets_a_v03_card_of_a_v10_only_worker(make_harness: Any) -> None:
+    h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/", public={"url": "https://gw.example.net"})
+    v03, v10 = _card(h), _card(h, V1)
+    assert "a2a-version" in v03.headers["vary"].lower() and "a2a-version" in v10.headers["vary"].lower()
+    card = v03.json()
+    assert "supportedInterfaces" not in card
+    assert (card["protocolVersion"], card["url"], card["preferredTransport"]) == (
+        "0.3.0", "https://gw.example.net/", "JSONRPC")
+    assert card["additionalInterfaces"] == [{"url": "https://gw.example.net/", "transport": "JSONRPC"},
+                                            {"url": "https://gw.example.net/rest", "transport": "HTTP+JSON"}]
+    assert [i["url"] for i in v10.json()["supportedInterfaces"]] == [
+        "https://gw.example.net/", "https://gw.example.net/rest"]
+    for headers in ({"A2A-Version": "0.3"}, {"A2A-Version": ""}):
+        assert _card(h, headers).json() == card
+    assert _card(h, V1, path="/.well-known/agent.json").json() == card  # the legacy path: v0.3
+    # one ETag per served form, each answering its own revalidation only
+    assert v03.headers["etag"] != v10.headers["etag"]
+    assert _card(h, {"If-None-Match": v03.headers["etag"]}).status_code == 304
+    assert _card(h, {**V1, "If-None-Match": v10.headers["etag"]}).status_code == 304
+    assert _card(h, {**V1, "If-None-Match": v03.headers["etag"]}).status_code == 200
+    again = _card(h, {"If-None-Match": v10.headers["etag"]})
+    assert again.status_code == 200 and again.json() == card
+    assert "a2a-version" in _card(h, {"If-None-Match": v03.headers["etag"]}).headers["vary"].lower()
+
+
+def test_a_v10_client_gets_a_v10_card_of_a_v03_only_worker(make_harness: Any) -> None:
+    h = make_harness(card=TOCK_V03, upstream_path="/a2a/tock/", public={"url": "https://gw.example.net"})
+    v10, v03 = _card(h, V1), _card(h)
+    card = v10.json()
+    assert card["supportedInterfaces"] == [
+        {"url": "https://gw.example.net/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]
+    assert not {"url", "protocolVersion", "preferredTransport", "additionalInterfaces"} & card.keys()
+    assert sdk_urls(card) == [("https://gw.example.net/", "JSONRPC")]
+    assert v03.json()["url"] == "https://gw.example.net/" and "supportedInterfaces" not in v03.json()
+    assert v10.headers["etag"] != v03.headers["etag"]
+    assert "a2a-version" in v10.headers["vary"].lower() and "a2a-version" in v03.headers["vary"].lower()
+
+
+def test_a_card_of_both_versions_is_not_bridged_and_does_not_vary(make_harness: Any) -> None:
+    mixed = {**TOCK_CARD, "supportedInterfaces": [
+        *TOCK_CARD["supportedInterfaces"],
+        {"url": "http://localhost:8080/a2a/tock/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
+        "url": "http://localhost:8080/a2a/tock/", "preferredTransport": "JSONRPC", "protocolVersion": "0.3"}
+    h = make_harness(card=mixed, upstream_path="/a2a/tock/")
+    v03, v10 = _card(h), _card(h, V1)
+    assert v03.content == v10.content and v03.headers["etag"] == v10.headers["etag"]
+    assert "vary" not in v03.headers
+
+
+def test_bridge_disabled_serves_the_workers_shape_to_every_client(make_harness: Any) -> None:
+    h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/", bridge={"enabled": False})
+    v03, v10 = _card(h), _card(h, V1)
+    assert v03.content == v10.content and "supportedInterfaces" in v03.json()
+    assert "vary" not in v03.headers
+    h2 = make_harness(card=TOCK_V03, upstream_path="/a2a/tock/", bridge={"enabled": False})
+    assert "supportedInterfaces" not in _card(h2, V1).json()
+
+
+@pytest.mark.parametrize(("worker_vary", "served"), [
+    ("Accept-Encoding", "Accept-Encoding, A2A-Version"), ("a2a-version", "a2a-version")])
+def test_a_workers_vary_is_kept_and_a2a_version_added_once(make_harness: Any, worker_vary: str,
+                                                            served: str) -> None:
+    h = make_harness(card=None)
+    h.worker.on_path("GET", CARD_PATH, json_body=TOCK_CARD, headers={"vary": worker_vary}, times=None)
+    h.runtime.cards["worker"].mark_stale()
+    assert _card(h).headers["vary"] == served
