@@ -80,7 +80,7 @@ class ProxyApp:
             return
         if scope["method"] in ("GET", "HEAD") and route.path in WELL_KNOWN_PATHS:
             await serve_card(self.rt.card_cache(route.upstream), self.rt.config.public, route,
-                             scope, receive, send)
+                             scope, receive, send, bridge=self.rt.config.bridge)
             return
         method = scope["method"]
         if method == "POST" and self._is_jsonrpc(route):

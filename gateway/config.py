@@ -249,6 +249,17 @@ class LogConfig(_Frozen):
     window carries ``repeated`` (how many were held back). 0 writes every line."""
 
 
+class BridgeConfig(_Frozen):
+    """The version bridge between v0.3 and v1.0 peers (docs/bridge.md §2). ``enabled``: a
+    client is served the Agent Card in its own version's shape when the worker's card has no
+    interface of that version (a v0.3 client — no ``A2A-Version``, a 0.x one, or the legacy
+    ``/.well-known/agent.json`` — gets a v0.3 card of a v1.0-only worker; a 1.x client a v1.0
+    card of a v0.3-only worker), and such cards are sent with ``Vary: A2A-Version``; ``false``
+    serves every card as the worker's own shape, as before the bridge."""
+
+    enabled: bool = True
+
+
 class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
@@ -262,6 +273,7 @@ class GatewayConfig(_Frozen):
     public: PublicConfig = PublicConfig()
     streams: StreamsConfig = StreamsConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    bridge: BridgeConfig = BridgeConfig()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

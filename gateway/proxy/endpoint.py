@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from gateway.a2a import jsonrpc
-from gateway.a2a.card import bridge_card, is_signed, rewrite_card
+from gateway.a2a.card import is_signed, rewrite_card
+from gateway.a2a.card_bridge import CardBridgeError, bridge_card
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.exchange.bridge import worker_version
@@ -96,7 +97,15 @@ class ExchangeHandler:
         (:func:`gateway.a2a.card.bridge_card`), then rewritten as usual."""
         if rewrite is None:
             return None
-        return lambda doc: rewrite(bridge_card(doc, client))
+
+        def bridged(doc: dict[str, Any]) -> dict[str, Any]:
+            try:
+                doc = bridge_card(doc, client)
+            except CardBridgeError:  # no guarded interface to bridge: as the worker wrote it
+                pass
+            return rewrite(doc)
+
+        return bridged
 
     async def drive(self, exchange: RequestExchange) -> None:
         """Run the exchange until the client's response is complete, watching for the

@@ -52,15 +52,18 @@ def card_gets(h: Harness, path: str = "/.well-known/agent-card.json") -> int:
 def test_f10_card_urls_point_at_the_gateway_without_doubled_segments(make_harness: Any, card: Any, path: str) -> None:
     h = make_harness(upstream_path="/a2a/tock/", card=card, upstream={"prefix": "/a2a/tick"},
                      public={"url": "https://gw.example.net"})
-    r = h.http.get(h.gateway.url + "/a2a/tick" + path)
+    client = V1 if "supportedInterfaces" in card else {}  # a client of the card's own version
+    r = h.http.get(h.gateway.url + "/a2a/tick" + path, headers=client)
     served = r.json()
     assert r.status_code == 200
-    if "supportedInterfaces" in card:
+    if "supportedInterfaces" in card and path.endswith("agent-card.json"):
         assert [i["url"] for i in served["supportedInterfaces"]] == [
             "https://gw.example.net/a2a/tick/", "https://gw.example.net/a2a/tick/rest"]
-    else:
+    else:  # a v0.3 card, or the legacy path (a v0.3 card of the v1.0 worker: docs/bridge.md §2)
         assert served["url"] == "https://gw.example.net/a2a/tick/"
         assert served["additionalInterfaces"][0]["url"] == "https://gw.example.net/a2a/tick/"
+    if "supportedInterfaces" in card and not path.endswith("agent-card.json"):
+        return  # bridged: its members are checked in tests/a2a/test_card_bridge.py
     untouched = {k: v for k, v in card.items() if k not in ("supportedInterfaces", "url", "additionalInterfaces")}
     assert {k: served[k] for k in untouched} == untouched
 
@@ -69,10 +72,10 @@ def test_f10_public_origin_comes_from_trusted_proxies_only(make_harness: Any) ->
     forwarded = {"X-Forwarded-Host": "gw.example.net", "X-Forwarded-Proto": "https"}
     untrusted = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/")
     url = untrusted.gateway.url
-    served = untrusted.http.get(url + "/.well-known/agent-card.json", headers=forwarded).json()
+    served = untrusted.http.get(url + "/.well-known/agent-card.json", headers={**forwarded, **V1}).json()
     assert served["supportedInterfaces"][0]["url"] == url + "/"  # the Host the client used
     trusted = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/", public={"trusted_proxies": ["127.0.0.1"]})
-    served = trusted.http.get(trusted.gateway.url + "/.well-known/agent-card.json", headers=forwarded).json()
+    served = trusted.http.get(trusted.gateway.url + "/.well-known/agent-card.json", headers={**forwarded, **V1}).json()
     assert served["supportedInterfaces"][0]["url"] == "https://gw.example.net/"
 
 
@@ -91,7 +94,7 @@ def test_signed_card_is_served_verbatim_by_default_and_stripped_on_request(make_
     verbatim = h.http.get(h.gateway.url + "/.well-known/agent-card.json").json()
     assert verbatim == signed  # a rewritten body is never served with its old signature
     h2 = make_harness(card=signed, upstream_path="/a2a/tock/", upstream={"card": {"signed": "strip"}})
-    stripped = h2.http.get(h2.gateway.url + "/.well-known/agent-card.json").json()
+    stripped = h2.http.get(h2.gateway.url + "/.well-known/agent-card.json", headers=V1).json()
     assert "signatures" not in stripped
     assert stripped["supportedInterfaces"][0]["url"] == h2.gateway.url + "/"
     assert h2.metric("a2a_gateway_card_signatures_stripped_total") == 1
@@ -114,7 +117,7 @@ def test_empty_signatures_list_is_an_unsigned_card_and_is_rewritten(make_harness
     js_card = {**TOCK_CARD, "signatures": []}  # what every @a2a-js/sdk 1.3 worker sends
     h = make_harness(card=js_card, upstream_path="/a2a/tock/", upstream={"prefix": "/a2a/tick"},
                      public={"url": "https://gw.example.net"})
-    served = h.http.get(h.gateway.url + "/a2a/tick" + CARD_PATH).json()
+    served = h.http.get(h.gateway.url + "/a2a/tick" + CARD_PATH, headers=V1).json()
     assert served["signatures"] == []
     assert [i["url"] for i in served["supportedInterfaces"]] == [
         "https://gw.example.net/a2a/tick/", "https://gw.example.net/a2a/tick/rest"]
@@ -128,7 +131,7 @@ def test_unguarded_v10_interfaces_are_dropped_by_default(make_harness: Any,
                                                          gateway_warnings: Any) -> None:
     card = {**TOCK_CARD, "supportedInterfaces": [GRPC_IFACE, *TOCK_CARD["supportedInterfaces"], WS_IFACE]}
     h = make_harness(card=card, upstream_path="/a2a/tock/", public={"url": "https://gw.example.net"})
-    served = h.http.get(h.gateway.url + CARD_PATH).json()
+    served = h.http.get(h.gateway.url + CARD_PATH, headers=V1).json()
     assert sdk_urls(served) == [("https://gw.example.net/", "JSONRPC"),
                                 ("https://gw.example.net/rest", "HTTP+JSON")]
     assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker") == 0
@@ -144,7 +147,7 @@ def test_unguarded_v10_interfaces_kept_on_request_are_untouched_warned_and_gauge
     cache = h.runtime.cards["worker"]
     for _ in range(3):  # revalidated each time; the card is the same
         cache.mark_stale()
-        served = h.http.get(h.gateway.url + CARD_PATH).json()
+        served = h.http.get(h.gateway.url + CARD_PATH, headers=V1).json()
     assert served["supportedInterfaces"] == [  # the mount points at the worker's root
         {"url": "https://gw.example.net/a2a/tock/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
         {"url": "https://gw.example.net/a2a/tock/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
@@ -231,7 +234,7 @@ def test_signed_card_served_verbatim_is_warned_once_per_card_and_gauged(
     assert len(gateway_warnings("card_served_verbatim")) == 2
     h.worker.default_card = TOCK_CARD  # no longer signed: rewritten, and the gauge drops
     cache.mark_stale()
-    served = h.http.get(h.gateway.url + CARD_PATH).json()
+    served = h.http.get(h.gateway.url + CARD_PATH, headers=V1).json()
     assert served["supportedInterfaces"][0]["url"] == h.gateway.url + "/a2a/tock/"
     assert h.metric("a2a_gateway_card_served_verbatim", upstream="worker") == 0
     assert len(gateway_warnings("card_served_verbatim")) == 2
@@ -510,7 +513,7 @@ def test_a_jsonrpc_path_the_card_advertises_is_guarded_whatever_jsonrpc_path_say
     card = {**TOCK_CARD, "supportedInterfaces": [
         {"url": "http://localhost:8080/a2a/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}
     h = make_harness(card=card)
-    assert h.http.get(h.gateway.url + CARD_PATH).json()["supportedInterfaces"][0]["url"] == \
+    assert h.http.get(h.gateway.url + CARD_PATH, headers=V1).json()["supportedInterfaces"][0]["url"] == \
         h.gateway.url + "/a2a/jsonrpc"
     h.worker.on("GetTask", json_result={"id": "t-1", "contextId": "c", "status": {"state": "completed"}})
     r = h.http.post(h.gateway.url + "/a2a/jsonrpc", headers=V1,
@@ -546,6 +549,80 @@ def test_a_host_that_is_no_host_never_shapes_the_served_urls(make_harness: Any, 
     ``X-Forwarded-*``) is replaced by the gateway's own listening address; an odd scheme by
     http."""
     h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/", public={"trusted_proxies": ["127.0.0.1"]})
-    served = h.http.get(h.gateway.url + CARD_PATH, headers=headers).json()
+    served = h.http.get(h.gateway.url + CARD_PATH, headers={**headers, **V1}).json()
     urls = [i["url"] for i in served["supportedInterfaces"]]
     assert urls == [h.gateway.url + "/", h.gateway.url + "/rest"]
+
+
+# ------------------------------------------------------------------------------ docs/bridge.md §2
+
+def _card(h: Harness, headers: dict[str, str] | None = None, path: str = CARD_PATH) -> Any:
+    return h.http.get(h.gateway.url + path, headers=headers or {})
+
+
+def test_a_v03_client_gets_a_v03_card_of_a_v10_only_worker(make_harness: Any) -> None:
+    h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/", public={"url": "https://gw.example.net"})
+    v03, v10 = _card(h), _card(h, V1)
+    assert "a2a-version" in v03.headers["vary"].lower() and "a2a-version" in v10.headers["vary"].lower()
+    card = v03.json()
+    assert "supportedInterfaces" not in card
+    assert (card["protocolVersion"], card["url"], card["preferredTransport"]) == (
+        "0.3.0", "https://gw.example.net/", "JSONRPC")
+    assert card["additionalInterfaces"] == [{"url": "https://gw.example.net/", "transport": "JSONRPC"},
+                                            {"url": "https://gw.example.net/rest", "transport": "HTTP+JSON"}]
+    assert [i["url"] for i in v10.json()["supportedInterfaces"]] == [
+        "https://gw.example.net/", "https://gw.example.net/rest"]
+    for headers in ({"A2A-Version": "0.3"}, {"A2A-Version": ""}):
+        assert _card(h, headers).json() == card
+    assert _card(h, V1, path="/.well-known/agent.json").json() == card  # the legacy path: v0.3
+    # one ETag per served form, each answering its own revalidation only
+    assert v03.headers["etag"] != v10.headers["etag"]
+    assert _card(h, {"If-None-Match": v03.headers["etag"]}).status_code == 304
+    assert _card(h, {**V1, "If-None-Match": v10.headers["etag"]}).status_code == 304
+    assert _card(h, {**V1, "If-None-Match": v03.headers["etag"]}).status_code == 200
+    again = _card(h, {"If-None-Match": v10.headers["etag"]})
+    assert again.status_code == 200 and again.json() == card
+    assert "a2a-version" in _card(h, {"If-None-Match": v03.headers["etag"]}).headers["vary"].lower()
+
+
+def test_a_v10_client_gets_a_v10_card_of_a_v03_only_worker(make_harness: Any) -> None:
+    h = make_harness(card=TOCK_V03, upstream_path="/a2a/tock/", public={"url": "https://gw.example.net"})
+    v10, v03 = _card(h, V1), _card(h)
+    card = v10.json()
+    assert card["supportedInterfaces"] == [
+        {"url": "https://gw.example.net/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]
+    assert not {"url", "protocolVersion", "preferredTransport", "additionalInterfaces"} & card.keys()
+    assert sdk_urls(card) == [("https://gw.example.net/", "JSONRPC")]
+    assert v03.json()["url"] == "https://gw.example.net/" and "supportedInterfaces" not in v03.json()
+    assert v10.headers["etag"] != v03.headers["etag"]
+    assert "a2a-version" in v10.headers["vary"].lower() and "a2a-version" in v03.headers["vary"].lower()
+
+
+def test_a_card_of_both_versions_is_not_bridged_and_does_not_vary(make_harness: Any) -> None:
+    mixed = {**TOCK_CARD, "supportedInterfaces": [
+        *TOCK_CARD["supportedInterfaces"],
+        {"url": "http://localhost:8080/a2a/tock/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
+        "url": "http://localhost:8080/a2a/tock/", "preferredTransport": "JSONRPC", "protocolVersion": "0.3"}
+    h = make_harness(card=mixed, upstream_path="/a2a/tock/")
+    v03, v10 = _card(h), _card(h, V1)
+    assert v03.content == v10.content and v03.headers["etag"] == v10.headers["etag"]
+    assert "vary" not in v03.headers
+
+
+def test_bridge_disabled_serves_the_workers_shape_to_every_client(make_harness: Any) -> None:
+    h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/", bridge={"enabled": False})
+    v03, v10 = _card(h), _card(h, V1)
+    assert v03.content == v10.content and "supportedInterfaces" in v03.json()
+    assert "vary" not in v03.headers
+    h2 = make_harness(card=TOCK_V03, upstream_path="/a2a/tock/", bridge={"enabled": False})
+    assert "supportedInterfaces" not in _card(h2, V1).json()
+
+
+@pytest.mark.parametrize(("worker_vary", "served"), [
+    ("Accept-Encoding", "Accept-Encoding, A2A-Version"), ("a2a-version", "a2a-version")])
+def test_a_workers_vary_is_kept_and_a2a_version_added_once(make_harness: Any, worker_vary: str,
+                                                            served: str) -> None:
+    h = make_harness(card=None)
+    h.worker.on_path("GET", CARD_PATH, json_body=TOCK_CARD, headers={"vary": worker_vary}, times=None)
+    h.runtime.cards["worker"].mark_stale()
+    assert _card(h).headers["vary"] == served
