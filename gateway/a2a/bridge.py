@@ -105,7 +105,7 @@ def _each(conv: Conv) -> Conv:
 
 
 # ---------------------------------------------------------------------------------------------
-# §1.2 States and roles
+# docs/bridge.md §1.2 States and roles
 
 _SPELLING = {V1: Spelling.V1_0, J03: Spelling.V0_3, R03: Spelling.V0_3_PROTO}
 # Each dialect's canonical spelling of each state (states.py's table, read per dialect).
@@ -133,7 +133,7 @@ def convert_role(role: Any, src: Dialect, dst: Dialect) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# §1.3 Parts
+# docs/bridge.md §1.3 Parts
 
 DATA_PART_COMPAT = "data_part_compat"
 """The part-metadata key that marks a v1.0 data value that is not an object, wrapped as
@@ -234,7 +234,7 @@ def convert_part(part: Any, src: Dialect, dst: Dialect) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# §1.4 Message, §1.5 Task, TaskStatus, Artifact
+# docs/bridge.md §1.4 Message, §1.5 Task, TaskStatus, Artifact
 
 _PARTS = _each(convert_part)
 
@@ -287,7 +287,7 @@ _TASK: tuple[Field, ...] = (
 
 
 # ---------------------------------------------------------------------------------------------
-# §1.6 Stream events and unary results
+# docs/bridge.md §1.6 Stream events and unary results
 
 _STATUS_UPDATE: tuple[Field, ...] = (
     _f("taskId"), _f("contextId"), _f("status", conv=convert_status), _f("metadata"),
@@ -379,7 +379,7 @@ def convert_event(result: Any, src: Dialect, dst: Dialect) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# §1.7 Push notification configs
+# docs/bridge.md §1.7 Push notification configs
 
 _TASK_NAME = re.compile(r"tasks/([^/]+)")
 _CONFIG_NAME = re.compile(r"tasks/([^/]+)/pushNotificationConfigs/([^/]*)")
@@ -547,7 +547,7 @@ def convert_result(op: Operation, result: Any, src: Dialect, dst: Dialect) -> An
 
 
 # ---------------------------------------------------------------------------------------------
-# §1.8 The send configuration
+# docs/bridge.md §1.8 The send configuration
 
 def _absent_blocking(src: Dialect, has_configuration: bool) -> bool:
     """What an absent blocking flag means in ``src`` (docs/bridge.md §1.8): v1.0 blocks
@@ -614,7 +614,7 @@ def convert_configuration(configuration: Any, src: Dialect, dst: Dialect) -> dic
 
 
 # ---------------------------------------------------------------------------------------------
-# §1.9 Requests
+# docs/bridge.md §1.9 Requests
 
 def _send_params(params: dict[str, Any], src: Dialect, dst: Dialect) -> dict[str, Any]:
     """SendMessage / SendStreamingMessage: ``{tenant?, message, configuration, metadata}``;
@@ -738,7 +738,7 @@ def convert_params(op: Operation, params: Any, src: Dialect, dst: Dialect) -> di
     or the REST JSON body (send, stream, push create), else the equivalent params dict (v1.0
     ``{id}`` / ``{taskId, id}``; PROTO03 requests with resource names, ``{name: "tasks/{id}"}``).
     An absent ``params`` reads as ``{}``. v1.0's ``tenant`` is dropped; the blocking flag is
-    always written (§1.8).
+    always written (docs/bridge.md §1.8).
 
     Raises:
         BridgeError: -32004 for ListTasks to v0.3 (neither v0.3 binding has it); -32602 for a
@@ -765,7 +765,7 @@ def convert_params(op: Operation, params: Any, src: Dialect, dst: Dialect) -> di
 
 
 # ---------------------------------------------------------------------------------------------
-# §1.10 Errors
+# docs/bridge.md §1.10 Errors
 
 def _error_info(data: Any) -> dict[str, Any] | None:
     if isinstance(data, list):
