@@ -9,6 +9,7 @@ they are :class:`~gateway.invariants.model.Finding` values (docs/architecture.md
     ├── LedgerError              the task ledger failed
     ├── PidFileHeldError         another gateway holds the pid file (``serve`` exits 3)
     ├── VersionConflictError     a ledger compare-and-set lost a race (retried, not a failure)
+    ├── BridgeError              a request that has no equivalent in the worker's protocol version
     ├── ClientError              a client request the gateway answers itself
     │   ├── BodyTooLargeError    the body passed ``limits.max_body_bytes`` (HTTP 413)
     │   ├── ClientGoneError      the client left before its body was complete
@@ -70,6 +71,20 @@ class PidFileHeldError(GatewayError):
 
 class VersionConflictError(GatewayError):
     """``put`` lost a compare-and-set race: the stored version was not ``expected_version``."""
+
+
+class BridgeError(GatewayError):
+    """A request that has no equivalent in the worker's protocol version (docs/bridge.md §1.9).
+
+    ``code`` is the A2A / JSON-RPC error code the client gets (-32004 UnsupportedOperation for
+    an operation the worker's version lacks, -32602 for a request that cannot be expressed
+    there); ``message`` is the text of that error.
+    """
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class ClientError(GatewayError):

@@ -1,7 +1,7 @@
 """The documents the code cites live in the repository, and every citation resolves.
 
 Comments, docstrings and tests cite ``docs/protocol.md`` (sections ``§N`` / ``§N.M`` and
-``§11 pitfall N``), ``docs/field-cases.md`` (cases ``Fnn``, their parts such as ``F05 (c)``,
+``§11 pitfall N``), ``docs/bridge.md`` (sections ``§N`` / ``§N.M``), ``docs/field-cases.md`` (cases ``Fnn``, their parts such as ``F05 (c)``,
 and the unknown-state policy) and ``docs/architecture.md`` (``convention N``). This fails when
 a file cites a document kept outside the repository (the former shared protocol notes, field
 cases and style guide), when a section sign has no source named before it, or when a cited
@@ -138,6 +138,16 @@ def protocol_index() -> tuple[set[str], set[int]]:
     return numbers, pitfalls
 
 
+def section_index(name: str) -> set[str]:
+    """The section numbers of a numbered document (``docs/bridge.md``)."""
+    numbers = set()
+    for heading in _sections_of(_doc(name)):
+        m = re.match(r"(\d+(?:\.\d+)*)\.?\s", heading)
+        if m:
+            numbers.add(m.group(1))
+    return numbers
+
+
 def field_case_index() -> tuple[dict[str, set[str]], set[str]]:
     """Case id → the labels of its parts ("a", "ii", …), and every heading of the file."""
     cases: dict[str, set[str]] = {}
@@ -164,6 +174,7 @@ def test_the_docs_exist_and_have_their_anchors():
     assert "unknown-state policy" in headings
     assert set(range(1, 11)) <= convention_index()
     assert "## The exchange layer" in _doc("architecture.md")
+    assert {"1", "1.1", "1.9", "1.10", "2"} <= section_index("bridge.md")
 
 
 def test_no_file_cites_a_document_outside_the_repository():
@@ -190,6 +201,21 @@ def test_every_protocol_citation_resolves():
             missing += [f"{rel}: docs/protocol.md §{section} pitfall {n}"
                         for n in cited_pitfalls if section != "11" or n not in pitfalls]
     assert missing == []
+
+
+def test_every_bridge_citation_resolves():
+    numbers = section_index("bridge.md")
+    missing = [f"{rel}: docs/bridge.md §{section}" for rel, text in _scanned_files()
+               for source, section, _ in section_citations(text)
+               if source == "docs/bridge.md" and section not in numbers]
+    assert missing == []
+
+
+def test_the_bridge_scanner_catches_a_missing_section():
+    """Self-check: a bridge citation is read with its source, and a wrong number is seen."""
+    rows = section_citations("docs/bridge.md §1.8 (blocking), §1.99")
+    assert rows == [("docs/bridge.md", "1.8", []), ("docs/bridge.md", "1.99", [])]
+    assert "1.8" in section_index("bridge.md") and "1.99" not in section_index("bridge.md")
 
 
 def test_every_field_case_citation_resolves():
