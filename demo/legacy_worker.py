@@ -31,7 +31,9 @@ STREAM_TASK = "t-legacy-3"
 CARD = {
     "name": "legacy", "description": "a legacy worker with odd spellings", "version": "0.9.0",
     "supportedInterfaces": [{"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC",
-                             "protocolVersion": "1.0"}],
+                             "protocolVersion": "1.0"},
+                            {"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC",
+                             "protocolVersion": "0.3"}],
     "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"],
     "defaultOutputModes": ["text/plain"],
     "skills": [{"id": "legacy", "name": "Legacy", "description": "odd spellings", "tags": ["demo"]}],

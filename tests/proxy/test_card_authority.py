@@ -242,7 +242,7 @@ def test_signed_card_served_verbatim_is_warned_once_per_card_and_gauged(
 
 def test_f11_card_addresses_are_never_routed_to_and_are_counted(make_harness: Any) -> None:
     card = {**TOCK_V03, "url": "http://[::]:8080/invoke", "additionalInterfaces": []}
-    h = make_harness(card=card)
+    h = make_harness(card=card, upstream={"protocol_versions": ["0.3", "1.0"]})  # nothing bridged
     h.worker.on("SendMessage", json_result={"task": {"id": "t-11", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}})
     r = send(h, 1)
     assert r.json()["result"]["task"]["id"] == "t-11"  # the registered worker answered
@@ -481,7 +481,9 @@ def test_extended_card_is_rewritten_per_request_and_never_cached(make_harness: A
     extended = {**TOCK_CARD, "name": "Tock (extended)",
                 "supportedInterfaces": [GRPC_IFACE, *TOCK_CARD["supportedInterfaces"]],
                 "capabilities": {"streaming": True, "extendedAgentCard": True}, "signatures": []}
-    h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/")
+    # the worker serves all four roads itself: nothing is bridged (docs/bridge.md §3.1)
+    h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/",
+                     upstream={"protocol_versions": ["0.3", "1.0"]})
     served = []
     for host, secret in (("gw-a.example.net", "alice"), ("gw-b.example.net", "bob")):
         headers = {**V1, "Host": host, "Authorization": f"Bearer {secret}"}
@@ -505,6 +507,27 @@ def test_extended_card_is_rewritten_per_request_and_never_cached(make_harness: A
     asked = [r for r in h.worker.requests if r.path.endswith(("/extendedAgentCard", "/card"))
              or r.method == road]
     assert [r.headers.get("authorization") for r in asked] == ["Bearer alice", "Bearer bob"]
+
+
+def test_a_bridged_extended_card_comes_in_the_clients_version(make_harness: Any) -> None:
+    """A v0.3 client asking a v1.0-only worker for its extended card: the worker is asked in
+    v1.0 (``GetExtendedAgentCard``, ``A2A-Version: 1.0``) and the client gets a v0.3 card whose
+    URLs point at the gateway (docs/bridge.md §2, §3.2)."""
+    extended = {**TOCK_CARD, "name": "Tock (extended)",
+                "capabilities": {"streaming": True, "extendedAgentCard": True}, "signatures": []}
+    h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/")
+    h.worker.on("GetExtendedAgentCard", json_result=extended)
+    r = h.http.post(h.gateway.url + "/", headers={"Host": "gw.example.net"},
+                    json={"jsonrpc": "2.0", "id": 8, "method": "agent/getAuthenticatedExtendedCard"})
+    assert r.status_code == 200 and r.json()["id"] == 8, r.text
+    card = r.json()["result"]
+    assert "supportedInterfaces" not in card and card["protocolVersion"].startswith("0.3")
+    assert card["name"] == "Tock (extended)" and card["url"] == "http://gw.example.net/"
+    assert card["supportsAuthenticatedExtendedCard"] is True
+    [asked] = h.worker.calls("GetExtendedAgentCard")
+    assert asked.headers.get("a2a-version") == "1.0"
+    assert h.metric("a2a_gateway_bridged_requests_total", binding="jsonrpc", client_version="0.3",
+                    worker_version="1.0") == 1
 
 
 def test_a_jsonrpc_path_the_card_advertises_is_guarded_whatever_jsonrpc_path_says(make_harness: Any) -> None:

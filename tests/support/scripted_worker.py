@@ -109,11 +109,16 @@ class ReceivedRequest:
 
 
 def default_card(**capabilities: Any) -> dict[str, Any]:
-    """A valid v1.0 Agent Card for the scripted worker (streaming and push on by default)."""
+    """A valid v1.0 Agent Card for the scripted worker (streaming and push on by default). Like
+    an a2a-sdk worker with v0.3 compat, it offers JSON-RPC in both versions on one URL — the
+    scripted worker answers whatever it is told to, in either version — so the gateway bridges
+    nothing to it (docs/bridge.md §3.1); a test of the bridge gives a card of one version."""
     return {
         "name": "scripted", "description": "scripted test worker", "version": "1.0.0",
         "supportedInterfaces": [{"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC",
-                                 "protocolVersion": "1.0"}],
+                                 "protocolVersion": "1.0"},
+                                {"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC",
+                                 "protocolVersion": "0.3"}],
         "capabilities": {"streaming": True, "pushNotifications": True, **capabilities},
         "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
         "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": ["test"]}],
