@@ -109,11 +109,17 @@ class ReceivedRequest:
 
 
 def default_card(**capabilities: Any) -> dict[str, Any]:
-    """A valid v1.0 Agent Card for the scripted worker (streaming and push on by default)."""
+    """A valid v1.0 Agent Card for the scripted worker (streaming and push on by default).
+
+    Its JSON-RPC interface is listed for v1.0 and v0.3: the scripted worker answers whatever
+    method a test scripts, of either version, so the gateway must not bridge (docs/bridge.md
+    §3.1) a v0.3 client of it. Tests of the bridge give the worker a one-version card."""
     return {
         "name": "scripted", "description": "scripted test worker", "version": "1.0.0",
         "supportedInterfaces": [{"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC",
-                                 "protocolVersion": "1.0"}],
+                                 "protocolVersion": "1.0"},
+                                {"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC",
+                                 "protocolVersion": "0.3"}],
         "capabilities": {"streaming": True, "pushNotifications": True, **capabilities},
         "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
         "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": ["test"]}],
