@@ -217,6 +217,18 @@ class BridgedRestExchange(_Bridged, RestExchange):
     def open_stream(self) -> Open:
         return Open(self.worker_body, self.http_method, self._target(), _header(self.worker_version))
 
+    def open_upstream(self) -> Generator[Any, Any, Any]:
+        """The client's stream opened upstream. A subscribe goes with the client's verb, and
+        with the other one when the worker answers 405: the verb is disputed in both versions
+        (docs/protocol.md §1.3) and the client's version's SDKs send the one their version's
+        servers accept, not necessarily the one the worker's routes (a2a-sdk 0.3's REST
+        server routes only GET, the 1.x clients send POST)."""
+        reply = yield self.open_stream()
+        if self.ex.operation is Operation.SUBSCRIBE and isinstance(reply, Answer) and reply.status == 405:
+            other = "GET" if self.http_method.upper() == "POST" else "POST"
+            reply = yield Open(b"", other, self._target(), _header(self.worker_version))
+        return reply
+
     def probe_request(self, task_id: str) -> Post:
         return Post(b"", "GET", self.worker_call.task_get_target(task_id), _header(self.worker_version))
 

@@ -92,6 +92,11 @@ class RequestExchange:
         """The client's streaming request as sent on to the worker."""
         raise NotImplementedError
 
+    def open_upstream(self) -> Generator[Any, Any, Any]:
+        """Open :meth:`open_stream` upstream; returns the reply (:data:`OPENED` or the
+        worker's :class:`Answer`). Throws :class:`~gateway.errors.UpstreamError`."""
+        return (yield self.open_stream())
+
     def probe_request(self, task_id: str) -> Post:
         """The gateway's own ``GetTask`` for ``task_id`` on the client's binding and version."""
         raise NotImplementedError

@@ -71,6 +71,8 @@ class RequestSide(Protocol):
 
     def open_stream(self) -> Open: ...
 
+    def open_upstream(self) -> Generator[Any, Any, Any]: ...
+
     def resubscribe(self, task_id: str) -> Generator[Any, Any, Any]: ...
 
     def fail_upstream(self, exc: UpstreamError) -> Steps: ...
@@ -127,7 +129,7 @@ class StreamExchange:
     def run(self) -> Steps:
         """Open the upstream stream and relay it; answers JSON when the worker did."""
         try:
-            reply = yield self.owner.open_stream()
+            reply = yield from self.owner.open_upstream()
         except UpstreamError as exc:
             yield from self.owner.fail_upstream(exc)
             return

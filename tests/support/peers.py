@@ -39,6 +39,8 @@ is a pipe from this process, so it also exits if this process dies). It is the S
 * ``BASE/`` — JSON-RPC, v1.0 only (no v0.3 compat: requests need ``A2A-Version: 1.0``);
 * ``BASE/rest`` — HTTP+JSON v1.0 (``/rest/message:send``, ``/rest/tasks/{id}``, …).
 
+* ``GET BASE/_peer/joins/{taskId}`` — not A2A, as on the v0.3 workers below.
+
 The card advertises exactly those two interfaces (``JSONRPC`` then ``HTTP+JSON``, both
 ``protocolVersion`` ``1.0``) with the port actually bound — so the v0.3 peers cannot use it
 directly (their factories find no compatible interface); they reach it through the gateway.
@@ -98,12 +100,15 @@ prints one JSON object per line:
     every step ran.
 
 A scenario is ``{"steps": [...], "timeout": seconds, "headers": {...}, "transport": binding}``;
-each step is ``{"op", "text", "taskId", "contextId", "sameTask", "until", "pageSize"}``
+each step is ``{"op", "text", "taskId", "contextId", "sameTask", "until", "pageSize", "blocking"}``
 (``sameTask`` takes the task and context ids of the last event seen; ``until`` (every peer)
 stops iterating after the first event whose ``state`` is that spelling, e.g.
 ``TASK_STATE_WORKING``, so a ``slow`` stream can be left for a later ``cancel``). The ops:
 
-* ``send`` — non-streaming ``message/send`` / ``SendMessage``;
+* ``send`` — non-streaming ``message/send`` / ``SendMessage``; with ``"blocking": false`` a
+  non-blocking one (v0.3 ``configuration.blocking: false``, v1.0
+  ``configuration.returnImmediately: true``), which the worker answers as soon as the task
+  exists;
 * ``stream`` — ``message/stream`` / ``SendStreamingMessage``;
 * ``resubscribe`` — ``tasks/resubscribe`` / ``SubscribeToTask`` of ``taskId``;
 * ``get`` (``tasks/get`` / ``GetTask``) and ``cancel`` (``tasks/cancel`` / ``CancelTask``) of

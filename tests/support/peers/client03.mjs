@@ -18,7 +18,8 @@ function message(step) {
                 parts: [{ kind: "text", text: step.text ?? "hi" }] };
   if (step.taskId) msg.taskId = step.taskId;
   if (step.contextId) msg.contextId = step.contextId;
-  return { message: msg };
+  // non-blocking send: the SDK keeps an explicit configuration.blocking
+  return step.blocking === false ? { message: msg, configuration: { blocking: false } } : { message: msg };
 }
 
 await runScenario({

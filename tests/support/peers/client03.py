@@ -26,7 +26,8 @@ from urllib.parse import urlsplit
 import httpx
 from wire import WireRecorder  # tests/support/peers/wire.py (this script's folder)
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
-from a2a.types import AgentCard, Message, Part, Role, TaskIdParams, TaskQueryParams, TextPart, TransportProtocol
+from a2a.types import (AgentCard, Message, MessageSendConfiguration, Part, Role, TaskIdParams, TaskQueryParams, TextPart,
+                       TransportProtocol)
 
 SDK = "a2a-sdk"
 #: The binding each of the SDK's transport classes speaks.
@@ -96,6 +97,8 @@ def results(streaming: Client, blocking: Client, step: dict[str, Any]) -> AsyncI
                           parts=[Part(TextPart(text=step.get("text", "hi")))],
                           task_id=step.get("taskId"), context_id=step.get("contextId"))
         client = streaming if op == "stream" else blocking
+        if step.get("blocking") is False:  # non-blocking: the worker answers as soon as the task exists
+            return client.send_message(message, configuration=MessageSendConfiguration(blocking=False))
         return client.send_message(message)
     return _unary(blocking, op, step)
 

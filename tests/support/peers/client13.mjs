@@ -18,7 +18,9 @@ function request(step) {
   const msg = { messageId: step.messageId ?? newMessageId(), role: "ROLE_USER", parts: [{ text: step.text ?? "hi" }] };
   if (step.taskId) msg.taskId = step.taskId;
   if (step.contextId) msg.contextId = step.contextId;
-  return SendMessageRequest.fromJSON({ message: msg });
+  // non-blocking send: the SDK keeps an explicit configuration.returnImmediately
+  return SendMessageRequest.fromJSON(step.blocking === false
+    ? { message: msg, configuration: { returnImmediately: true } } : { message: msg });
 }
 
 /** A unary Task result, shaped like a stream event. */

@@ -120,7 +120,10 @@ def results(streaming: Client, blocking: Client, step: dict[str, Any]) -> AsyncI
                                    context_id=step.get("contextId"), role=Role.ROLE_USER)
         message.message_id = step.get("messageId") or uuid.uuid4().hex
         client = streaming if op == "stream" else blocking
-        return client.send_message(SendMessageRequest(message=message))
+        request = SendMessageRequest(message=message)
+        if step.get("blocking") is False:  # non-blocking: the worker answers as soon as the task exists
+            request.configuration.return_immediately = True
+        return client.send_message(request)
     return _unary(blocking, op, step)
 
 

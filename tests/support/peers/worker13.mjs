@@ -7,6 +7,10 @@
 //                                           SDK's AgentCard object, ETag + Cache-Control)
 //   POST BASE/                             JSON-RPC, v1.0 methods only (jsonRpcHandler)
 //        BASE/rest/...                     HTTP+JSON v1.0 (restHandler: /rest/message:send, …)
+// and one route that is no part of A2A, for tests to synchronise on (as in worker03.mjs):
+//   GET  BASE/_peer/joins/{taskId}         {"taskId", "joins": n}: how many requests (a
+//                                           SubscribeToTask, a CancelTask) joined the task's
+//                                           live event bus
 // The card advertises exactly those two interfaces, both protocolVersion "1.0", built from the
 // port actually bound (--port 0 picks an ephemeral one); streaming true, pushNotifications
 // false. No v0.3 compat is enabled, so a request without `A2A-Version: 1.0` is refused.
@@ -28,7 +32,9 @@ import express from "express";
 import {
   AGENT_CARD_PATH, AgentCard, Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent,
 } from "a2a-js-13";
-import { AgentEvent, DefaultRequestHandler, InMemoryTaskStore } from "a2a-js-13/server";
+import {
+  AgentEvent, DefaultExecutionEventBusManager, DefaultRequestHandler, InMemoryTaskStore,
+} from "a2a-js-13/server";
 import { UserBuilder, agentCardHandler, jsonRpcHandler, restHandler } from "a2a-js-13/server/express";
 import { DEMO, announceReady, demoCardBasics, listenWorker } from "./common.mjs";
 
@@ -122,9 +128,26 @@ function buildAgentCard(base) {
   });
 }
 
+/** The SDK's bus manager, counting the requests that join a live task's bus (see the header):
+ * its resubscribe and cancel look the bus up and subscribe to it in the same tick. */
+class CountingEventBusManager extends DefaultExecutionEventBusManager {
+  joins = new Map(); // taskId -> count
+
+  getByTaskId(taskId, context) {
+    const bus = super.getByTaskId(taskId, context);
+    if (bus) this.joins.set(taskId, (this.joins.get(taskId) ?? 0) + 1);
+    return bus;
+  }
+}
+
 const app = express();
 const base = await listenWorker(app);
-const requestHandler = new DefaultRequestHandler(buildAgentCard(base), new InMemoryTaskStore(), new DemoAgentExecutor());
+const buses = new CountingEventBusManager();
+const requestHandler = new DefaultRequestHandler(buildAgentCard(base), new InMemoryTaskStore(), new DemoAgentExecutor(),
+                                                 buses);
+app.get("/_peer/joins/:taskId", (req, res) => {
+  res.json({ taskId: req.params.taskId, joins: buses.joins.get(req.params.taskId) ?? 0 });
+});
 const userBuilder = UserBuilder.noAuthentication;
 app.use(`/${AGENT_CARD_PATH}`, agentCardHandler({ agentCardProvider: requestHandler }));
 app.use(REST_PATH, restHandler({ requestHandler, userBuilder }));
