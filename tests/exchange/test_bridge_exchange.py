@@ -17,6 +17,7 @@ import pytest
 from gateway.a2a import jsonrpc, rest
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.exchange.bridge import BridgedJsonRpcExchange, BridgedRestExchange, worker_version
+from gateway.exchange.commands import Open, Post, Respond
 from gateway.exchange.model import Policy
 from gateway.exchange.offline import Ledger, Offline
 from gateway.invariants.admission import CardView
