@@ -23,7 +23,7 @@ does not speak the client's version on the client's binding and does speak the o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
 from typing import Any
 
 from gateway.a2a import bridge, jsonrpc, rest
@@ -46,14 +46,12 @@ Speaks = frozenset[tuple[ProtocolVersion, Binding]]
 _OTHER = {ProtocolVersion.V0_3: ProtocolVersion.V1_0, ProtocolVersion.V1_0: ProtocolVersion.V0_3}
 
 
-def worker_version(client: ProtocolVersion, binding: Binding, speaks: Iterable[tuple[ProtocolVersion, Binding]]
-                   ) -> ProtocolVersion | None:
+def worker_version(client: ProtocolVersion, binding: Binding, speaks: Speaks) -> ProtocolVersion | None:
     """The version to bridge a client's request to, or ``None`` to proxy it as it is.
 
     Bridged only when the worker is known (``speaks`` not empty) not to serve ``client`` on
     ``binding`` and to serve the other version on it (docs/bridge.md §3.1); the bridge keeps
     the binding."""
-    speaks = frozenset(speaks)
     if not speaks or (client, binding) in speaks:
         return None
     other = _OTHER[client]
@@ -193,9 +191,8 @@ class BridgedRestExchange(_Bridged, RestExchange):
                  doc: Any = None, rewrite_card: CardRewrite | None = None) -> None:
         super().__init__(call, http_method, body, params, card, policy, rewrite_card)
         self._setup(worker_version, Binding.REST)
-        carried = "&".join(p for p in call.query.split("&") if p and not p.lower().startswith("a2a-version="))
-        self.worker_call = dataclasses.replace(call, version=worker_version, query=carried)
-        kept = "&".join(p for p in query.split("&") if p and not p.lower().startswith("a2a-version="))
+        self.worker_call = dataclasses.replace(call, version=worker_version, query=_without_version(call.query))
+        kept = _without_version(query)
         self.worker_query = f"?{kept}" if kept else ""
         self.worker_body = b""
         op = call.operation
@@ -283,6 +280,12 @@ class BridgedRestExchange(_Bridged, RestExchange):
 
     def worker_error_frame(self, event: Event, doc: dict[str, Any]) -> bytes:
         return encode_event(jsonrpc.dumps(doc["error"]), event=event.event or "error", id=event.id)
+
+
+def _without_version(query: str) -> str:
+    """A raw query string without its ``A2A-Version`` parameters (a bridged request carries
+    the worker's version in the header)."""
+    return "&".join(p for p in query.split("&") if p and not p.lower().startswith("a2a-version="))
 
 
 def _message(body: Any) -> str:

@@ -141,10 +141,6 @@ def test_worker_version(client, binding, speaks, expected):
     assert worker_version(client, binding, speaks) is expected
 
 
-def test_worker_version_takes_any_iterable():
-    assert worker_version(V10, REST, iter([(V03, REST)])) is V03
-
-
 # ============================================================================ bridged_headers
 
 class TestBridgedHeaders:
