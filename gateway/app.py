@@ -159,16 +159,21 @@ async def _open_ledger(rt: Runtime, *, resync: bool) -> None:
 
 
 async def _prune_forever(rt: Runtime) -> None:
-    """Delete terminal tasks older than ``ledger.retention_seconds``, every prune interval."""
+    """Every prune interval, delete terminal tasks older than ``ledger.retention_seconds`` and
+    replay-window events older than ``replay.retention_seconds``."""
     cfg = rt.config.ledger
     while True:
         await asyncio.sleep(cfg.prune_interval_seconds)
+        now = time.time()
         try:
-            deleted = await rt.ledger_call("prune", lambda: rt.ledger.prune(time.time() - cfg.retention_seconds))
+            deleted = await rt.ledger_call("prune", lambda: rt.ledger.prune(now - cfg.retention_seconds))
+            events = await rt.ledger_call("prune_events", lambda: rt.ledger.prune_events(
+                now - rt.config.replay.retention_seconds))
         except LedgerError:
             continue
-        if deleted:
-            rt.log.info("ledger_pruned", extra={"backend": rt.ledger.backend, "deleted": deleted})
+        if deleted or events:
+            rt.log.info("ledger_pruned", extra={"backend": rt.ledger.backend, "deleted": deleted,
+                                                "events_deleted": events})
 
 
 async def _reload(rt: Runtime, path: str) -> bool:
@@ -230,7 +235,8 @@ def build_app(
     token = read_token(config.admin) if config.admin.enabled else None
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
-    ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks)
+    ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks,
+                                     window=config.replay.limits())
     http = UpstreamClient(max_answer_bytes=config.limits.max_answer_bytes)
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
     runtime.apply_config(config)

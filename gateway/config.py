@@ -261,6 +261,27 @@ class BridgeConfig(_Frozen):
     enabled: bool = True
 
 
+class ReplayConfig(_Frozen):
+    """The replay window behind ``Last-Event-ID`` (docs/resume.md): every SSE event the gateway
+    delivers for a task carries a gateway-issued ``id:`` and is kept in the ledger's backend,
+    so a client that resubscribes with ``Last-Event-ID`` gets what it missed. ``enabled``:
+    ``false`` relays the worker's own event ids and keeps nothing. The bounds: events and
+    payload bytes per task, events in all, and seconds an event is kept."""
+
+    enabled: bool = True
+    max_events_per_task: int = Field(default=1000, gt=0)
+    max_bytes_per_task: int = Field(default=1024 * 1024, gt=0)
+    max_events_total: int = Field(default=100_000, gt=0)
+    retention_seconds: float = Field(default=3600.0, gt=0)
+
+    def limits(self) -> Any:
+        """The bounds as the ledger takes them (:class:`~gateway.ledger.base.WindowLimits`)."""
+        from gateway.ledger.base import WindowLimits
+
+        return WindowLimits(self.max_events_per_task, self.max_bytes_per_task,
+                            self.max_events_total, self.retention_seconds)
+
+
 class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
@@ -275,6 +296,7 @@ class GatewayConfig(_Frozen):
     streams: StreamsConfig = StreamsConfig()
     admission: AdmissionConfig = AdmissionConfig()
     bridge: BridgeConfig = BridgeConfig()
+    replay: ReplayConfig = ReplayConfig()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

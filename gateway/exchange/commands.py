@@ -52,6 +52,29 @@ class Store:
     expected_version: int
 
 
+@dataclass(slots=True)
+class AppendEvent:
+    """Add one event the client is about to receive for ``task_id`` to the task's replay
+    window (docs/resume.md §2), in ``lineage`` (``None``: a new one, named after the event's
+    id). ``payload`` is the exchange's encoding of the event
+    (:func:`gateway.exchange.window.encode`). Reply: ``(event_id, lineage)``. Throws
+    :class:`~gateway.errors.LedgerError`."""
+
+    task_id: str
+    lineage: str | None
+    payload: bytes
+
+
+@dataclass(slots=True)
+class ReadWindow:
+    """The replay window of ``task_id`` after the event ``after`` (a client's
+    ``Last-Event-ID``). Reply: :class:`~gateway.ledger.base.Replay`. Throws
+    :class:`~gateway.errors.LedgerError`."""
+
+    task_id: str
+    after: str
+
+
 # --- the worker -----------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.errors import VersionConflictError
-from gateway.ledger.base import Stored, TaskLedger
+from gateway.ledger.base import Stored, TaskLedger, WindowLimits
 
 __all__ = ["Stored", "TaskLedger", "VersionConflictError", "ledger_from_url", "redact", "sqlite_path"]
 
@@ -37,8 +37,9 @@ def sqlite_path(url: str) -> Path:
     return Path(rest)
 
 
-def ledger_from_url(url: str, *, max_tasks: int = 100_000) -> TaskLedger:
-    """Build (but do not open) the ledger a URL names.
+def ledger_from_url(url: str, *, max_tasks: int = 100_000, window: WindowLimits | None = None) -> TaskLedger:
+    """Build (but do not open) the ledger a URL names; ``window`` bounds its replay window
+    (default :class:`~gateway.ledger.base.WindowLimits`).
 
     Raises:
         ValueError: an unknown scheme or an empty path.
@@ -46,16 +47,16 @@ def ledger_from_url(url: str, *, max_tasks: int = 100_000) -> TaskLedger:
     if url in ("memory", "memory:", "memory://"):
         from gateway.ledger.memory import MemoryLedger
 
-        return MemoryLedger(max_tasks)
+        return MemoryLedger(max_tasks, window)
     if url.startswith("sqlite:"):
         path = sqlite_path(url)
         if not str(path) or str(path) == ".":
             raise ValueError(f"{url}: no database path")
         from gateway.ledger.sqlite import SqliteLedger
 
-        return SqliteLedger(path)
+        return SqliteLedger(path, window=window)
     if url.startswith(("redis://", "rediss://", "unix://")):
         from gateway.ledger.redis import RedisLedger
 
-        return RedisLedger(url)
+        return RedisLedger(url, window=window)
     raise ValueError(f"{url}: unknown ledger URL (use memory, sqlite:///PATH or redis://HOST:PORT/DB)")

@@ -31,6 +31,44 @@ class Stored:
     needs_resync: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class WindowLimits:
+    """The bounds of the replay window (docs/resume.md §2): per task, at most
+    ``max_events_per_task`` events and ``max_bytes_per_task`` bytes of payload (the oldest go
+    first); at most ``max_events_total`` events in the whole ledger (the oldest go first,
+    whatever their task); an event older than ``retention_seconds`` is deleted by
+    :meth:`TaskLedger.prune_events`. A payload larger than ``max_bytes_per_task`` is not
+    kept at all (the task's window is emptied: its ids are then unknown, a counted gap)."""
+
+    max_events_per_task: int = 1000
+    max_bytes_per_task: int = 1024 * 1024
+    max_events_total: int = 100_000
+    retention_seconds: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class WindowEvent:
+    """One event of a task's replay window: its gateway-issued ``event_id`` (opaque, the
+    SSE ``id:``), its ``lineage`` (the ``event_id`` of the first event of the client stream it
+    was delivered on; a resumed stream goes on in the lineage it resumed) and the exchange's
+    ``payload`` bytes (opaque to the ledger)."""
+
+    event_id: str
+    lineage: str
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """The answer to :meth:`TaskLedger.events_after`: ``found`` when the asked-for id is in
+    the task's window; then ``lineage`` is its lineage and ``events`` the window's later events
+    of that lineage, oldest first (possibly none). Not found: ``lineage`` ``None``, no events."""
+
+    found: bool
+    lineage: str | None = None
+    events: tuple[WindowEvent, ...] = ()
+
+
 class TaskLedger(Protocol):
     """Async per-task store.
 
@@ -78,6 +116,31 @@ class TaskLedger(Protocol):
 
     async def prune(self, older_than: float) -> int:
         """Delete terminal tasks last observed before ``older_than`` (epoch seconds).
+
+        Returns how many were deleted.
+        """
+        ...
+
+    async def append_event(self, upstream: str, task_id: str, lineage: str | None,
+                           payload: bytes, at: float) -> tuple[str, str]:
+        """Add one delivered event of (``upstream``, ``task_id``) to its replay window, at
+        ``at`` (epoch seconds), trimming the window to the ledger's :class:`WindowLimits`.
+        ``lineage`` ``None`` starts a new lineage named after this event's id.
+
+        Returns ``(event_id, lineage)``: the new id (opaque text, later ids of a task compare
+        as later in the ledger's own order, valid on every replica sharing the ledger) and the
+        event's lineage.
+        """
+        ...
+
+    async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
+        """The events of ``task_id``'s window after ``event_id`` in ``event_id``'s lineage
+        (:class:`Replay`); an id that is not in the window (trimmed, expired, another task's,
+        malformed) is ``Replay(found=False)``, never an error."""
+        ...
+
+    async def prune_events(self, older_than: float) -> int:
+        """Delete window events appended before ``older_than`` (epoch seconds).
 
         Returns how many were deleted.
         """

@@ -15,10 +15,12 @@ frozen); only its small ``Stored`` wrapper is new.
 from __future__ import annotations
 
 import logging
+import os
+from collections import deque
 
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
-from gateway.ledger.base import Stored
+from gateway.ledger.base import Replay, Stored, WindowEvent, WindowLimits
 
 _log = logging.getLogger("a2a_gateway")
 Key = tuple[str, str]
@@ -29,11 +31,18 @@ class MemoryLedger:
 
     Args:
         max_tasks: the bound on tracked tasks (default 100 000).
+        window: the replay window's bounds (default :class:`~gateway.ledger.base.WindowLimits`).
     """
 
     backend = "memory"
 
-    def __init__(self, max_tasks: int = 100_000) -> None:
+    def __init__(self, max_tasks: int = 100_000, window: WindowLimits | None = None) -> None:
+        self._window_limits = window or WindowLimits()
+        self._windows: dict[Key, _Window] = {}
+        self._appended: deque[tuple[Key, int]] = deque()  # (task, seq) in append order: the total cap
+        self._total = 0  # events in all windows
+        self._seq = 0
+        self._run = os.urandom(4).hex()  # ids of an earlier process are never this run's
         self._records: dict[Key, Stored] = {}
         self._terminal: dict[Key, None] = {}
         self._counts: dict[str, int] = {}  # state value -> records in it (no zero entries)
@@ -107,5 +116,84 @@ class MemoryLedger:
             self._uncount(self._records.pop(key).record.state.value)
         return len(doomed)
 
+    async def append_event(self, upstream: str, task_id: str, lineage: str | None,
+                           payload: bytes, at: float) -> tuple[str, str]:
+        """Append to the task's window (ids are ``RUN.SEQ``: a process-wide counter after a
+        token of this process, so an id from before a restart is unknown, never another
+        event's); see :meth:`TaskLedger.append_event`."""
+        limits, key = self._window_limits, (upstream, task_id)
+        self._seq += 1
+        event_id = f"{self._run}.{self._seq}"
+        lineage = lineage or event_id
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = _Window()
+        window.events.append((self._seq, at, WindowEvent(event_id, lineage, payload)))
+        window.size += len(payload)
+        self._total += 1
+        self._appended.append((key, self._seq))
+        while window.events and (len(window.events) > limits.max_events_per_task
+                                 or window.size > limits.max_bytes_per_task):
+            self._pop_front(key, window)
+        while self._total > limits.max_events_total:
+            self._drop_oldest()
+        if not window.events:
+            self._windows.pop(key, None)
+        if len(self._appended) > 2 * self._total + 1024:  # entries of events trimmed per task
+            self._appended = deque(sorted(((k, s) for k, w in self._windows.items() for s, _, _ in w.events),
+                                          key=lambda pair: pair[1]))
+        return event_id, lineage
+
+    def _pop_front(self, key: Key, window: _Window) -> None:
+        window.size -= len(window.events.popleft()[2].payload)
+        self._total -= 1
+        if not window.events:
+            self._windows.pop(key, None)
+
+    def _drop_oldest(self) -> None:
+        """Drop the oldest event still in a window, whatever its task (the total cap)."""
+        while self._appended:
+            key, seq = self._appended.popleft()
+            window = self._windows.get(key)
+            if window is not None and window.events[0][0] == seq:
+                self._pop_front(key, window)
+                return
+
+    async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
+        """The window's events after ``event_id`` in its lineage; see
+        :meth:`TaskLedger.events_after`."""
+        window = self._windows.get((upstream, task_id))
+        run, _, number = event_id.partition(".")
+        if window is None or run != self._run or not number.isdigit():
+            return Replay(False)
+        seq = int(number)
+        for index, (s, _, event) in enumerate(window.events):
+            if s == seq:
+                later = (e for _, _, e in list(window.events)[index + 1:] if e.lineage == event.lineage)
+                return Replay(True, event.lineage, tuple(later))
+            if s > seq:
+                break
+        return Replay(False)
+
+    async def prune_events(self, older_than: float) -> int:
+        """Drop window events appended before ``older_than``."""
+        deleted = 0
+        for key, window in list(self._windows.items()):
+            while window.events and window.events[0][1] < older_than:
+                self._pop_front(key, window)
+                deleted += 1
+        return deleted
+
     async def close(self) -> None:
         """Nothing to release."""
+
+
+class _Window:
+    """One task's replay window: ``(seq, appended_at, event)`` oldest first, and the bytes of
+    their payloads."""
+
+    __slots__ = ("events", "size")
+
+    def __init__(self) -> None:
+        self.events: deque[tuple[int, float, WindowEvent]] = deque()
+        self.size = 0

@@ -38,7 +38,7 @@ from redis.exceptions import NoScriptError
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
-from gateway.ledger.base import Stored
+from gateway.ledger.base import Replay, Stored, WindowLimits
 
 _CAS = """
 local cur = redis.call('HGET', KEYS[1], 'v')
@@ -92,7 +92,9 @@ class RedisLedger:
 
     backend = "redis"
 
-    def __init__(self, url: str, *, prefix: str = "a2agw", timeout: float = 2.0) -> None:
+    def __init__(self, url: str, *, prefix: str = "a2agw", timeout: float = 2.0,
+                 window: WindowLimits | None = None) -> None:
+        self._window_limits = window or WindowLimits()
         self.url = url
         self.prefix = prefix
         self._timeout = timeout
@@ -227,3 +229,15 @@ class RedisLedger:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    # --- the replay window (to be implemented) ---------------------------------------------------
+
+    async def append_event(self, upstream: str, task_id: str, lineage: str | None,
+                           payload: bytes, at: float) -> tuple[str, str]:
+        raise NotImplementedError
+
+    async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
+        raise NotImplementedError
+
+    async def prune_events(self, older_than: float) -> int:
+        raise NotImplementedError

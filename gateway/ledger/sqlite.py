@@ -54,7 +54,7 @@ from typing import Any, TypeVar
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
-from gateway.ledger.base import Stored
+from gateway.ledger.base import Replay, Stored, WindowLimits
 
 T = TypeVar("T")
 
@@ -248,7 +248,8 @@ class SqliteLedger:
 
     backend = "sqlite"
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 5.0) -> None:
+    def __init__(self, path: str | Path, *, busy_timeout: float = 5.0, window: WindowLimits | None = None) -> None:
+        self._window_limits = window or WindowLimits()
         self.path = Path(path)
         self._busy_ms = int(busy_timeout * 1000)
         self._conn: sqlite3.Connection | None = None
@@ -433,3 +434,15 @@ class SqliteLedger:
         self._queue.put(stopped)
         self._thread = None
         await stopped
+
+    # --- the replay window (to be implemented) ---------------------------------------------------
+
+    async def append_event(self, upstream: str, task_id: str, lineage: str | None,
+                           payload: bytes, at: float) -> tuple[str, str]:
+        raise NotImplementedError
+
+    async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
+        raise NotImplementedError
+
+    async def prune_events(self, older_than: float) -> int:
+        raise NotImplementedError

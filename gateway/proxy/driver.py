@@ -34,6 +34,7 @@ from gateway.exchange.commands import (
     OPENED,
     REPORTS,
     Answer,
+    AppendEvent,
     Deadline,
     Emit,
     EndStream,
@@ -44,6 +45,7 @@ from gateway.exchange.commands import (
     Open,
     Post,
     Read,
+    ReadWindow,
     Respond,
     Sleep,
     StartStream,
@@ -175,6 +177,16 @@ class Driver:
         ledger = self.rt.ledger
         return await self.rt.ledger_call("put", lambda: ledger.put(cmd.record, cmd.expected_version))
 
+    async def _append_event(self, cmd: AppendEvent) -> tuple[str, str]:
+        ledger, upstream = self.rt.ledger, self.route.upstream.name
+        return await self.rt.ledger_call("append_event", lambda: ledger.append_event(
+            upstream, cmd.task_id, cmd.lineage, cmd.payload, time.time()))
+
+    async def _read_window(self, cmd: ReadWindow) -> Any:
+        ledger, upstream = self.rt.ledger, self.route.upstream.name
+        return await self.rt.ledger_call("events_after", lambda: ledger.events_after(
+            upstream, cmd.task_id, cmd.after))
+
     # --- the worker -------------------------------------------------------------------------------
 
     def _request(self, cmd: Post | Open) -> tuple[str, list[tuple[bytes, bytes]], bytes | None]:
@@ -300,7 +312,8 @@ class Driver:
 
 
 _HANDLERS: dict[type, Any] = {
-    Load: Driver._load, Store: Driver._store, Post: Driver._post, Open: Driver._open,
+    Load: Driver._load, Store: Driver._store, AppendEvent: Driver._append_event,
+    ReadWindow: Driver._read_window, Post: Driver._post, Open: Driver._open,
     Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver.respond,
     StartStream: Driver._start_stream, Flush: Driver._flush,
     EndStream: Driver._end_stream, Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale,
