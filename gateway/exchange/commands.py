@@ -208,12 +208,13 @@ class MarkCardStale:
 
 @dataclass(slots=True)
 class Count:
-    """Add one to the metric ``metric`` (an attribute of
+    """Add ``amount`` (default one) to the metric ``metric`` (an attribute of
     :class:`~gateway.observability.metrics.Metrics`) with the exchange's upstream first and
     then ``labels``. Reply: ``None``."""
 
     metric: str
     labels: tuple[str, ...] = ()
+    amount: int = 1
 
 
 @dataclass(slots=True)

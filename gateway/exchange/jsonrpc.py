@@ -188,8 +188,9 @@ class JsonRpcExchange(RequestExchange):
     def worker_error_frame(self, event: Event, doc: dict[str, Any]) -> bytes:
         return encode_event(jsonrpc.dumps({**doc, "id": self.req.reply_id}), event=event.event)
 
-    def result_frame(self, result: Any) -> bytes:
-        return encode_event(jsonrpc.dumps({"jsonrpc": "2.0", "id": self.req.reply_id, "result": result}))
+    def result_frame(self, result: Any, event_id: str | None = None) -> bytes:
+        return encode_event(jsonrpc.dumps({"jsonrpc": "2.0", "id": self.req.reply_id, "result": result}),
+                            id=event_id)
 
     def error_frame(self, code: int, message: str) -> bytes:
         doc = jsonrpc.error_response(self.req.reply_id, code, message, version=self.ex.version)

@@ -18,6 +18,8 @@ class Policy:
     which a live task is probed. The stream settings are seconds (``drain_seconds``,
     ``resubscribe_backoff_seconds``), a count (``resubscribe_attempts``) and bytes
     (``max_event_bytes``); ``max_json_depth`` bounds the nesting of a worker's JSON.
+    ``replay``: delivered task events get gateway event ids and go into the replay window
+    (docs/resume.md §1).
     """
 
     upstream: str
@@ -32,6 +34,7 @@ class Policy:
     resubscribe_backoff_seconds: float = 0.2
     max_event_bytes: int = 8 * 1024 * 1024
     max_json_depth: int = 128
+    replay: bool = True
 
 
 @dataclass(slots=True)

@@ -32,7 +32,7 @@ import orjson
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.sse import Event, SSEDecoder, encode_event
-from gateway.errors import TranscriptError, UpstreamError, VersionConflictError
+from gateway.errors import LedgerError, TranscriptError, UpstreamError, VersionConflictError
 from gateway.exchange.commands import (
     ENDED,
     OPENED,
@@ -40,15 +40,18 @@ from gateway.exchange.commands import (
     Count,
     Emit,
     Found,
+    AppendEvent,
     Load,
     Loaded,
     Open,
     Post,
     Read,
     Respond,
+    ReadWindow,
     Store,
 )
 from gateway.invariants.model import Clock, Finding, TaskRecord
+from gateway.exchange.window import Replay, WindowEvent
 
 
 Key = tuple[str, str]
@@ -65,6 +68,26 @@ class Ledger:
     records: dict[Key, TaskRecord] = field(default_factory=dict)
     versions: dict[Key, int] = field(default_factory=dict)
     resync: set[Key] = field(default_factory=set)
+    windows: dict[Key, list[WindowEvent]] = field(default_factory=dict)
+    """Each task's replay window, unbounded (ids ``"1"``, ``"2"``, … in append order)."""
+    appended: int = 0
+
+    def append_event(self, upstream: str, task_id: str, lineage: str | None, payload: bytes) -> tuple[str, str]:
+        """Add an event to the task's window; returns ``(event_id, lineage)``."""
+        self.appended += 1
+        event_id = str(self.appended)
+        event = WindowEvent(event_id, lineage or event_id, payload)
+        self.windows.setdefault((upstream, task_id), []).append(event)
+        return event_id, event.lineage
+
+    def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
+        """The window's events after ``event_id`` in its lineage (:class:`Replay`)."""
+        events = self.windows.get((upstream, task_id), [])
+        for index, event in enumerate(events):
+            if event.event_id == event_id:
+                return Replay(True, event.lineage,
+                              tuple(e for e in events[index + 1:] if e.lineage == event.lineage))
+        return Replay(False)
 
     def get(self, upstream: str, task_id: str) -> TaskRecord | None:
         """The record, or ``None``."""
@@ -111,6 +134,7 @@ class Output:
     status: int
     doc: Any
     event: str | None = None
+    id: str | None = None
 
 
 @dataclass
@@ -157,7 +181,7 @@ class Offline:
                 return False
             try:
                 self._reply = self._perform(cmd)
-            except (UpstreamError, VersionConflictError) as exc:
+            except (UpstreamError, VersionConflictError, LedgerError) as exc:
                 self._exc = exc
 
     def resume(self, gen: Generator[Any, Any, Any]) -> bool:
@@ -167,7 +191,7 @@ class Offline:
             raise RuntimeError("nothing to resume: the exchange has ended")
         try:
             self._reply = self._perform(pending)
-        except (UpstreamError, VersionConflictError) as exc:
+        except (UpstreamError, VersionConflictError, LedgerError) as exc:
             self._exc = exc
         return self.run(gen)
 
@@ -179,6 +203,10 @@ class Offline:
             return self.ledger.load(self.upstream, cmd.task_id, Clock(self.now))
         if kind is Store:
             return self.ledger.put(cmd.record, cmd.expected_version)
+        if kind is AppendEvent:
+            return self.ledger.append_event(self.upstream, cmd.task_id, cmd.lineage, cmd.payload)
+        if kind is ReadWindow:
+            return self.ledger.events_after(self.upstream, cmd.task_id, cmd.after)
         if kind in (Post, Open, Read):
             return self._act(kind, self.worker.popleft())
         if kind is Respond:
@@ -212,6 +240,8 @@ class Offline:
             return ENDED
         if act.get("cut") is True and kind is Read:
             raise UpstreamError("protocol", "worker connection failed (ReadError)")
+        if isinstance(act.get("bytes"), bytes) and kind is Read:  # raw SSE text, as the worker wrote it
+            return act["bytes"]
         events = act.get("events")
         if isinstance(events, list) and kind is Read:
             return b"".join(encode_event(jsonrpc.dumps(self._response(e))) for e in events)
@@ -239,7 +269,7 @@ def _frames(data: bytes) -> list[Output]:
     out = []
     for item in SSEDecoder().feed(data):
         if isinstance(item, Event):
-            out.append(Output(True, 200, orjson.loads(item.data), item.event))
+            out.append(Output(True, 200, orjson.loads(item.data), item.event, item.id))
         else:
             out.append(Output(True, 200, None, "comment"))
     return out

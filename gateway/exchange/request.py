@@ -58,6 +58,9 @@ class RequestExchange:
     """
 
     streaming: bool = False
+    last_event_id: str | None = None
+    """The client's ``Last-Event-ID`` on a ``SubscribeToTask`` (set by the endpoint): the
+    stream resumes after that event from the replay window (docs/resume.md §1.2)."""
 
     def __init__(self, ex: Exchange, params: Any, summary: Summary, card: CardView,
                  policy: Policy, rewrite_card: CardRewrite | None = None) -> None:
@@ -71,7 +74,12 @@ class RequestExchange:
     def run(self) -> Generator[Any, Any, Summary]:
         """The whole exchange; returns its :class:`~gateway.exchange.model.Summary`."""
         try:
-            if (yield from self._admit()) and (yield from self._admit_task_action()):
+            if not (yield from self._admit()):
+                pass
+            elif self.resumes():
+                assert self.last_event_id is not None
+                yield from StreamExchange(self).resume(self.last_event_id)
+            elif (yield from self._admit_task_action()):
                 if self.streaming:
                     yield from StreamExchange(self).run()
                 else:
@@ -168,8 +176,9 @@ class RequestExchange:
         """The encoded SSE frame relaying a worker's error event."""
         raise NotImplementedError
 
-    def result_frame(self, result: Any) -> bytes:
-        """An encoded SSE frame of the gateway's own carrying ``result``."""
+    def result_frame(self, result: Any, event_id: str | None = None) -> bytes:
+        """An encoded SSE frame of the gateway's own carrying ``result`` (with the SSE ``id:``
+        ``event_id``)."""
         raise NotImplementedError
 
     def error_frame(self, code: int, message: str) -> bytes:
@@ -208,14 +217,16 @@ class RequestExchange:
         yield self.error(status, refusal.code, refusal.message)
         return False
 
-    def _admit_task_action(self) -> Generator[Any, Any, bool]:
-        """A message with ``taskId``, a cancel or a subscribe: check freshness (a forced
-        ``GetTask`` only for a reason) and refuse it here when the task is terminal (F05).
-        Only these actions read the ledger before forwarding."""
-        ex = self.ex
-        if not engine.is_task_action(ex):
-            return True
-        loaded = yield from load(self.policy, ex.task_id)
+    def resumes(self) -> bool:
+        """True for a ``SubscribeToTask`` / ``tasks/resubscribe`` with ``Last-Event-ID`` while
+        the replay window is on (docs/resume.md §1.2)."""
+        return (self.last_event_id is not None and self.policy.replay and self.streaming
+                and self.ex.operation is Operation.SUBSCRIBE and bool(self.ex.task_id))
+
+    def fresh_record(self) -> Generator[Any, Any, TaskRecord | None]:
+        """The ledger's record of the task the request names, after a forced ``GetTask`` when
+        there is a reason to doubt it (:func:`~gateway.invariants.admission.forced_get_reason`)."""
+        loaded = yield from load(self.policy, self.ex.task_id)
         record = loaded.record
         reason = forced_get_reason(record, self.card, needs_resync=loaded.needs_resync,
                                    now=loaded.clock.wall,
@@ -224,6 +235,16 @@ class RequestExchange:
             record = yield from self.forced_get(loaded, reason)
         if record is not None:  # the log line names the task's context even when the client did not
             self.summary.context_id = self.summary.context_id or record.context_id
+        return record
+
+    def _admit_task_action(self) -> Generator[Any, Any, bool]:
+        """A message with ``taskId``, a cancel or a subscribe: check freshness (a forced
+        ``GetTask`` only for a reason) and refuse it here when the task is terminal (F05).
+        Only these actions read the ledger before forwarding."""
+        ex = self.ex
+        if not engine.is_task_action(ex):
+            return True
+        record = yield from self.fresh_record()
         admission = engine.check_request(ex, record)
         if admission.findings:
             yield Found(tuple(admission.findings), ex.task_id, self.summary.method)

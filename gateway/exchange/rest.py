@@ -177,8 +177,8 @@ class RestExchange(RequestExchange):
     def worker_error_frame(self, event: Event, doc: dict[str, Any]) -> bytes:
         return encode_event(event.data, event=event.event or "error", id=event.id)
 
-    def result_frame(self, result: Any) -> bytes:
-        return encode_event(jsonrpc.dumps(result))
+    def result_frame(self, result: Any, event_id: str | None = None) -> bytes:
+        return encode_event(jsonrpc.dumps(result), id=event_id)
 
     def error_frame(self, code: int, message: str) -> bytes:
         body = rest.error_body(code, message, version=self.ex.version)

@@ -19,7 +19,11 @@ F08, F09 and F17 (a):
 * a worker stream that ends before its task did (F08 (ii)) is never passed off as finished:
   ``GetTask`` first; a terminal task is sent as a last snapshot, otherwise the gateway
   resubscribes and drops the repeated snapshot the new stream starts with — at most
-  ``resubscribe_attempts`` times with doubling backoff, then a -32603 error event.
+  ``resubscribe_attempts`` times with doubling backoff, then a -32603 error event;
+* with the replay window on (docs/resume.md §1), every event delivered for a task is added to
+  the task's window before it is queued and carries the gateway's event id as its SSE ``id:``
+  (the worker's own ids are not relayed); a ``SubscribeToTask`` with ``Last-Event-ID``
+  (:meth:`StreamExchange.resume`) gets the window's later events first, then the live stream.
 
 Keep-alive comments to the client, the client's disconnect and the shutdown deadline are the
 driver's: they decide nothing about a task.
@@ -35,13 +39,16 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.a2a import jsonrpc
+from gateway.a2a.bridge import dialect_of
 from gateway.a2a.payloads import Item, Kind, locate
 from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment
 from gateway.a2a.states import TaskState, UnknownStateError, normalize_state
 from gateway.a2a.version import ProtocolVersion
 from gateway.errors import EventTooLargeError, LedgerError, NestingTooDeepError, UnencodableError, UpstreamError
+from gateway.exchange import window
 from gateway.exchange.commands import (
     ENDED,
+    AppendEvent,
     Answer,
     Count,
     Deadline,
@@ -52,12 +59,14 @@ from gateway.exchange.commands import (
     Log,
     Open,
     Read,
+    ReadWindow,
     Sleep,
     StartStream,
 )
 from gateway.exchange.judge import Steps, judge, load, touch
 from gateway.exchange.model import Policy, Summary
 from gateway.invariants.model import Action, Exchange, Mode, StreamState, TaskRecord
+from gateway.exchange.window import Replay
 
 
 class RequestSide(Protocol):
@@ -77,6 +86,8 @@ class RequestSide(Protocol):
 
     def fail_upstream(self, exc: UpstreamError) -> Steps: ...
 
+    def fresh_record(self) -> Generator[Any, Any, TaskRecord | None]: ...
+
     def answer(self, answer: Answer) -> Steps: ...
 
     def probe_task(self, task_id: str) -> Generator[Any, Any, tuple[Any, TaskRecord | None]]: ...
@@ -90,7 +101,7 @@ class RequestSide(Protocol):
 
     def worker_error_frame(self, event: Event, doc: dict[str, Any]) -> bytes: ...
 
-    def result_frame(self, result: Any) -> bytes: ...
+    def result_frame(self, result: Any, event_id: str | None = None) -> bytes: ...
 
     def error_frame(self, code: int, message: str) -> bytes: ...
 
@@ -125,9 +136,12 @@ class StreamExchange:
         self._skip_snapshot: TaskState | None = None
         self._cut_error: str | None = None
         self._message_reply = False  # the stream began with a Message: that is the whole reply
+        self.lineage: str | None = None  # the replay window lineage of this client stream
+        self.dialect = dialect_of(owner.ex.version, owner.ex.binding)
 
-    def run(self) -> Steps:
-        """Open the upstream stream and relay it; answers JSON when the worker did."""
+    def run(self, replay: Steps | None = None) -> Steps:
+        """Open the upstream stream and relay it; answers JSON when the worker did.
+        ``replay`` (a resume's window events) goes out first, once the stream is open."""
         try:
             reply = yield from self.owner.open_upstream()
         except UpstreamError as exc:
@@ -138,18 +152,132 @@ class StreamExchange:
             return
         self.summary.close_reason = "upstream_closed"
         yield StartStream()
-        nxt = yield from self._pump_upstreams()
+        nxt = yield from self._pump_upstreams(replay)
         yield EndStream()
         if nxt is Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
             yield from self._drain()
+
+    def resume(self, after: str) -> Steps:
+        """A ``SubscribeToTask`` / ``tasks/resubscribe`` with ``Last-Event-ID: after``
+        (docs/resume.md §1.2). The task's window after ``after`` (in its lineage) goes out
+        first, with its ids, then the live stream in the same lineage; an id the window does
+        not hold is a gap (counted, logged): the task's snapshot (a ``GetTask``) goes out first
+        instead, and the repeated snapshot the worker's stream starts with is dropped. A task
+        the ledger holds terminal is answered from the window alone (and a ``GetTask`` snapshot
+        when the window ends before its terminal event), never subscribed upstream. A task the
+        gateway has no record of is subscribed as without the header."""
+        task_id = self.ex.task_id
+        assert task_id is not None
+        replay: Replay = yield ReadWindow(task_id, after)
+        record = yield from self.owner.fresh_record()
+        if record is None:
+            yield from self.run()
+            return
+        if not record.terminal:
+            yield from self.run(self._replay(replay, after))
+            return
+        self.summary.close_reason = "terminal"
+        yield StartStream()
+        yield from self._pump_upstreams(self._replay(replay, after), live=False)
+        yield EndStream()
+
+    def _replay(self, replay: Replay, after: str) -> Steps:
+        """Send the window's events of ``replay`` (or, for a gap, the task's snapshot)."""
+        task_id = self.stream.task_id
+        assert task_id is not None
+        events = None
+        if replay.found:
+            try:
+                events = [(e.event_id, *window.decode(e.payload, self.dialect, self.policy.max_json_depth + 1))
+                          for e in replay.events]
+            except ValueError:
+                events = None
+        if events is None:
+            yield Count("replays", ("gap",))
+            yield Log("warning", "replay_gap", (("upstream", self.policy.upstream), ("task_id", task_id),
+                                                ("last_event_id", after)))
+            yield from self._probe_snapshot(task_id)
+            return
+        yield Count("replays", ("resumed",))
+        if events:
+            yield Count("replayed_events", (), len(events))
+        self.lineage = replay.lineage
+        for event_id, result, terminal in events:
+            yield Emit(self.owner.result_frame(result, event_id))
+            self.summary.events += 1
+            if terminal:
+                self.stream = dataclasses.replace(self.stream, terminal=True)
+                return
+            item = locate(result)
+            state = self._state_of(item)
+            if state is not None and state is not TaskState.UNSPECIFIED:
+                self._last_state = state
+        if not self.stream.terminal:
+            record = (yield from load(self.policy, task_id)).record
+            if record is not None and record.terminal:  # the window ends before the terminal event
+                yield from self._probe_snapshot(task_id)
+
+    def _probe_snapshot(self, task_id: str) -> Steps:
+        """``GetTask`` the task and send it as one event (in the window); the worker's own
+        snapshot at the start of the live stream is then dropped when its state is the same."""
+        task, record = yield from self.owner.probe_task(task_id)
+        if not isinstance(task, dict):
+            yield self._error_event(jsonrpc.INTERNAL_ERROR, f"task {task_id}: the worker gave no task to resume from")
+            self.stream = dataclasses.replace(self.stream, terminal=True)  # nothing more to send
+            return
+        terminal = record is not None and record.terminal
+        try:
+            result = self.owner.snapshot(task)
+            event_id = yield from self._append(result, terminal)
+            yield Emit(self.owner.result_frame(result, event_id))
+        except UnencodableError as exc:
+            yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker task refused: {exc}")
+            self.stream = dataclasses.replace(self.stream, terminal=True)
+            return
+        self.summary.events += 1
+        if terminal:
+            self.stream = dataclasses.replace(self.stream, terminal=True)
+            return
+        state = self._state_of(locate(result))
+        if state is not None and state is not TaskState.UNSPECIFIED:
+            self._last_state = self._skip_snapshot = state
+
+    def _append(self, result: Any, terminal: bool) -> Generator[Any, Any, str | None]:
+        """Add ``result`` (about to be delivered) to the task's replay window; its event id,
+        ``None`` with the window off, for a payload of no task, or (``fail_open``) when the
+        ledger failed.
+
+        Raises:
+            LedgerError: the ledger failed and ``policy.fail_open`` is off.
+            UnencodableError: ``result`` is nested too deeply to store.
+        """
+        task_id = self.stream.task_id
+        if not self.policy.replay or task_id is None:
+            return None
+        payload = window.encode(result, self.dialect, terminal)
+        try:
+            event_id, self.lineage = yield AppendEvent(task_id, self.lineage, payload)
+        except LedgerError:
+            if not self.policy.fail_open:
+                raise
+            yield Count("unchecked")
+            return None
+        return str(event_id)
 
     def _finish(self) -> None:
         self.summary.task_id = self.summary.task_id or self.stream.task_id
         self.summary.context_id = self.summary.context_id or self.stream.context_id
 
-    def _pump_upstreams(self) -> Generator[Any, Any, Next]:
+    def _pump_upstreams(self, first: Steps | None = None, *, live: bool = True) -> Generator[Any, Any, Next]:
+        """Relay the worker's stream(s) (after ``first``, a resume's replay; with ``live``
+        off, only that)."""
         attempt = 0
         try:
+            if first is not None:
+                yield from first
+                if self.stream.terminal or not live:
+                    return Next.CLOSE
+                yield _FLUSH
             while True:
                 nxt = yield from self._pump_one()
                 if nxt is not Next.CUT:
@@ -239,7 +367,9 @@ class StreamExchange:
             task, record = yield from self.owner.probe_task(task_id)
             if record is not None and record.terminal and isinstance(task, dict):
                 try:
-                    yield Emit(self.owner.result_frame(self.owner.snapshot(task)))
+                    result = self.owner.snapshot(task)
+                    event_id = yield from self._append(result, True)
+                    yield Emit(self.owner.result_frame(result, event_id))
                 except UnencodableError as exc:
                     yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker task refused: {exc}")
                 self.stream = dataclasses.replace(self.stream, terminal=True)
@@ -288,6 +418,8 @@ class StreamExchange:
             yield Count("sse_events", ("error",))
             self.summary.outcome = "worker_error"
             if deliver:
+                if self.policy.replay and event.id is not None:  # ids on this stream are the gateway's
+                    event = Event(event.data, event.event, None, event.retry)
                 try:
                     yield Emit(self.owner.worker_error_frame(event, doc))
                 except UnencodableError as exc:
@@ -317,6 +449,9 @@ class StreamExchange:
         if state is not None and state is not TaskState.UNSPECIFIED:
             self._last_state = state
         try:
+            if self.policy.replay:
+                event_id = yield from self._append(outcome.result, outcome.close)
+                event = Event(event.data, event.event, event_id, event.retry)
             frame = yield from self.owner.event_frame(event, doc, outcome.result)
         except UnencodableError as exc:
             self.summary.close_reason = "refused"

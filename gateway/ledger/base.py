@@ -13,7 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.exchange.window import Replay, WindowEvent
 from gateway.invariants.model import TaskRecord
+
+__all__ = ["Replay", "Stored", "TaskLedger", "WindowEvent", "WindowLimits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,29 +47,6 @@ class WindowLimits:
     max_bytes_per_task: int = 1024 * 1024
     max_events_total: int = 100_000
     retention_seconds: float = 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class WindowEvent:
-    """One event of a task's replay window: its gateway-issued ``event_id`` (opaque, the
-    SSE ``id:``), its ``lineage`` (the ``event_id`` of the first event of the client stream it
-    was delivered on; a resumed stream goes on in the lineage it resumed) and the exchange's
-    ``payload`` bytes (opaque to the ledger)."""
-
-    event_id: str
-    lineage: str
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Replay:
-    """The answer to :meth:`TaskLedger.events_after`: ``found`` when the asked-for id is in
-    the task's window; then ``lineage`` is its lineage and ``events`` the window's later events
-    of that lineage, oldest first (possibly none). Not found: ``lineage`` ``None``, no events."""
-
-    found: bool
-    lineage: str | None = None
-    events: tuple[WindowEvent, ...] = ()
 
 
 class TaskLedger(Protocol):

@@ -24,6 +24,8 @@ metric                                                 labels
 ``a2a_gateway_card_served_verbatim``                   upstream
 ``a2a_gateway_card_unguarded_interfaces``              upstream, binding
 ``a2a_gateway_stream_resubscribes_total``              upstream, outcome
+``a2a_gateway_replays_total``                          upstream, outcome
+``a2a_gateway_replayed_events_total``                  upstream
 ``a2a_gateway_config_reloads_total``                   outcome
 ``a2a_gateway_tracked_tasks``                          state
 ``a2a_gateway_ledger_operation_duration_seconds``      backend, operation
@@ -195,6 +197,19 @@ class Metrics:
             "Upstream streams cut before their task ended, by what the gateway did "
             "(resubscribed, terminal_snapshot, gave_up)",
             ["upstream", "outcome"],
+            registry=registry,
+        ))
+        self.replays = Labelled(Counter(
+            "a2a_gateway_replays_total",
+            "Resubscribes with Last-Event-ID, by outcome: resumed (the id was in the replay "
+            "window) or gap (it was not: the client got the task's snapshot first)",
+            ["upstream", "outcome"],
+            registry=registry,
+        ))
+        self.replayed_events = Labelled(Counter(
+            "a2a_gateway_replayed_events_total",
+            "Events sent again from the replay window to clients that resumed with Last-Event-ID",
+            ["upstream"],
             registry=registry,
         ))
         self.config_reloads = Labelled(Counter(

@@ -51,7 +51,7 @@ class Reporter:
         """Count or log one report; ``operation`` labels rejections that name no method."""
         if type(cmd) is Count:
             first = self._backend if cmd.metric in _BACKEND_METRICS else self._upstream
-            getattr(self._metrics, cmd.metric).labels(first, *cmd.labels).inc()
+            getattr(self._metrics, cmd.metric).labels(first, *cmd.labels).inc(cmd.amount)
             if cmd.metric == "upstream_errors" and cmd.labels[0] in LIMIT_OF_REASON:
                 self.limit_reached(LIMIT_OF_REASON[cmd.labels[0]], "worker")
         elif type(cmd) is Found:

@@ -202,6 +202,8 @@ class Driver:
             headers = [h for h in headers if h[0] != b"accept"] + [(b"accept", accept)]
         if cmd.a2a_version is not None:
             headers = bridged_headers(headers, cmd.a2a_version)
+        if self.rt.replay:  # the client's Last-Event-ID names a gateway event id, not the worker's
+            headers = [h for h in headers if h[0] != b"last-event-id"]
         if cmd.method in _BODILESS:  # a probe GET made from the client's POST has no body
             return url, [h for h in headers if h[0] != b"content-type"], None
         return url, headers, cmd.body

@@ -110,7 +110,7 @@ class Runtime:
                 resubscribe_attempts=cfg.streams.resubscribe_attempts,
                 resubscribe_backoff_seconds=cfg.streams.resubscribe_backoff_seconds,
                 max_event_bytes=cfg.limits.max_event_bytes,
-                max_json_depth=cfg.limits.max_json_depth)
+                max_json_depth=cfg.limits.max_json_depth, replay=self.replay)
         return policy
 
     def reporter(self, upstream: str) -> Reporter:
@@ -140,6 +140,12 @@ class Runtime:
     def mode(self) -> Mode:
         """The configured :class:`Mode`."""
         return Mode(self.config.mode)
+
+    @property
+    def replay(self) -> bool:
+        """True when delivered task events get gateway event ids and go into the replay window
+        (``replay.enabled``, in enforce mode: observe mode relays the worker's ids; docs/resume.md §1)."""
+        return self.config.replay.enabled and self.mode is Mode.ENFORCE
 
     @property
     def fail_open(self) -> bool:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +16,10 @@ import pytest
 
 from tests.support.redis_server import redis_server
 from tests.support.scripted_worker import Event, Gate, ScriptedWorker
-from tests.support.servers import free_port, serve_in_thread, subprocess_server
+from tests.support.gateway import gateway_process
+from tests.support.servers import serve_in_thread
 
 V1 = {"A2A-Version": "1.0", "content-type": "application/json"}
-
-
-@contextmanager
-def gateway_process(worker_url: str, ledger: str, *extra: str) -> Iterator[tuple[str, Any, str]]:
-    """A ``serve`` process: yields its traffic URL, the process and its admin URL."""
-    port, admin_port = free_port(), free_port()
-    cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", worker_url, "--port", str(port),
-           "--admin-port", str(admin_port), "--ledger", ledger, *extra]
-    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
-    with subprocess_server(cmd, admin + "/readyz") as proc:
-        yield url, proc, admin
 
 
 def send(url: str, req_id: Any, *, task_id: str | None = None, method: str = "SendMessage") -> httpx.Response:

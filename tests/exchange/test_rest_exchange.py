@@ -377,8 +377,8 @@ class TestStream:
             {"open": True}, {"bytes": b"data: " + text + b"\n\n"},
             {"events": [status("t-1", "completed")]}])
         frames = [c.frame for c in book.commands if type(c) is Emit]
-        assert frames[0] == b"data: " + text + b"\n\n"
-        assert orjson.loads(frames[1].removeprefix(b"data: ")) == status("t-1", "TASK_STATE_COMPLETED")
+        assert frames[0] == b"id: 1\ndata: " + text + b"\n\n"  # the gateway's event id (docs/resume.md §1.1)
+        assert orjson.loads(frames[1].removeprefix(b"id: 2\ndata: ")) == status("t-1", "TASK_STATE_COMPLETED")
         assert EndStream() in book.commands
 
     def test_f03_unknown_state_ends_the_stream_with_a_status_error_event(self):

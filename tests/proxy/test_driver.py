@@ -57,4 +57,5 @@ def test_a_read_that_starts_with_a_ping_is_still_one_write(h: Harness, writes: l
                       headers=V1)
     assert [f["comment"] for f in frames(raw)][:1] == ["ping"]
     [write] = writes
-    assert write.startswith(b": ping\n\ndata: ")
+    assert write.startswith(b": ping\n\nid: ")  # the gateway's event id (docs/resume.md §1.1), then the data
+    assert b"\ndata: " in write

@@ -404,7 +404,8 @@ def test_f08i_dangling_last_frame_gives_exactly_one_terminal_event(h: Harness) -
     states = [g.get("statusUpdate", {}).get("status", {}).get("state") for g in results(raw)]
     assert states.count("TASK_STATE_COMPLETED") == 1
     assert raw.endswith(b"\n\n")
-    assert all(block.startswith(b"data: ") for block in raw.split(b"\n\n") if block)
+    # each block is one event: the gateway's event id (docs/resume.md §1.1), then its data
+    assert all(block.startswith(b"id: ") and block.count(b"\ndata: ") == 1 for block in raw.split(b"\n\n") if block)
 
 
 def test_f08i_truncated_json_at_eof_becomes_an_error_event_not_a_state(h: Harness) -> None:

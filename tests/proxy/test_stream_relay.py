@@ -137,7 +137,7 @@ def test_unchanged_event_with_the_clients_id_keeps_the_workers_data_text(h: Harn
     done = _events("t-o", 5)[2]
     h.worker.on("SendStreamingMessage", sse=[b"data: " + data + b"\r\n\r\n" + done])
     _, raw = h.stream(_send(5), headers=V1)
-    assert raw.startswith(b"data: " + data + b"\n\n"), raw
+    assert raw.startswith(b"id: ") and raw.split(b"\n", 1)[1].startswith(b"data: " + data + b"\n\n"), raw
 
 
 @pytest.mark.parametrize("worker_id", [b'"5"', b"null", b"6"])

@@ -9,19 +9,35 @@ Public API
   ``(traffic, admin)``, two :class:`~tests.support.servers.RunningServer` on 127.0.0.1 ephemeral
   ports (``admin.url + "/metrics"``). ``config`` overrides uvicorn.Config keyword arguments of
   the traffic server.
+- ``gateway_process(worker_url, ledger, *extra)`` -> context manager running ``a2a-gateway
+  serve`` as a process of its own (for ``kill -9``), yielding ``(url, process, admin_url)``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gateway.connections import uvicorn_options
 from gateway.server import listener_bounds
-from tests.support.servers import RunningServer, serve_in_thread
+from tests.support.servers import RunningServer, free_port, serve_in_thread, subprocess_server
 
-__all__ = ["serve_gateway"]
+__all__ = ["gateway_process", "serve_gateway"]
+
+
+@contextlib.contextmanager
+def gateway_process(worker_url: str, ledger: str, *extra: str) -> Iterator[tuple[str, Any, str]]:
+    """A ``serve --upstream worker_url --ledger ledger`` process on ephemeral ports (``extra``:
+    more arguments); yields its traffic URL, the process and its admin URL once ``/readyz``
+    answers 200; stops it (SIGTERM, then SIGKILL) on exit."""
+    port, admin_port = free_port(), free_port()
+    cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", worker_url, "--port", str(port),
+           "--admin-port", str(admin_port), "--ledger", ledger, *extra]
+    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
+    with subprocess_server(cmd, admin + "/readyz") as proc:
+        yield url, proc, admin
 
 
 @contextlib.contextmanager

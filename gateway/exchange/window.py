@@ -1,0 +1,68 @@
+"""What the replay window keeps of a delivered event, sans I/O (docs/resume.md §1.3).
+
+The ledger stores opaque payload bytes (:meth:`~gateway.ledger.base.TaskLedger.append_event`);
+this module is their one encoding: the event's payload as the client received it — a JSON-RPC
+``result`` or a REST ``data:`` body — with the dialect it is written in and whether the task
+was terminal after it::
+
+    {"d": "1.0" | "0.3/jsonrpc" | "0.3/rest", "t": true | false, "r": <payload>}
+
+A replayed event goes to a client of any binding and version: it is converted from the stored
+dialect into the client's (:func:`gateway.a2a.bridge.convert_event`) and framed with the new
+request's JSON-RPC id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.a2a import jsonrpc
+from gateway.a2a.bridge import Dialect, convert_event
+from gateway.errors import NestingTooDeepError
+
+
+@dataclass(frozen=True, slots=True)
+class WindowEvent:
+    """One event of a task's replay window: its gateway-issued ``event_id`` (opaque, the
+    SSE ``id:``), its ``lineage`` (the ``event_id`` of the first event of the client stream it
+    was delivered on; a resumed stream goes on in the lineage it resumed) and the exchange's
+    ``payload`` bytes (opaque to the ledger)."""
+
+    event_id: str
+    lineage: str
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """The answer to :meth:`TaskLedger.events_after`: ``found`` when the asked-for id is in
+    the task's window; then ``lineage`` is its lineage and ``events`` the window's later events
+    of that lineage, oldest first (possibly none). Not found: ``lineage`` ``None``, no events."""
+
+    found: bool
+    lineage: str | None = None
+    events: tuple[WindowEvent, ...] = ()
+
+
+def encode(result: Any, dialect: Dialect, terminal: bool) -> bytes:
+    """The window payload of one delivered event (``result`` in ``dialect``)."""
+    return jsonrpc.dumps({"d": dialect.value, "t": terminal, "r": result})
+
+
+def decode(payload: bytes, dialect: Dialect, max_depth: int) -> tuple[Any, bool]:
+    """``(payload in dialect, terminal)`` of a stored event.
+
+    Raises:
+        ValueError: the bytes are no window payload (a damaged or foreign entry).
+    """
+    try:
+        doc = jsonrpc.loads(payload, max_depth)
+        stored, result, terminal = Dialect(doc["d"]), doc["r"], doc["t"]
+    except (orjson.JSONDecodeError, NestingTooDeepError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not a replay window payload: {exc}") from None
+    if stored is not dialect:
+        result = convert_event(result, stored, dialect)
+    return result, bool(terminal)

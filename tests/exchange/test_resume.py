@@ -1,0 +1,248 @@
+"""Event ids and resuming with ``Last-Event-ID`` as transcripts (docs/resume.md §1): no
+sockets, no event loop. Each test runs the exchange the gateway runs against a scripted worker
+(gateway/exchange/offline.py), whose ledger keeps an unbounded replay window, and reads back
+the commands, the frames the client received (with their SSE ids) and what was counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.a2a import jsonrpc
+from gateway.a2a.bridge import Dialect
+from gateway.errors import LedgerError
+from gateway.exchange import window
+from gateway.exchange.commands import AppendEvent, Emit, Open, Post, Read, ReadWindow, Store
+from gateway.exchange.jsonrpc import JsonRpcExchange
+from gateway.exchange.model import Policy
+from gateway.exchange.offline import Ledger, Offline
+from gateway.invariants.admission import CardView
+from gateway.invariants.model import Mode
+
+CARD = CardView(doc={"capabilities": {"streaming": True}}, fresh=True, reachable=True, etag=None)
+SEND = {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "go"}]}}
+
+
+def play(method: str, params: Any, worker: list[dict[str, Any]], *, ledger: Ledger | None = None,
+         last_event_id: str | None = None, req_id: Any = 1, **policy: Any) -> Offline:
+    """Run one whole exchange against ``worker``'s acts; returns the offline driver."""
+    body = jsonrpc.dumps({"jsonrpc": "2.0", "id": req_id, "method": method, "params": params})
+    req = jsonrpc.parse_request(body)
+    info = jsonrpc.lookup_method(method)
+    assert isinstance(req, jsonrpc.Request) and info is not None
+    ex = JsonRpcExchange(req, body, info, CARD, Policy("w", resubscribe_attempts=1, **policy))
+    ex.last_event_id = last_event_id
+    offline = Offline("w", ledger or Ledger(), req_id=req_id)
+    offline.worker.extend(worker)
+    gen = ex.run()
+    done = offline.run(gen)
+    while not done:  # when the script runs out, the worker closes its stream (a Read gets its end)
+        assert type(offline.commands[-1]) is Read, f"unscripted worker call {offline.commands[-1]!r}"
+        offline.worker.append({"end": True})
+        done = offline.resume(gen)
+    return offline
+
+
+def task(tid: str, state: str, artifacts: list[Any] | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"id": tid, "contextId": "c-1", "status": {"state": state}}
+    if artifacts is not None:
+        doc["artifacts"] = artifacts
+    return doc
+
+
+def status(tid: str, state: str) -> dict[str, Any]:
+    return {"statusUpdate": {"taskId": tid, "contextId": "c-1", "status": {"state": state}}}
+
+
+def chunk(tid: str, n: int, *, last: bool = False) -> dict[str, Any]:
+    return {"artifactUpdate": {"taskId": tid, "contextId": "c-1", "append": n > 1, "lastChunk": last,
+                               "artifact": {"artifactId": "a-1", "parts": [{"text": f"chunk {n}"}]}}}
+
+
+def frames(book: Offline) -> list[tuple[str | None, Any]]:
+    """(SSE id, result or error) of every event the client received."""
+    return [(o.id, o.doc.get("result", o.doc.get("error"))) for o in book.outputs if o.frame and o.doc is not None]
+
+
+def counted(book: Offline, metric: str) -> list[tuple[tuple[str, ...], int]]:
+    return [(c.labels, c.amount) for c in book.counts if c.metric == metric]
+
+
+def gone(tid: str) -> list[dict[str, Any]]:
+    """The worker's stream is cut; its GetTask says the task is still working; the resubscribe
+    finds the worker gone (the client's stream then ends with an error event)."""
+    return [{"cut": True}, {"answer": {"jsonrpc": "2.0", "id": "p", "result": task(tid, "TASK_STATE_WORKING")}},
+            {"fail": "connect"}]
+
+
+def first_stream(ledger: Ledger, tid: str = "t-1") -> Offline:
+    """A SendStreamingMessage whose worker sends the task, three chunks, then the stream is
+    cut from the client's side (the test stops reading; the task stays WORKING)."""
+    return play("SendStreamingMessage", SEND, [
+        {"open": True},
+        {"events": [{"task": task(tid, "TASK_STATE_WORKING")}, chunk(tid, 1), chunk(tid, 2), chunk(tid, 3)]},
+        {"end": True},
+        {"answer": {"jsonrpc": "2.0", "id": "p", "result": task(tid, "TASK_STATE_WORKING")}},
+        {"fail": "connect"},  # the resubscribe after the worker's end: the worker is gone now
+    ], ledger=ledger)
+
+
+class TestEventIds:
+    def test_each_delivered_task_event_is_stored_in_the_window_before_it_is_queued_with_its_id(self):
+        book = first_stream(ledger := Ledger())
+        got = frames(book)
+        assert [i for i, _ in got[:4]] == ["1", "2", "3", "4"]
+        kinds = [type(c) for c in book.commands if type(c) in (Store, AppendEvent, Emit)]
+        assert kinds[:3] == [Store, AppendEvent, Emit]  # ledger record, then window, then the client
+        stored = ledger.windows[("w", "t-1")]
+        assert [e.lineage for e in stored] == ["1"] * 4
+        assert window.decode(stored[1].payload, Dialect.V1_0, 10) == (got[1][1], False)
+
+    def test_the_workers_own_event_ids_are_not_relayed(self):
+        raw = jsonrpc.dumps({"jsonrpc": "2.0", "id": 1, "result": {"task": task("t-1", "TASK_STATE_COMPLETED")}})
+        book = play("SendStreamingMessage", SEND, [{"open": True}, {"bytes": b"id: worker-7\ndata: " + raw + b"\n\n"}])
+        assert [i for i, _ in frames(book)] == ["1"]
+
+    def test_with_the_window_off_nothing_is_kept_and_the_workers_ids_go_through(self):
+        raw = jsonrpc.dumps({"jsonrpc": "2.0", "id": 1, "result": {"task": task("t-1", "TASK_STATE_COMPLETED")}})
+        book = play("SendStreamingMessage", SEND, [{"open": True}, {"bytes": b"id: worker-7\ndata: " + raw + b"\n\n"}],
+                    replay=False)
+        assert [i for i, _ in frames(book)] == ["worker-7"]
+        assert not any(type(c) is AppendEvent for c in book.commands)
+
+    def test_a_direct_message_reply_has_no_task_and_no_id(self):
+        message = {"message": {"messageId": "r-1", "role": "ROLE_AGENT", "parts": [{"text": "hi"}]}}
+        book = play("SendStreamingMessage", SEND, [{"open": True}, {"events": [message]}, {"end": True}])
+        assert frames(book) == [(None, message)]
+
+
+class TestResume:
+    def test_the_missed_events_come_from_the_window_then_the_live_stream_in_the_same_lineage(self):
+        ledger = Ledger()
+        first_stream(ledger)
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"open": True},
+            {"events": [{"task": task("t-1", "TASK_STATE_WORKING")}, chunk("t-1", 4),
+                        chunk("t-1", 5, last=True), status("t-1", "TASK_STATE_COMPLETED")]},
+        ], ledger=ledger, last_event_id="2", req_id=9)
+        got = frames(book)
+        assert got[0] == ("3", chunk("t-1", 2)) and got[1] == ("4", chunk("t-1", 3))
+        # the live part: the worker's Task snapshot, then the rest; new ids, the same lineage
+        assert [i for i, _ in got[2:]] == ["5", "6", "7", "8"]
+        assert got[-1][1] == status("t-1", "TASK_STATE_COMPLETED")
+        assert {e.lineage for e in ledger.windows[("w", "t-1")]} == {"1"}
+        assert all(o.doc["id"] == 9 for o in book.outputs if o.doc)  # the new request's own id
+        opened = [c for c in book.commands if type(c) is Open]
+        assert len(opened) == 1 and jsonrpc.loads(opened[0].body)["method"] == "SubscribeToTask"
+        assert counted(book, "replays") == [(("resumed",), 1)]
+        assert counted(book, "replayed_events") == [((), 2)]
+
+    def test_the_newest_id_replays_nothing_and_goes_live(self):
+        ledger = Ledger()
+        first_stream(ledger)
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"open": True}, {"events": [status("t-1", "TASK_STATE_COMPLETED")]}], ledger=ledger, last_event_id="4")
+        assert frames(book) == [("5", status("t-1", "TASK_STATE_COMPLETED"))]
+
+    def test_a_resumed_stream_can_be_resumed_again(self):
+        ledger = Ledger()
+        first_stream(ledger)
+        play("SubscribeToTask", {"id": "t-1"}, [
+            {"open": True}, {"events": [chunk("t-1", 4)]}, *gone("t-1")], ledger=ledger, last_event_id="4")
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"open": True}, {"events": [status("t-1", "TASK_STATE_COMPLETED")]}], ledger=ledger, last_event_id="3")
+        assert [r for _, r in frames(book)] == [chunk("t-1", 3), chunk("t-1", 4), status("t-1", "TASK_STATE_COMPLETED")]
+
+    def test_another_client_streams_events_are_not_replayed(self):
+        ledger = Ledger()
+        first_stream(ledger)
+        play("SubscribeToTask", {"id": "t-1"}, [  # a second client, without the header
+            {"open": True}, {"events": [{"task": task("t-1", "TASK_STATE_WORKING")}, chunk("t-1", 4)]},
+            *gone("t-1")], ledger=ledger)
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"open": True}, {"events": [status("t-1", "TASK_STATE_COMPLETED")]}], ledger=ledger, last_event_id="3")
+        assert [i for i, _ in frames(book)] == ["4", "7"]  # chunk 3, then live: not the other lineage's 5 and 6
+
+    def test_an_id_the_window_does_not_hold_is_a_counted_gap_answered_with_a_snapshot_first(self):
+        ledger = Ledger()
+        first_stream(ledger)
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"open": True},
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-1", "TASK_STATE_WORKING")}},
+            {"events": [{"task": task("t-1", "TASK_STATE_WORKING")}, status("t-1", "TASK_STATE_COMPLETED")]},
+        ], ledger=ledger, last_event_id="expired-17")
+        got = frames(book)
+        assert [r for _, r in got] == [{"task": task("t-1", "TASK_STATE_WORKING")}, status("t-1", "TASK_STATE_COMPLETED")]
+        assert [i for i, _ in got] == ["5", "6"]  # the snapshot starts a new lineage
+        assert ledger.windows[("w", "t-1")][-1].lineage == "5"
+        assert counted(book, "replays") == [(("gap",), 1)]
+        probes = [c for c in book.commands if type(c) is Post]
+        assert len(probes) == 1 and jsonrpc.loads(probes[0].body)["method"] == "GetTask"
+
+    def test_a_terminal_task_is_answered_from_the_window_alone(self):
+        ledger = Ledger()
+        play("SendStreamingMessage", SEND, [
+            {"open": True}, {"events": [{"task": task("t-1", "TASK_STATE_WORKING")}, chunk("t-1", 1, last=True),
+                                        status("t-1", "TASK_STATE_COMPLETED")]}], ledger=ledger)
+        book = play("SubscribeToTask", {"id": "t-1"}, [], ledger=ledger, last_event_id="1")
+        assert frames(book) == [("2", chunk("t-1", 1, last=True)), ("3", status("t-1", "TASK_STATE_COMPLETED"))]
+        assert not any(type(c) in (Open, Post) for c in book.commands)  # nothing reached the worker
+
+    def test_a_terminal_task_whose_window_ends_early_gets_a_snapshot_from_the_worker(self):
+        ledger = Ledger()
+        first_stream(ledger)
+        play("SubscribeToTask", {"id": "t-1"}, [  # another client sees the end
+            {"open": True}, {"events": [status("t-1", "TASK_STATE_COMPLETED")]}], ledger=ledger)
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-1", "TASK_STATE_COMPLETED")}},
+        ], ledger=ledger, last_event_id="4")
+        assert [r for _, r in frames(book)] == [{"task": task("t-1", "TASK_STATE_COMPLETED")}]
+        assert not any(type(c) is Open for c in book.commands)
+
+    def test_without_the_header_a_subscribe_is_relayed_as_before(self):
+        ledger = Ledger()
+        first_stream(ledger)
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"open": True}, {"events": [{"task": task("t-1", "TASK_STATE_WORKING")}]}, *gone("t-1")],
+            ledger=ledger)
+        assert not any(type(c) is ReadWindow for c in book.commands)
+        assert frames(book)[0] == ("5", {"task": task("t-1", "TASK_STATE_WORKING")})
+
+    def test_a_v03_client_resumes_a_stream_a_v10_client_began_in_its_own_form(self):
+        ledger = Ledger()
+        first_stream(ledger)
+        book = play("tasks/resubscribe", {"id": "t-1"}, [
+            {"open": True}, {"events": [{"kind": "status-update", "taskId": "t-1", "contextId": "c-1",
+                                         "status": {"state": "completed"}, "final": True}]}],
+            ledger=ledger, last_event_id="3")
+        got = frames(book)
+        assert got[0][0] == "4"
+        assert got[0][1]["kind"] == "artifact-update" and got[0][1]["artifact"]["parts"][0]["kind"] == "text"
+        assert got[-1][1]["status"]["state"] == "completed"
+
+    def test_the_header_on_a_task_the_gateway_does_not_know_is_a_plain_subscribe(self):
+        book = play("SubscribeToTask", {"id": "t-9"}, [
+            {"open": True}, {"events": [{"task": task("t-9", "TASK_STATE_COMPLETED")}]}], last_event_id="3")
+        assert [r for _, r in frames(book)] == [{"task": task("t-9", "TASK_STATE_COMPLETED")}]
+        assert counted(book, "replays") == []
+
+
+class TestWindowFailure:
+    def test_a_window_that_cannot_be_written_ends_the_stream_with_an_error(self):
+        ledger = _FailingWindow()
+        book = play("SendStreamingMessage", SEND, [
+            {"open": True}, {"events": [{"task": task("t-1", "TASK_STATE_WORKING")}]}], ledger=ledger)
+        got = frames(book)
+        assert len(got) == 1 and got[0][1]["code"] == jsonrpc.INTERNAL_ERROR  # nothing delivered unstored
+
+    def test_fail_open_delivers_without_an_id_and_counts_it_unchecked(self):
+        book = play("SendStreamingMessage", SEND, [
+            {"open": True}, {"events": [{"task": task("t-1", "TASK_STATE_COMPLETED")}]}],
+            ledger=_FailingWindow(), fail_open=True, mode=Mode.ENFORCE)
+        assert frames(book) == [(None, {"task": task("t-1", "TASK_STATE_COMPLETED")})]
+        assert counted(book, "unchecked") == [((), 1)]
+
+
+class _FailingWindow(Ledger):
+    def append_event(self, *args: Any) -> tuple[str, str]:
+        raise LedgerError("window unavailable")
