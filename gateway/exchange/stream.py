@@ -65,8 +65,8 @@ from gateway.exchange.commands import (
 )
 from gateway.exchange.judge import Steps, judge, load, touch
 from gateway.exchange.model import Policy, Summary
-from gateway.invariants.model import Action, Exchange, Mode, StreamState, TaskRecord
 from gateway.exchange.window import Replay
+from gateway.invariants.model import Action, Exchange, Mode, StreamState, TaskRecord
 
 
 class RequestSide(Protocol):
