@@ -9,7 +9,10 @@ virtualenv):
    embedded SQLite ledger, all in the run's temporary directory) as
    subprocesses on free 127.0.0.1 ports (the gateway's admin listener, which
    answers ``/readyz`` and ``/metrics``, on one more), and waits until they are
-   ready;
+   ready: each worker's Agent Card answers, and the gateway's ``/readyz`` is
+   200 — which it is only once it has fetched the card of every worker (a
+   start-up fetch that came too early is retried after its back-off), so the
+   client never races the gateway's first card fetch;
 2. runs :func:`demo.client.run_demo` through the gateway (send, stream, get,
    cancel, subscribe and a v0.3 client);
 3. scrapes the gateway's ``/metrics`` (admin listener) and prints a short summary;
@@ -149,7 +152,9 @@ def wait_ready(
 
     Raises:
         DemoError: the process exited, or ``timeout`` passed; the message
-            carries the end of the process's log (its stderr).
+            carries the last answer (for the gateway's ``/readyz``, its body:
+            the card status of each upstream) and the end of the process's
+            log (its stderr).
     """
     started = time.monotonic()
     deadline = started + timeout
@@ -169,7 +174,7 @@ def wait_ready(
         else:
             if response.status_code == 200:
                 return time.monotonic() - started
-            last = f'HTTP {response.status_code}'
+            last = f'HTTP {response.status_code} {response.text[:500]}'.rstrip()
         if time.monotonic() >= deadline:
             raise DemoError(
                 f'{service.name} was not ready after {timeout:g}s: GET {url} -> '
@@ -511,6 +516,7 @@ def run(startup_timeout: float) -> int:
             _say(f'  worker:  {worker_url}  (pid {worker.proc.pid}, ready in {took:.1f}s)')
             wait_ready(legacy, f'{legacy_url}.well-known/agent-card.json', startup_timeout, http)
             _say(f'  legacy worker: {legacy_url}  (pid {legacy.proc.pid}; odd spellings, reopens canceled tasks)')
+            # 200 only once the gateway holds both workers' Agent Cards
             took = wait_ready(gateway, f'{admin_url}readyz', startup_timeout, http)
             _say(
                 f'  gateway: {gateway_url}  (pid {gateway.proc.pid}, mode enforce, '

@@ -3,10 +3,13 @@ and port of their own (``admin:`` in the config), apart from the traffic port �
 agentgateway's admin ports are.
 
 * ``/healthz``: 200 ``{"status": "ok"}`` while the process serves (the admin listener starts
-  once start-up — ledger open, first Agent Card fetch — is done).
-* ``/readyz``: 200 ``{"status": "ready"}`` while the gateway accepts traffic, 503
-  ``{"status": "not ready"}`` before and from SIGTERM on (the drain); with
+  once start-up — the ledger open — is done; Agent Cards are fetched in the background).
+* ``/readyz``: 200 ``{"status": "ready"}`` while the gateway accepts traffic and every
+  upstream's Agent Card has been fetched once (:meth:`Runtime.cards_known`), 503
+  ``{"status": "not ready"}`` before that and from SIGTERM on (the drain); with
   ``"upstreams": {name: {...}}``, each upstream's card status, where the runtime reports it.
+  Once an upstream's card is known, its worker going away does not make the gateway unready
+  (the card's own stale / back-off rules apply; the upstream's entry says so).
 * ``/metrics``: Prometheus text; under ``serve --workers N`` the sum over every worker. A
   scrape never waits on the ledger: ``a2a_gateway_tracked_tasks`` is read as it stands.
 
@@ -87,14 +90,15 @@ class BearerGuard:
 
 def probe_routes(runtime: Runtime, is_ready: Callable[[], bool], *, upstreams: bool) -> list[Route]:
     """``GET``/``HEAD`` ``/healthz`` and ``/readyz``; ``is_ready``: start-up is done (the drain
-    is read from the runtime). ``upstreams``: ``/readyz`` adds ``runtime.card_status()`` (the
-    admin listener; never on the traffic port), every upstream not admitting during a drain."""
+    and whether every upstream's card was fetched are read from the runtime). ``upstreams``:
+    ``/readyz`` adds ``runtime.card_status()`` (the admin listener; never on the traffic
+    port), every upstream not admitting during a drain."""
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        ready = is_ready() and not runtime.draining.is_set()
+        ready = is_ready() and not runtime.draining.is_set() and runtime.cards_known()
         body: dict[str, object] = {"status": "ready" if ready else "not ready"}
         if upstreams:
             status = runtime.card_status()

@@ -192,16 +192,19 @@ async def _reload(rt: Runtime, path: str) -> bool:
     return True
 
 
-async def _refresh_cards_forever(rt: Runtime, every: float = 5.0) -> None:
+async def _refresh_cards_forever(rt: Runtime, every: float = 5.0, unknown_every: float = 0.1) -> None:
     """Fetch every due Agent Card in the background: at once (the start-up fetch, so the
     gateway listens without waiting for any worker), then every ``every`` seconds, so an idle
     gateway's card freshness and degraded gauge stay current and admission rarely waits. Only
     starts fetches (:meth:`CardCache.revalidate`): a card endpoint that never answers holds up
-    no other upstream, and a failed one is retried after its back-off."""
+    no other upstream, and a failed one is retried after its back-off. While some upstream has
+    no card yet (``/readyz`` is 503 until each has one) it looks every ``unknown_every``
+    seconds instead, so that fetch is retried as soon as its back-off runs out, not on the next
+    ``every`` tick (no more often: :meth:`CardCache.revalidate` keeps the back-off)."""
     while True:
         for cache in list(rt.cards.values()):
             cache.revalidate()
-        await asyncio.sleep(every)
+        await asyncio.sleep(every if rt.cards_known() else unknown_every)
 
 
 def build_app(

@@ -102,10 +102,11 @@ class CardConfig(_Frozen):
     Fetching (docs/protocol.md §4.1): ``retry_backoff_seconds``: after a failed fetch
     (unreachable or invalid) the card is not fetched again for this long, doubling with each
     further failure up to ``retry_max_seconds`` and never beyond ``ttl_seconds``; a good fetch
-    resets it. ``fetch_wait_seconds``: the longest a request waits for a card fetch in flight
-    (the start-up fetch, a revalidation) before it is answered from the cache as it is — a new
-    task with no card yet gets HTTP 503 / -32603; the fetch itself goes on, bounded by the
-    upstream's ``timeouts``.
+    resets it — but while no card was ever fetched and the worker was unreachable, a request
+    fetches past it (without advancing it). ``fetch_wait_seconds``: the longest a request waits
+    for a card fetch in flight (the start-up fetch, a revalidation, its own fetch of a first
+    card) before it is answered from the cache as it is — a new task with no card yet gets
+    HTTP 503 / -32603; the fetch itself goes on, bounded by the upstream's ``timeouts``.
     """
 
     path: str = "/.well-known/agent-card.json"

@@ -2,8 +2,9 @@
 ``app.admin``) on two uvicorn servers in one event loop.
 
 * **Sockets.** Both addresses are bound before anything starts (a port in use is one clear
-  ``listen_failed`` line and exit 3, whichever it is); neither listens before start-up — ledger
-  open, first Agent Card fetch — is done, so connections are refused until then. A worker of
+  ``listen_failed`` line and exit 3, whichever it is); neither listens before start-up — the
+  ledger open — is done, so connections are refused until then (Agent Cards are fetched in
+  the background; ``/readyz`` is 503 until each upstream's first one is in). A worker of
   ``serve --workers N`` inherits both sockets from the supervisor instead
   (:data:`~gateway.workers.LISTEN_FD_ENV`, :data:`~gateway.workers.ADMIN_FD_ENV`). The actual
   addresses (``port: 0`` picks a free one) are logged: ``listening``, ``admin_listening``.

@@ -13,8 +13,12 @@ docs/field-cases.md F10, F11):
   ``card_unreachable`` / ``card_invalid`` with the reason, shown by the gauge
   ``a2a_gateway_upstream_degraded{reason="card_unreachable"|"card_invalid"}``, and followed by
   a back-off (``card.retry_backoff_seconds``, doubling up to ``card.retry_max_seconds``)
-  during which requests are answered from the cache at once. An invalid card is never cached
-  (the last good one stays). :meth:`CardCache.status` says all this for a readiness check.
+  during which requests are answered from the cache at once — except while no card was ever
+  fetched and the last fetch found the worker unreachable (a worker still starting): then a
+  request makes (or joins) a fetch of its own, which neither advances the back-off nor warns
+  again for the same problem. An invalid card is never cached (the last good one stays).
+  :meth:`CardCache.status` says all this for a readiness check, :meth:`CardCache.holds_card`
+  whether any card was ever fetched (``/readyz`` is 503 until every upstream's was).
   Every card has an ETag: the worker's, or one derived from the canonical JSON. A worker that
   varies its card by ``A2A-Version`` is cached per variant.
 * :func:`serve_card` answers ``GET {prefix}/.well-known/agent-card.json`` (and the legacy
@@ -152,7 +156,9 @@ class CardCache:
     stale) share one fetch in flight per variant, an :class:`asyncio.Task` none of them owns.
     After a failed fetch no fetch is made before a back-off (``card.retry_backoff_seconds``,
     doubling per further failure up to ``min(card.retry_max_seconds, card.ttl_seconds)``;
-    reset by a good fetch); meanwhile callers get the cache as it is at once.
+    reset by a good fetch); meanwhile callers get the cache as it is at once. The one
+    exception is a card never fetched after an unreachable worker (:meth:`current`): a
+    request is never refused for a failure it did not see, as long as no card is known.
     """
 
     def __init__(self, client: UpstreamClient, metrics: Metrics, log: logging.Logger,
@@ -225,6 +231,11 @@ class CardCache:
                 "reason": problem.reason,
                 "retry_in_s": round(max(0.0, self._retry_at - now), 3)}
 
+    def holds_card(self) -> bool:
+        """Whether a good card was ever fetched (for any variant): ``False`` from start-up (or
+        from a reload that added the upstream) until the first good fetch. For ``/readyz``."""
+        return bool(self._cards)
+
     def heartbeat_seconds(self) -> float:
         """The card's declared heartbeat interval, else the upstream's configured one (read
         from the card once per fetched card)."""
@@ -257,8 +268,14 @@ class CardCache:
 
         A due card (never fetched, stale, marked stale) is fetched once for all callers
         (:meth:`revalidate`); each waits for that fetch at most ``card.fetch_wait_seconds``,
-        then gets the view as the cache has it. During a back-off, or with a fresh card, it
-        returns at once. Never raises for the worker's failures (they are counted and logged).
+        then gets the view as the cache has it. With a fresh card it returns at once; during a
+        back-off too, unless no card of the upstream was ever fetched and the last fetch found
+        the worker unreachable (a worker that was still starting): then the caller makes a
+        fetch past the back-off, or joins the one in flight, and waits for it as above — a new
+        task is refused for want of a card only when that fetch fails too. Such a fetch does not
+        advance the back-off (client traffic does not push the background retry back). After an
+        *invalid* answer the back-off holds (the worker answers, but not with a card). Never
+        raises for the worker's failures (they are counted and logged).
         """
         view = self.view(a2a_version)
         if view.fresh:
@@ -268,6 +285,8 @@ class CardCache:
         for _ in range(2):  # again only when that fetch found the card varies by A2A-Version
             key = self._variant(a2a_version)
             flight = self.revalidate(a2a_version)
+            if flight is None and not self._cards and not self.reachable:
+                flight = self._flight(a2a_version, past_backoff=True)  # never fetched: try now
             if flight is None:
                 break
             await asyncio.wait({flight}, timeout=max(0.0, deadline - loop.time()))
@@ -302,21 +321,24 @@ class CardCache:
         for flight in self._flights.values():
             flight.cancel()
 
-    def _flight(self, a2a_version: str) -> asyncio.Task[str]:
+    def _flight(self, a2a_version: str, *, past_backoff: bool = False) -> asyncio.Task[str]:
         """The fetch in flight for this variant, started if there is none. Its callers only
-        wait for it: a caller that goes away (a client disconnecting) never cancels it."""
+        wait for it: a caller that goes away (a client disconnecting) never cancels it.
+        ``past_backoff``: a fetch started now is one a request made during a back-off (its
+        failure does not advance the back-off); a fetch in flight is joined either way."""
         key = self._variant(a2a_version)
         flight = self._flights.get(key)
         if flight is None or flight.done():
             flight = self._flights[key] = asyncio.get_running_loop().create_task(
-                self._fetch_and_record(a2a_version), name=f"card-fetch-{self.upstream.name}")
+                self._fetch_and_record(a2a_version, past_backoff=past_backoff),
+                name=f"card-fetch-{self.upstream.name}")
         return flight
 
-    async def _fetch_and_record(self, a2a_version: str) -> str:
+    async def _fetch_and_record(self, a2a_version: str, *, past_backoff: bool = False) -> str:
         result = await self._fetch(a2a_version)
         name = self.upstream.name
         if isinstance(result, _FetchProblem):
-            self._failed(result)
+            self._failed(result, step=not past_backoff)
             outcome = result.outcome
         else:
             outcome = result
@@ -329,20 +351,27 @@ class CardCache:
             self.metrics.degraded.labels(name, "card_" + reason).set(int(outcome == reason))
         return outcome
 
-    def _failed(self, problem: _FetchProblem) -> None:
+    def _failed(self, problem: _FetchProblem, *, step: bool = True) -> None:
         """Record a failed fetch: the next back-off step, and one warning (one per fetch, so
-        one per step however many requests arrive meanwhile)."""
-        settings = self.upstream.card
-        cap = min(settings.retry_max_seconds, settings.ttl_seconds)
-        self._backoff = min(cap, self._backoff * 2 or settings.retry_backoff_seconds)
-        self._retry_at = time.monotonic() + self._backoff
+        one per step however many requests arrive meanwhile). ``step=False``: a fetch a request
+        made during a back-off (:meth:`current`): the back-off and its end stay as they are,
+        and the warning is logged only when the problem is not the one already recorded."""
+        now = time.monotonic()
+        if step:
+            settings = self.upstream.card
+            cap = min(settings.retry_max_seconds, settings.ttl_seconds)
+            self._backoff = min(cap, self._backoff * 2 or settings.retry_backoff_seconds)
+            self._retry_at = now + self._backoff
+        warn = step or problem != self._problem
         self._problem = problem
         self.reachable = problem.outcome != "unreachable"
         if problem.outcome == "invalid":
             self._stale = False  # the card held (if any) stays as fresh as it was
-        self.log.warning("card_" + problem.outcome, extra={
-            "upstream": self.upstream.name, "reason": problem.reason, "status": problem.status,
-            "content_type": problem.content_type, "retry_in_s": self._backoff})
+        if warn:
+            self.log.warning("card_" + problem.outcome, extra={
+                "upstream": self.upstream.name, "reason": problem.reason,
+                "status": problem.status, "content_type": problem.content_type,
+                "retry_in_s": self._backoff if step else round(max(0.0, self._retry_at - now), 3)})
 
     async def _fetch(self, a2a_version: str) -> str | _FetchProblem:
         """One fetch or revalidation: the outcome label of a good one, else the problem."""

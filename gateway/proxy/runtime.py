@@ -94,6 +94,11 @@ class Runtime:
         "reason": None, "retry_in_s": None}}`` — for a readiness body."""
         return {name: cache.status() for name, cache in self.cards.items()}
 
+    def cards_known(self) -> bool:
+        """Whether every upstream under the config in force has had a good Agent Card fetched
+        (:meth:`CardCache.holds_card`; no I/O): ``/readyz`` answers 503 until then."""
+        return all(cache.holds_card() for cache in self.cards.values())
+
     def policy(self, upstream: UpstreamConfig, heartbeat_seconds: float) -> Policy:
         """The :class:`~gateway.exchange.model.Policy` exchanges on ``upstream`` run with
         under the config in force (built once per upstream and heartbeat interval)."""

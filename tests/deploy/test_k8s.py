@@ -22,7 +22,7 @@ from gateway.config import parse_config
 from tests.deploy.conftest import DEPLOY, K8S, OVERLAYS, ROOT, find, one, run
 from tests.support.gateway import serve_gateway
 from tests.support.scripted_worker import ScriptedWorker
-from tests.support.servers import serve_in_thread
+from tests.support.servers import serve_in_thread, wait_until
 
 #: Oldest Kubernetes the manifests are written for (preStop `sleep` action: 1.30), and the
 #: newest whose schemas kubernetes-validate ships.
@@ -178,6 +178,10 @@ def test_probes_hit_what_a_running_gateway_serves(rendered: dict[str, Any], over
         app = build_app(parse_config(config))
         with serve_gateway(app) as (gsrv, admin), httpx.Client(trust_env=False, timeout=5) as http:
             scrape_path = annotations.get("prometheus.io/path", "/metrics")
+            # readiness is 503 until the worker's card is in (fetched in the background)
+            ready_path = probes["readinessProbe"]["path"]
+            wait_until(lambda: http.get(admin.url + ready_path).status_code == 200,
+                       message=f"{ready_path} 200 once the card is in")
             for kind, probe in probes.items():
                 response = http.get(admin.url + probe["path"])
                 assert response.status_code == 200, f"{kind} {probe['path']}: {response.status_code}"

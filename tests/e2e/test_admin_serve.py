@@ -68,7 +68,8 @@ def test_admin_port_0_is_logged_and_answers_while_the_traffic_port_relays(worker
         assert host == "127.0.0.1" and int(admin_port) not in (0, port)
         with httpx.Client(trust_env=False, timeout=WAIT) as client:
             assert client.get(f"http://{admin}/healthz").json() == {"status": "ok"}
-            assert client.get(f"http://{admin}/readyz").status_code == 200
+            # ready once the worker's card is in (fetched in the background from start-up on)
+            wait_until(lambda: client.get(f"http://{admin}/readyz").status_code == 200, timeout=WAIT)
             assert "a2a_gateway_build_info" in client.get(f"http://{admin}/metrics").text
             assert client.get(f"http://127.0.0.1:{port}/metrics").status_code == 404  # the worker's 404
             assert client.get(f"http://127.0.0.1:{port}/healthz").status_code == 404
@@ -88,7 +89,8 @@ def test_admin_flags_override_the_config_file(worker: str, tmp_path: Path) -> No
     try:
         listening = wait_until(lambda: gw.logged("admin_listening"), timeout=20)
         assert listening["admin"] == f"127.0.0.1:{admin_port}"
-        assert httpx.get(f"http://127.0.0.1:{admin_port}/readyz", trust_env=False, timeout=WAIT).status_code == 200
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{admin_port}/readyz", trust_env=False,
+                                     timeout=WAIT).status_code == 200, timeout=WAIT)
     finally:
         assert gw.stop() == 0
 

@@ -454,18 +454,19 @@ def test_gateway_sends_keepalive_comments_while_the_worker_is_silent(make_harnes
 
 
 def test_worker_that_starts_after_the_gateway_is_admitted_once_its_card_answers(make_harness: Any) -> None:
-    """A gateway that could not fetch any card at start (worker still booting) fetches it
-    again on the first request after the first back-off step (``card.retry_backoff_seconds``)
-    and admits new tasks from then on."""
-    h = make_harness(upstream={"card": {"retry_backoff_seconds": 0.05}})
+    """A gateway that could not fetch any card at start (worker still booting: HTTP 503)
+    fetches it on the first request — within the back-off (60 s here), which holds only once a
+    card is known — and admits new tasks from then on."""
+    h = make_harness(upstream={"card": {"retry_backoff_seconds": 60}})
     h.worker.default_card = None
     h.worker.on_path("GET", "/.well-known/agent-card.json", raw=(503, {}, b"booting"), times=1)
     cache = h.runtime.cards["worker"]
     cache._cards.clear()  # as if the start-up fetch had failed
     h.on_gateway_loop(cache.refresh())
     assert cache.view().doc is None and not cache.reachable
+    assert h.runtime.card_status()["worker"]["retry_in_s"] > 50  # in the back-off
     h.worker.default_card = default_card()
-    wait_until(lambda: h.http.get(h.gateway.url + "/.well-known/agent-card.json").status_code == 200)
+    assert h.http.get(h.gateway.url + "/.well-known/agent-card.json").status_code == 200
     h.worker.on("SendMessage", json_result={"task": {"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}})
     assert "result" in send(h, 1).json()
 

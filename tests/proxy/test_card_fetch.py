@@ -1,11 +1,14 @@
 """Fetching Agent Cards through the real gateway (issue #13 item 4; docs/protocol.md §4.1): the
 gateway listens without waiting for any card, callers share one fetch in flight, a failed fetch
-is retried only after a back-off, and an invalid card is told apart from an unreachable one."""
+is retried only after a back-off — unless no card was ever fetched and the worker was
+unreachable: then a request fetches past the back-off, and ``/readyz`` is 503 until the first
+card is in — and an invalid card is told apart from an unreachable one."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +26,7 @@ from gateway.proxy.card import CardCache
 from tests.proxy.conftest import Harness, _config
 from tests.support.gateway import serve_gateway
 from tests.support.scripted_worker import JsonBody, Raw, ReceivedRequest, ScriptedWorker, default_card
-from tests.support.servers import free_port, serve_in_thread, wait_until
+from tests.support.servers import serve_in_thread, wait_until
 
 V1 = {"A2A-Version": "1.0"}
 CARD_PATH = "/.well-known/agent-card.json"
@@ -51,6 +54,18 @@ def held(release: threading.Event, answer: Any) -> Callable[[ReceivedRequest], A
             await asyncio.sleep(0.005)  # the worker's own loop keeps serving meanwhile
         return answer
     return handler
+
+
+@pytest.fixture
+def down_port() -> Iterator[int]:
+    """A 127.0.0.1 port where nothing listens (a connection is refused) and that stays so until
+    a worker is served on it (``serve_in_thread(..., config={"port": down_port})``): a socket
+    bound with ``SO_REUSEADDR`` and never listening holds it, so no other process can take it
+    meanwhile, while uvicorn (which sets ``SO_REUSEADDR`` too) can still bind and listen."""
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 0))
+        yield int(holder.getsockname()[1])
 
 
 @pytest.fixture
@@ -126,6 +141,102 @@ def test_start_up_never_waits_for_a_card_endpoint_that_does_not_answer(
     assert "result" in h.rpc(new_task(2), headers=V1).json()
     assert card_gets(worker) == 1  # the requests joined the one fetch, none started another
     assert worker.calls("SendMessage")[0].rpc_id == 2
+
+
+# ------------------------------------------------------------------------------ the first card
+
+def readyz(h: Harness) -> tuple[int, dict[str, Any]]:
+    answer = h.http.get(h.admin.url + "/readyz")
+    return answer.status_code, answer.json()
+
+
+def test_a_worker_that_refused_the_first_fetch_is_admitted_on_the_first_request_once_up(
+        make_harness: Any, gateway_warnings: Any, down_port: int) -> None:
+    """The start-up fetch finds nothing listening (the worker is still starting); the worker
+    comes up on that port right after. The first request is admitted at once — it fetches the
+    card itself instead of waiting out the back-off (60 s here, so only that fetch can bring
+    the card) — and ``/readyz`` is 503 until that card is in, 200 after."""
+    port = down_port
+    h = make_harness(upstream={"url": f"http://127.0.0.1:{port}/",
+                               "card": {"retry_backoff_seconds": 60}})
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="unreachable") == 1
+    code, body = readyz(h)
+    assert (code, body["status"]) == (503, "not ready")
+    assert body["upstreams"]["worker"]["card"] == "unreachable"
+    assert body["upstreams"]["worker"]["admitting_new_tasks"] is False
+    worker = ScriptedWorker()
+    worker.on("SendMessage", json_result=WORKING)
+    with serve_in_thread(worker, name="late-worker", config={"port": port}):
+        assert readyz(h)[0] == 503  # up now, but no card fetched yet (the back-off holds)
+        answer = h.rpc(new_task(1), headers=V1)
+        assert answer.status_code == 200 and answer.json()["result"]["task"]["id"] == "t-1"
+        assert card_gets(worker) == 1  # the request's own fetch, then the task
+        assert [c.rpc_id for c in worker.calls("SendMessage")] == [1]
+        code, body = readyz(h)
+        assert (code, body) == (200, {"status": "ready", "upstreams": {"worker": {
+            "card": "ok", "admitting_new_tasks": True, "reason": None, "retry_in_s": None}}})
+        assert h.http.get(h.gateway.url + CARD_PATH).json()["name"] == "scripted"
+        assert card_gets(worker) == 1  # a known, fresh card: no more fetches
+    assert len(gateway_warnings("card_unreachable")) == 1
+
+
+def test_readyz_turns_ready_once_the_background_retry_brings_the_first_card(
+        make_harness: Any, down_port: int) -> None:
+    """No request comes: the background retry fetches the first card as soon as the back-off
+    (0.2 s, at most 0.4 s) runs out — well before the refresher's 5 s period — and ``/readyz``
+    turns 200 then, 503 before; the traffic port's ``/readyz`` (``listen.probes``) alike."""
+    port = down_port
+    h = make_harness(listen={"probes": True},
+                     upstream={"url": f"http://127.0.0.1:{port}/",
+                               "card": {"retry_backoff_seconds": 0.2, "retry_max_seconds": 0.4}})
+    assert readyz(h)[0] == 503
+    assert h.http.get(h.gateway.url + "/readyz").status_code == 503
+    with serve_in_thread(ScriptedWorker(), name="late-worker", config={"port": port}):
+        wait_until(lambda: readyz(h)[0] == 200, timeout=3, message="/readyz 200 after the first card")
+        assert readyz(h)[1]["upstreams"]["worker"]["card"] == "ok"
+        assert h.http.get(h.gateway.url + "/readyz").json() == {"status": "ready"}
+        assert h.runtime.cards["worker"].holds_card()
+
+
+def test_requests_with_no_card_share_one_fetch_past_the_back_off(
+        make_harness: Any, monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> None:
+    """The start-up fetch got HTTP 503 (a worker still starting); the back-off is 60 s. Four
+    new tasks arrive at once: they share one fetch (held until ``release``), and all are
+    admitted once it brings the card."""
+    h = make_harness(upstream={"card": {"retry_backoff_seconds": 60}})
+    cache = h.runtime.cards["worker"]
+    h.worker.default_card = None
+    h.worker.on_path("GET", CARD_PATH, raw=(503, {}, b"starting"), times=1)
+    h.worker.on_path("GET", CARD_PATH, handler=held(release, JsonBody(default_card())), times=None)
+    cache._cards.clear()  # as if the start-up fetch had been the failed one
+    assert h.on_gateway_loop(cache.refresh()) == "unreachable"
+    assert not cache.holds_card() and readyz(h)[0] == 503
+    h.worker.on("SendMessage", json_result=WORKING, times=None)
+    waiting: list[str] = []
+    real_current = CardCache.current
+
+    async def counted(self: CardCache, a2a_version: str = "") -> Any:
+        waiting.append(a2a_version)
+        return await real_current(self, a2a_version)
+
+    monkeypatch.setattr(CardCache, "current", counted)
+    before = card_gets(h.worker)
+
+    def one(i: int) -> httpx.Response:
+        with httpx.Client(trust_env=False, timeout=10) as client:
+            return client.post(h.gateway.url + "/", content=orjson.dumps(new_task(i)),
+                               headers={"content-type": "application/json", **V1})
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = [pool.submit(one, i) for i in range(4)]
+        wait_until(lambda: len(waiting) == 4 and card_gets(h.worker) - before == 1,
+                   message="all four requests wait for one fetch")
+        assert not any(a.done() for a in answers)  # none was refused during the back-off
+        release.set()
+        assert all("result" in a.result().json() for a in answers)
+    assert card_gets(h.worker) - before == 1
+    assert len(h.worker.calls("SendMessage")) == 4
+    assert readyz(h)[0] == 200
 
 
 # ------------------------------------------------------------------------------ single flight
@@ -259,12 +370,17 @@ def test_an_invalid_card_is_told_apart_and_not_fetched_per_request(
     assert h.runtime.cards["worker"].reachable  # no transport degradation: no forced GetTask
 
 
-def test_a_refused_connection_is_unreachable(make_harness: Any, gateway_warnings: Any) -> None:
-    h = make_harness(upstream={"url": f"http://127.0.0.1:{free_port()}/",
+def test_a_refused_connection_is_unreachable(
+        make_harness: Any, gateway_warnings: Any, clock: FrozenClock, down_port: int) -> None:
+    """No card was ever fetched: each request tries once more past the back-off (and is
+    refused when that fails too), without advancing the back-off or warning again."""
+    h = make_harness(upstream={"url": f"http://127.0.0.1:{down_port}/",
                                "card": {"retry_backoff_seconds": 60}})
+    assert h.runtime.card_status()["worker"]["retry_in_s"] == 60.0
     for i in range(3):
         assert refused_for_the_card(h.rpc(new_task(i), headers=V1))
-    assert h.metric("a2a_gateway_card_fetches_total", outcome="unreachable") == 1
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="unreachable") == 1 + 3
+    assert h.runtime.card_status()["worker"]["retry_in_s"] == 60.0  # not pushed back by requests
     assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") == 0
     assert h.metric("a2a_gateway_upstream_degraded", reason="card_unreachable") == 1
     assert h.metric("a2a_gateway_upstream_degraded", reason="card_invalid") == 0
@@ -283,8 +399,12 @@ def test_a_card_endpoint_that_times_out_is_unreachable(
     wait_until(lambda: h.metric("a2a_gateway_card_fetches_total", outcome="unreachable") == 1)
     [warning] = gateway_warnings("card_unreachable")
     assert warning.reason == "worker timed out (ReadTimeout)"  # type: ignore[attr-defined]
+    # no card yet: the request tries once more (bounded by the read timeout), refused when that
+    # times out too; the same problem is not warned again
     assert refused_for_the_card(h.rpc(new_task(1), headers=V1))
-    assert card_gets(worker) == 1
+    assert card_gets(worker) == 2
+    assert h.metric("a2a_gateway_card_fetches_total", outcome="unreachable") == 2
+    assert len(gateway_warnings("card_unreachable")) == 1
 
 
 def test_a_worker_error_keeps_the_last_good_card_served_and_marks_it_unreachable(
