@@ -113,8 +113,8 @@ class ExchangeHandler:
         unwatched (the post-terminal drain)."""
         self.summary = exchange.summary
         streaming = exchange.streaming
-        if streaming:
-            exchange.last_event_id = self.header(b"last-event-id")
+        if streaming:  # an empty Last-Event-ID means none, as in an EventSource's first request
+            exchange.last_event_id = (self.header(b"last-event-id") or "").strip() or None
         driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter,
                         exchange.ex.operation)  # a StrEnum: the v1.0 method name
         gen = exchange.run()

@@ -139,3 +139,10 @@ def _rpc(result: Any) -> bytes:
 
     return orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": result})
 
+
+
+def test_an_empty_header_is_no_header(h: Harness, cut: Any) -> None:
+    resumed_stream(h.worker, TID, 7, 7)
+    again = read_stream(h.http, h.gateway.url + "/", subscribe(), {**V1, "Last-Event-ID": ""})
+    assert chunks_of(again) == ["chunk 7"]  # the worker's stream only: no replay, no gap
+    assert h.metric("a2a_gateway_replays_total") == 0
