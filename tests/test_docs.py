@@ -37,7 +37,7 @@ _SECTION = re.compile(
 )
 # Whatever names the document a "§" belongs to, written right before it.
 _SOURCE = re.compile(
-    r"(docs/protocol\.md|docs/[\w-]+\.md|PROTOCOL\.md|SPEC03|SPEC|RFC\s?\d+|JSON-RPC"
+    r"(docs/protocol\.md|docs/[\w-]+\.md|PROTOCOL\.md|SPEC03|SPEC11|SPEC|RFC\s?\d+|JSON-RPC"
     r"|issue\s+\"[^\"]+\"|[\w./-]+\.md)\s*$"
 )
 _INHERIT_WITHIN = 200  # a bare "§6" after "docs/protocol.md §1.2 (…)," belongs to the same source
