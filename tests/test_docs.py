@@ -211,6 +211,16 @@ def test_every_bridge_citation_resolves():
     assert missing == []
 
 
+def test_every_resume_citation_resolves():
+    """``docs/resume.md §N.M`` (event ids, the replay window, generations, the Redis ledger)."""
+    numbers = section_index("resume.md")
+    assert {"3", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6"} <= numbers
+    missing = [f"{rel}: docs/resume.md §{section}" for rel, text in _scanned_files()
+               for source, section, _ in section_citations(text)
+               if source == "docs/resume.md" and section not in numbers]
+    assert missing == []
+
+
 def test_the_bridge_scanner_catches_a_missing_section():
     """Self-check: a bridge citation is read with its source, and a wrong number is seen."""
     rows = section_citations("docs/bridge.md §1.8 (blocking), §1.99")
