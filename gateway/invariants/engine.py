@@ -591,9 +591,9 @@ def _transition(
                                            or pending_get != record.pending_get):
                     seen = dataclasses.replace(record, generation=generation,
                                                pending_get=pending_get, observed_at=clock.wall)
-                return Outcome(_DROP, None, _bind(stream, item, terminal=False,
-                                                  generation=stream_generation),
-                               seen, findings)
+                if stream is not None and stream_generation is not None:
+                    stream = dataclasses.replace(stream, generation=stream_generation)
+                return Outcome(_DROP, None, stream, seen, findings)
     elif kind is _TASK and isinstance(obj.get("artifacts"), list):
         artifacts = dict(known)
         cleaned = clean_snapshot_artifacts(obj["artifacts"], record, findings, artifacts)

@@ -160,6 +160,7 @@ class TestGap:
         assert dropped.action is Action.DROP
         assert kinds(dropped.findings, "divergence") == ["artifact_after_last_chunk"]
         assert book.record("t-1").generation == 3
+        assert stream.state.generation == 3  # the stream carried it too
         stream.event(gen(status_update("t-1", "c-1", "TASK_STATE_WORKING"), 4))
         assert owed(book) is None
 
