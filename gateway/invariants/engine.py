@@ -577,7 +577,10 @@ def _transition(
         known, card_etag = record.artifacts, ex.card_etag or record.card_etag
     if state is _UNSPECIFIED:
         state = base_state  # an unspecified payload never erases a known state (F03)
-    generation, pending_get, stream_generation = _generations(ex, stream, record, item, findings)
+    if (record is None or record.generation is None) and "generation" not in item.obj:
+        generation = pending_get = stream_generation = None  # no generations: the common case
+    else:
+        generation, pending_get, stream_generation = _generations(ex, stream, record, item, findings)
     artifacts = known
     kind = item.kind
     if kind is _ARTIFACT:
