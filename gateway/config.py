@@ -71,7 +71,9 @@ class AdminConfig(_Frozen):
 class TimeoutConfig(_Frozen):
     """Upstream timeouts in seconds. ``read`` bounds the wait for each chunk of a response:
     a blocking ``SendMessage`` may legitimately take minutes (docs/protocol.md §11 pitfall 15),
-    and a stream is bounded only by this idle gap, not by an overall deadline. ``connect``
+    so may a ``GetTask`` long-poll (``currentGeneration``, A2A v1.1 draft) the worker holds
+    until the task's generation moves (docs/resume.md §3.4), and a stream is bounded only by
+    this idle gap, not by an overall deadline. ``connect``
     bounds the TCP connect, ``pool`` the wait for a pooled connection. ``write`` is accepted
     but not enforced: the aiohttp transport has no per-write timeout (a stalled upstream is
     caught by ``read``)."""

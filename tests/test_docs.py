@@ -37,7 +37,7 @@ _SECTION = re.compile(
 )
 # Whatever names the document a "§" belongs to, written right before it.
 _SOURCE = re.compile(
-    r"(docs/protocol\.md|docs/[\w-]+\.md|PROTOCOL\.md|SPEC03|SPEC|RFC\s?\d+|JSON-RPC"
+    r"(docs/protocol\.md|docs/[\w-]+\.md|PROTOCOL\.md|SPEC03|SPEC11|SPEC|RFC\s?\d+|JSON-RPC"
     r"|issue\s+\"[^\"]+\"|[\w./-]+\.md)\s*$"
 )
 _INHERIT_WITHIN = 200  # a bare "§6" after "docs/protocol.md §1.2 (…)," belongs to the same source
@@ -208,6 +208,16 @@ def test_every_bridge_citation_resolves():
     missing = [f"{rel}: docs/bridge.md §{section}" for rel, text in _scanned_files()
                for source, section, _ in section_citations(text)
                if source == "docs/bridge.md" and section not in numbers]
+    assert missing == []
+
+
+def test_every_resume_citation_resolves():
+    """``docs/resume.md §N.M`` (event ids, the replay window, generations, the Redis ledger)."""
+    numbers = section_index("resume.md")
+    assert {"3", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6"} <= numbers
+    missing = [f"{rel}: docs/resume.md §{section}" for rel, text in _scanned_files()
+               for source, section, _ in section_citations(text)
+               if source == "docs/resume.md" and section not in numbers]
     assert missing == []
 
 

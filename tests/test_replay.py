@@ -247,3 +247,32 @@ class TestReplayExchanges:
         follow_up = {**FOLLOW_UP_T5, "kind": "exchange", "worker": [{"answer": answer}]}
         verdicts = run([line(working), *["# filler"] * 100, line(follow_up)])
         assert verdicts[1].action == "forward" and verdicts[1].outputs == [answer]
+
+
+class TestGenerationsFixture:
+    """tests/fixtures/transcripts/generations_gap_and_regression.jsonl (docs/resume.md §3): the
+    worker's first act of a line that owes a GetTask is the probe's answer, so the documents
+    the client receives show whether exactly one GetTask came first."""
+
+    PATH = FIXTURES / "generations_gap_and_regression.jsonl"
+
+    def test_every_line_is_forwarded_and_only_the_step_back_is_a_divergence(self):
+        verdicts = verdicts_of(self.PATH)
+        assert [v.line for v in verdicts] == numbered_json_lines(self.PATH)
+        assert [v.action for v in verdicts] == ["forward"] * 6
+        assert [v.findings for v in verdicts] == [[], [], [], [], ["divergence:generation_regression"], []]
+
+    def test_the_gap_is_delivered_then_one_get_task_precedes_the_follow_up(self):
+        stream, follow_up, again, *_ = verdicts_of(self.PATH)
+        assert [next(iter(o["result"].values()))["generation"] for o in stream.outputs] == ["1", "2", "4"]
+        # the probe took the first act; the client got the SendMessage answer, with its own id
+        assert follow_up.outputs == [{"jsonrpc": "2.0", "id": 2, "result": {"task": {
+            "id": "t-7", "contextId": "c-7", "status": {"state": "TASK_STATE_WORKING"}, "generation": "5"}}}]
+        # nothing owed any more: the one act is the SendMessage answer
+        assert again.outputs[0]["id"] == 3 and again.outputs[0]["result"]["task"]["generation"] == "6"
+
+    def test_the_step_back_is_delivered_and_the_cancel_is_preceded_by_one_get_task(self):
+        *_, back, cancel = verdicts_of(self.PATH)
+        assert back.result["statusUpdate"]["generation"] == "5"
+        assert cancel.outputs == [{"jsonrpc": "2.0", "id": 4, "result": {
+            "id": "t-7", "contextId": "c-7", "status": {"state": "TASK_STATE_CANCELED"}, "generation": "7"}}]

@@ -778,8 +778,8 @@ def _error_info(data: Any) -> dict[str, Any] | None:
 def convert_error(error: dict[str, Any], src: Dialect, dst: Dialect) -> dict[str, Any]:
     """A JSON-RPC error object ``{code, message, data?}`` (docs/bridge.md §1.10).
 
-    ``code`` and ``message`` are kept as they are — -32008 and -32009 too, which v0.3 does not
-    define: a v0.3 client reads them as a server error with its message. v1.0 → v0.3: ``data``
+    ``code`` and ``message`` are kept as they are — -32008, -32009 and the v1.1 draft's -32010
+    too, which v0.3 does not define: a v0.3 client reads them as a server error with its message. v1.0 → v0.3: ``data``
     becomes the ``ErrorInfo``'s ``metadata`` (left out when there is none); other ``@type``
     details are lost. v0.3 → v1.0: ``data`` becomes one ``ErrorInfo`` with the code's reason
     (``gateway.a2a.rest.REASONS``), its ``metadata`` the v0.3 ``data`` when that is an object

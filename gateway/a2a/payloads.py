@@ -169,6 +169,34 @@ def flag(obj: dict[str, Any], name: str) -> bool:
     return obj.get(name) is True
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def generation_of(obj: dict[str, Any]) -> int | None:
+    """The task ``generation`` a Task, status update or artifact update carries (A2A v1.1
+    draft, SPEC11 §3.2.7; docs/resume.md §3.1), or ``None`` when it carries none.
+
+    ProtoJSON writes an int64 as a decimal string (``"5"``) and parsers read numbers too, so
+    both count, as does an integral float (``5.0``). The value must be 1 … 2**63-1: ``0`` (the
+    proto3 default, meaning "not implemented"), a negative, a boolean or anything else is
+    ``None``, exactly like an absent member.
+    """
+    value = obj.get("generation")
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        if not (value.isascii() and value.isdigit()):
+            return None
+        value = int(value)
+    elif isinstance(value, float):
+        if not value.is_integer():
+            return None
+        value = int(value)
+    elif not isinstance(value, int):
+        return None
+    return value if 1 <= value <= _INT64_MAX else None
+
+
 def snapshot_result(task: dict[str, Any], version: ProtocolVersion) -> dict[str, Any]:
     """A Task as one stream event's ``result`` in ``version``'s shape (docs/protocol.md §11
     pitfall 3): ``{"task": Task}`` for v1.0, the Task with ``"kind": "task"`` for v0.3."""

@@ -119,9 +119,13 @@ def forced_get_reason(
     """Why the gateway must ask ``GetTask`` before acting on this task, or ``None``.
 
     Reasons, in order: ``restart`` (``needs_resync``: the gateway was down while the task was
-    live), ``card_unreachable``, ``etag_changed`` (the card changed since the task's last
+    live), the reason the record says a ``GetTask`` is owed for (``record.pending_get``:
+    ``generation_gap`` — the worker's task generation jumped, so events were missed —, or
+    ``generation_regression`` — it went back; A2A v1.1 draft, docs/resume.md §3.2),
+    ``card_unreachable``, ``etag_changed`` (the card changed since the task's last
     observation), ``heartbeat_gap`` (no observation for longer than the interval). A terminal or
     unknown task needs none: nothing about it can be refreshed into life. No reason, no poll.
+    The worker's Task answer to the ``GetTask`` clears an owed reason (the engine does).
 
     Args:
         needs_resync: the ledger's restart flag kept beside ``record`` (set at start-up for a
@@ -133,6 +137,8 @@ def forced_get_reason(
         return None
     if needs_resync:
         return "restart"
+    if record.pending_get is not None:
+        return record.pending_get
     if not card.reachable:
         return "card_unreachable"
     if record.card_etag and card.etag and record.card_etag != card.etag:

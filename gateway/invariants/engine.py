@@ -14,7 +14,11 @@ Checks, in order, for a worker payload (each cites docs/field-cases.md):
 3. terminal absorption — a terminal task never moves again; later events are not delivered,
    a regression poisons the task id, a snapshot is corrected, a reused id is refused (F04, F05);
 4. artifacts — append / replace / ``lastChunk`` sealing (F06), see
-   :mod:`gateway.invariants.artifacts`.
+   :mod:`gateway.invariants.artifacts`;
+5. generations (A2A v1.1 draft, docs/resume.md §3.2) — on a live task, a jump past the next
+   generation owes the worker a ``GetTask`` (``generation_gap``), a step back is a
+   ``generation_regression`` divergence that owes one too; the payload is delivered either
+   way.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from gateway.a2a.payloads import (
     Kind,
     artifact_of,
     classify,
+    generation_of,
     rebuild,
     task_id_of,
     with_state,
@@ -76,6 +81,11 @@ _MESSAGE, _OTHER = Kind.MESSAGE, Kind.OTHER
 _FORWARD, _DROP = Action.FORWARD, Action.DROP
 _ENFORCE = Mode.ENFORCE
 _UNSPECIFIED = TaskState.UNSPECIFIED
+_GET = Operation.GET
+GENERATION_GAP = "generation_gap"
+"""The owed-``GetTask`` reason of a generation that jumped (docs/resume.md §3.2)."""
+GENERATION_REGRESSION = "generation_regression"
+"""The divergence kind, and owed-``GetTask`` reason, of a generation that went back."""
 
 
 _V10, _V03 = ProtocolVersion.V1_0, ProtocolVersion.V0_3
@@ -476,16 +486,71 @@ def _corrected(
     return out
 
 
-def _bind(stream: StreamState | None, item: Item, *, terminal: bool) -> StreamState | None:
-    """The stream bound to the payload's task (``stream`` itself when nothing changes)."""
+def _bind(stream: StreamState | None, item: Item, *, terminal: bool,
+          generation: int | None = None) -> StreamState | None:
+    """The stream bound to the payload's task (``stream`` itself when nothing changes);
+    ``generation``, when given, is the stream's last generation from now on."""
     if stream is None:
         return None
     task_id = stream.task_id or item.task_id
     context_id = stream.context_id or item.context_id
     terminal = stream.terminal or terminal
-    if task_id is stream.task_id and context_id is stream.context_id and terminal is stream.terminal:
+    if generation is None:
+        generation = stream.generation
+    if task_id is stream.task_id and context_id is stream.context_id and terminal is stream.terminal \
+            and generation == stream.generation:
         return stream
-    return StreamState(task_id, context_id, terminal)
+    return StreamState(task_id, context_id, terminal, generation)
+
+
+def _generations(
+    ex: Exchange,
+    stream: StreamState | None,
+    record: TaskRecord | None,
+    item: Item,
+    findings: list[Finding],
+) -> tuple[int | None, str | None, int | None]:
+    """The generation step of a payload for a live task (A2A v1.1 draft, SPEC11 §3.2.7;
+    docs/resume.md §3.2): ``(generation, pending_get, stream_generation)`` for the new
+    record and stream; a regression is appended to ``findings``.
+
+    * No generation ≥ 1 in the payload: nothing changes — unless the record holds one, then
+      the worker has shown it does not implement them for this task: ``0`` from now on (never
+      used again), nothing owed.
+    * The first generation seen is the baseline.
+    * A step back — below the stream's own last generation, or on a payload outside a
+      stream (or a stream's first) below the record's — is a ``generation_regression``
+      divergence and owes a ``GetTask``, except on a ``GetTask`` answer: that is the
+      ``GetTask``. A concurrent stream repeating older events is not one: each stream is
+      compared with itself.
+    * An update event more than one past the record's generation is a ``generation_gap``:
+      a ``GetTask`` is owed (a reason already owed stays). A Task snapshot is complete: it
+      has no gap, and one at least as new as the record clears what is owed.
+    * The record keeps the highest generation seen.
+    """
+    known = record.generation if record is not None else None
+    owed = record.pending_get if record is not None else None
+    if known == 0:
+        return 0, None, None
+    value = generation_of(item.obj)
+    if value is None:
+        return (None, owed, None) if known is None else (0, None, None)
+    if known is None:
+        return value, owed, value
+    last = stream.generation if stream is not None and stream.generation is not None else known
+    if value < last:
+        findings.append(Finding("divergence", GENERATION_REGRESSION,
+                                f"task {item.task_id} generation {value} after {last}"))
+        if ex.operation is _GET:
+            owed = None
+        elif owed is None:
+            owed = GENERATION_REGRESSION
+    elif item.kind is _TASK:
+        if value >= known:
+            owed = None
+    elif value > known + 1 and owed is None:
+        owed = GENERATION_GAP
+    return max(known, value), owed, value
 
 
 def _transition(
@@ -512,6 +577,10 @@ def _transition(
         known, card_etag = record.artifacts, ex.card_etag or record.card_etag
     if state is _UNSPECIFIED:
         state = base_state  # an unspecified payload never erases a known state (F03)
+    if (record is None or record.generation is None) and "generation" not in item.obj:
+        generation = pending_get = stream_generation = None  # no generations: the common case
+    else:
+        generation, pending_get, stream_generation = _generations(ex, stream, record, item, findings)
     artifacts = known
     kind = item.kind
     if kind is _ARTIFACT:
@@ -519,7 +588,15 @@ def _transition(
         if art is not None:
             artifacts = dict(known)
             if apply_update(item.obj, art, artifacts, findings) is not None:
-                return Outcome(_DROP, None, stream, findings=findings)
+                # not delivered, but seen: its generation counts (docs/resume.md §3.2)
+                seen = None
+                if record is not None and (generation != record.generation
+                                           or pending_get != record.pending_get):
+                    seen = dataclasses.replace(record, generation=generation,
+                                               pending_get=pending_get, observed_at=clock.wall)
+                if stream is not None and stream_generation is not None:
+                    stream = dataclasses.replace(stream, generation=stream_generation)
+                return Outcome(_DROP, None, stream, seen, findings)
     elif kind is _TASK and isinstance(obj.get("artifacts"), list):
         artifacts = dict(known)
         cleaned = clean_snapshot_artifacts(obj["artifacts"], record, findings, artifacts)
@@ -535,10 +612,12 @@ def _transition(
         status = dict(obj.get("status") or {})
         status["state"] = state.value
         terminal_status = status
+    if terminal:
+        pending_get = None  # nothing about a terminal task can be refreshed into life
     new_record = build_record(
         upstream, task_id, context_id, state, clock.wall, terminal_status,
-        poisoned, artifacts, card_etag,
+        poisoned, artifacts, card_etag, generation, pending_get,
     )
-    new_stream = _bind(stream, item, terminal=terminal)
+    new_stream = _bind(stream, item, terminal=terminal, generation=stream_generation)
     return Outcome(_FORWARD, obj, new_stream, new_record, findings, None,
                    terminal and stream is not None)

@@ -45,6 +45,7 @@ DIVERGENCE_KINDS = (
     "reused_task_id",
     "jsonrpc_id_mismatch",
     "stale_record",
+    "generation_regression",
 )
 
 
@@ -92,6 +93,14 @@ class TaskRecord:
     Agent Card ETag in force at the last observation. Task state only: the ledger keeps its
     compare-and-set version and the ``needs_resync`` restart flag beside the record, never in
     it (:class:`gateway.ledger.base.Stored`).
+
+    ``generation`` is the task's generation as the worker reports it (A2A v1.1 draft,
+    SPEC11 §3.2.7; docs/resume.md §3.1): ``None`` while the worker never sent one, the highest one
+    seen (≥ 1) while it does, ``0`` once it showed it does not implement them for this task (a
+    0 or absent generation after one ≥ 1); from then on generations are not used. ``pending_get``
+    is a ``GetTask`` the gateway owes the worker before the next action on the task, and why
+    (``generation_gap``, ``generation_regression``; docs/resume.md §3.2): the next task action
+    is preceded by one, whose Task answer clears it.
     """
 
     upstream: str
@@ -103,6 +112,8 @@ class TaskRecord:
     poisoned: bool = False
     artifacts: Mapping[str, ArtifactRecord] = field(default_factory=lambda: NO_ARTIFACTS)
     card_etag: str | None = None
+    generation: int | None = None
+    pending_get: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -112,7 +123,7 @@ class TaskRecord:
 
 _RECORD_FIELDS = (
     "upstream", "task_id", "context_id", "state", "observed_at",
-    "terminal_status", "poisoned", "artifacts", "card_etag",
+    "terminal_status", "poisoned", "artifacts", "card_etag", "generation", "pending_get",
 )
 if tuple(f.name for f in fields(TaskRecord)) != _RECORD_FIELDS:  # pragma: no cover
     raise RuntimeError("TaskRecord fields changed: update _RECORD_FIELDS and build_record")
@@ -121,7 +132,7 @@ if tuple(f.name for f in fields(TaskRecord)) != _RECORD_FIELDS:  # pragma: no co
 def _record_builder() -> Any:
     new = object.__new__
     (s_upstream, s_task_id, s_context_id, s_state, s_observed_at,
-     s_terminal_status, s_poisoned, s_artifacts, s_card_etag) = (
+     s_terminal_status, s_poisoned, s_artifacts, s_card_etag, s_generation, s_pending_get) = (
         TaskRecord.__dict__[name].__set__ for name in _RECORD_FIELDS)
 
     def build_record(
@@ -134,6 +145,8 @@ def _record_builder() -> Any:
         poisoned: bool,
         artifacts: Mapping[str, ArtifactRecord],
         card_etag: str | None,
+        generation: int | None,
+        pending_get: str | None,
     ) -> TaskRecord:
         """``TaskRecord(...)`` with every field given, positionally, at about half the cost.
 
@@ -150,6 +163,8 @@ def _record_builder() -> Any:
         s_poisoned(record, poisoned)
         s_artifacts(record, artifacts)
         s_card_etag(record, card_etag)
+        s_generation(record, generation)
+        s_pending_get(record, pending_get)
         return record
 
     return build_record
@@ -184,11 +199,17 @@ class Exchange:
 
 @dataclass(frozen=True, slots=True)
 class StreamState:
-    """Per-stream facts the engine carries between events of one SSE stream."""
+    """Per-stream facts the engine carries between events of one SSE stream.
+
+    ``generation`` is the last task generation this stream carried (``None``: none yet): one
+    stream's events arrive in order, so only a step back *on the same stream* is a regression
+    (docs/resume.md §3.2).
+    """
 
     task_id: str | None = None
     context_id: str | None = None
     terminal: bool = False
+    generation: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

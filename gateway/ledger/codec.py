@@ -4,7 +4,11 @@ The stored document uses short keys to keep a tracked task small::
 
     {"u": upstream, "t": taskId, "c": contextId|null, "s": "WORKING", "oa": 1764445538.47,
      "ts": {terminal status}|null, "p": poisoned, "a": {"artifactId": [sealed, parts]},
-     "e": card ETag|null}
+     "e": card ETag|null, "g": generation, "pg": "generation_gap"}
+
+``g`` (the task generation, A2A v1.1 draft) and ``pg`` (the reason a ``GetTask`` is owed) are
+written only when set (docs/resume.md §3.1): a record of a worker without generations keeps
+its size, and a document written before they existed reads as ``None`` for both.
 
 The ledger's bookkeeping, ``version`` and ``needs_resync``, is not part of the record: it lives
 beside the document (columns / hash fields), so the ledger updates it without rewriting the
@@ -36,6 +40,10 @@ def encode(record: TaskRecord) -> bytes:
         "a": {k: [v.sealed, v.parts] for k, v in record.artifacts.items()},
         "e": record.card_etag,
     }
+    if record.generation is not None:
+        doc["g"] = record.generation
+    if record.pending_get is not None:
+        doc["pg"] = record.pending_get
     return orjson.dumps(doc)
 
 
@@ -57,6 +65,23 @@ def decode(data: bytes | str) -> TaskRecord:
             poisoned=bool(doc["p"]),
             artifacts={k: ArtifactRecord(bool(v[0]), int(v[1])) for k, v in doc["a"].items()},
             card_etag=doc.get("e"),
+            generation=_generation(doc.get("g")),
+            pending_get=_text(doc.get("pg")),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"not a stored task record: {exc}") from exc
+
+
+def _generation(value: Any) -> int | None:
+    """A stored generation: ``None`` (absent), else a non-negative integer."""
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise ValueError(f"generation {value!r} is not a non-negative integer")
+    return value
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"{value!r} is not a string")

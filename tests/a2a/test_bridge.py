@@ -780,3 +780,42 @@ def test_the_module_exports_what_the_exchange_layer_calls():
                  "convert_part", "convert_task", "convert_status", "convert_artifact", "convert_push_config",
                  "dialect_of", "Dialect"):
         assert hasattr(bridge, name)
+
+
+# ------------------------------------------------------------------------------ task generations (A2A v1.1 draft)
+# docs/bridge.md §1.11, docs/resume.md §3.5: v0.3 has no generation, no currentGeneration and no
+# ifGenerationMatch (TYPES03, PROTO03); towards it they are dropped, -32010 keeps its code.
+
+@pytest.mark.parametrize("dst", [J03, R03])
+def test_generations_are_lost_towards_v03(dst):
+    working = "working" if dst is J03 else "TASK_STATE_WORKING"
+    got_task = run(convert_task, V1, {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"},
+                                      "generation": "4"}, dst)
+    assert "generation" not in got_task and got_task["status"]["state"] == working
+    status = run(convert_event, V1, {"statusUpdate": {"taskId": "t", "contextId": "c",
+                                                      "status": {"state": "TASK_STATE_WORKING"}, "generation": 5}}, dst)
+    inner = status if dst is J03 else status["statusUpdate"]
+    assert "generation" not in inner and inner["taskId"] == "t"
+    art = run(convert_event, V1, {"artifactUpdate": {"taskId": "t", "contextId": "c", "generation": "6",
+                                                     "artifact": {"artifactId": "a", "parts": [{"text": "x"}]}}}, dst)
+    inner = art if dst is J03 else art["artifactUpdate"]
+    assert "generation" not in inner and inner["artifact"]["artifactId"] == "a"
+
+
+@pytest.mark.parametrize("dst", [J03, R03])
+def test_current_generation_and_if_generation_match_are_lost_towards_v03(dst):
+    get = convert_params(Operation.GET, {"id": "t", "currentGeneration": "5", "historyLength": 2}, V1, dst)
+    assert get == ({"id": "t", "historyLength": 2} if dst is J03 else {"name": "tasks/t", "historyLength": 2})
+    send = convert_params(Operation.SEND, {"message": {"messageId": "m", "role": "ROLE_USER", "taskId": "t",
+                                                       "parts": [{"text": "x"}]},
+                                           "configuration": {"ifGenerationMatch": "3"}}, V1, dst)
+    assert send["configuration"] == {"blocking": True}
+
+
+def test_a_generation_mismatch_keeps_its_code_and_metadata_towards_v03_and_its_reason_back():
+    info = {"@type": INFO, "reason": "TASK_GENERATION_MISMATCH", "domain": "a2a-protocol.org",
+            "metadata": {"expectedGeneration": "3", "currentGeneration": "5"}}
+    error = {"code": -32010, "message": "mismatch", "data": [info]}
+    to_v03 = {"code": -32010, "message": "mismatch", "data": {"expectedGeneration": "3", "currentGeneration": "5"}}
+    assert run(convert_error, V1, error, J03) == to_v03
+    assert run(convert_error, J03, to_v03, V1) == error

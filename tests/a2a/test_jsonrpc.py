@@ -287,6 +287,7 @@ A2A_REASONS = {
     -32005: "CONTENT_TYPE_NOT_SUPPORTED",
     -32006: "INVALID_AGENT_RESPONSE",
     -32009: "VERSION_NOT_SUPPORTED",
+    -32010: "TASK_GENERATION_MISMATCH",  # A2A v1.1 draft (docs/resume.md §3.3)
 }
 
 
@@ -340,7 +341,8 @@ class TestErrorResponse:
                                                                      -32602, -32603)
         assert (jsonrpc.TASK_NOT_FOUND, jsonrpc.TASK_NOT_CANCELABLE,
                 jsonrpc.UNSUPPORTED_OPERATION, jsonrpc.INVALID_AGENT_RESPONSE,
-                jsonrpc.VERSION_NOT_SUPPORTED) == (-32001, -32002, -32004, -32006, -32009)
+                jsonrpc.VERSION_NOT_SUPPORTED, jsonrpc.TASK_GENERATION_MISMATCH) == (
+                    -32001, -32002, -32004, -32006, -32009, -32010)
 
 
 def test_loads_bounds_nesting_counting_the_top_level() -> None:

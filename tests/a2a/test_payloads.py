@@ -10,6 +10,7 @@ from gateway.a2a.payloads import (
     Kind,
     artifact_of,
     flag,
+    generation_of,
     locate,
     parts_count,
     rebuild,
@@ -164,3 +165,17 @@ class TestHelpers:
     def test_flag_is_true_only_for_json_true(self, obj, expected):
         """append / lastChunk are bools defaulting to false (docs/protocol.md §3.1)."""
         assert flag(obj, "append") is expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (1, 1), (5, 5), ("5", 5), ("0005", 5), (7.0, 7), (2**63 - 1, 2**63 - 1), (str(2**63 - 1), 2**63 - 1),
+    (0, None), ("0", None), (-1, None), ("-1", None), (2**63, None), (str(2**63), None),
+    (True, None), (False, None), (2.5, None), (float("inf"), None), (float("nan"), None),
+    ("", None), (" 5", None), ("5 ", None), ("+5", None), ("1e3", None), ("\uff15", None),
+    (None, None), ([5], None), ({"value": 5}, None),
+])
+def test_generation_of_reads_protojson_int64_and_nothing_else(value, expected):
+    """SPEC11 §3.2.7 / PROTO11 int64 ``generation`` (docs/resume.md §3.1): ProtoJSON writes a
+    decimal string, parsers also read numbers; 0 (the proto3 default) means none."""
+    assert generation_of({"generation": value}) == expected
+    assert generation_of({}) is None

@@ -444,3 +444,52 @@ class TestRestV10ClientToV03Worker:
         assert r.status == 400
         assert doc["error"]["details"][0]["reason"] == "UNSUPPORTED_OPERATION"
         assert doc["error"]["details"][0]["metadata"] == {"taskId": "t-5"}
+
+
+# ============================================================================ task generations (A2A v1.1 draft)
+# docs/resume.md §3.5, docs/bridge.md §1.11: v0.3 has no generation, currentGeneration or
+# ifGenerationMatch.
+
+class TestGenerationsAcrossTheBridge:
+    def test_jsonrpc_current_generation_is_dropped_towards_a_v03_worker(self):
+        book = rpc("GetTask", {"id": "t-1", "currentGeneration": "5"},
+                   [{"answer": ok(t03("t-1", "working"))}], V03)
+        [post] = sent(book)
+        assert sent_json(post)["params"] == {"id": "t-1"}
+        assert client_docs(book) == [ok(t10("t-1", "TASK_STATE_WORKING"))]
+
+    def test_rest_current_generation_rides_the_carried_query_to_a_v03_worker(self):
+        book = rst("GET", "/tasks/t-1", None, [{"body": t10("t-1", "TASK_STATE_WORKING")}], V03, header="1.0",
+                   query="currentGeneration=5")
+        [post] = sent(book)
+        assert (post.method, post.target) == ("GET", "/v1/tasks/t-1?currentGeneration=5")
+
+    @pytest.mark.parametrize("binding", [JSONRPC, REST])
+    def test_if_generation_match_is_dropped_towards_a_v03_worker(self, binding):
+        params = {"message": {**V10_MSG, "taskId": "t-1"}, "configuration": {"ifGenerationMatch": "3"}}
+        if binding is JSONRPC:
+            book: Offline = rpc("SendMessage", params, [{"answer": ok(t03("t-1", "working"))}], V03)
+            configuration = sent_json(sent(book)[0])["params"]["configuration"]
+        else:
+            book = rst("POST", "/message:send", params, [{"body": {"task": t10("t-1", "TASK_STATE_WORKING")}}],
+                       V03, header="1.0")
+            configuration = sent_json(sent(book)[0])["configuration"]
+        assert configuration == {"blocking": True}
+
+    def test_a_v10_workers_generations_never_reach_the_engine_of_a_v03_client(self):
+        ledger = Ledger()
+        book = rpc("message/send", {"message": V03_MSG}, [{"answer": ok({"task": t10("t-1", "TASK_STATE_WORKING",
+                                                                                      generation="3")})}],
+                   V10, ledger=ledger)
+        assert client_docs(book) == [ok(t03("t-1", "working"))]
+        record = ledger.get("w", "t-1")
+        assert record is not None and record.generation is None
+
+    def test_a_generation_mismatch_reaches_a_v03_rest_client_as_an_internal_error(self):
+        error = {"error": {"code": 409, "status": "ABORTED", "message": "mismatch",
+                           "details": [{"@type": ERROR_INFO, "reason": "TASK_GENERATION_MISMATCH",
+                                        "domain": "a2a-protocol.org", "metadata": {"currentGeneration": "5"}}]}}
+        book = rst("GET", "/v1/tasks/t-9", None, [{"body": error, "status": 409}], V10, header=None)
+        r = respond(book)
+        assert orjson.loads(r.body) == {"code": -32010, "message": "mismatch", "type": "InternalError"}
+        assert r.status == 500  # v0.3 names no such error: it reads back as -32603

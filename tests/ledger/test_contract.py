@@ -59,7 +59,8 @@ async def test_absent_task_reads_none(ledger: TaskLedger) -> None:
 async def test_put_then_get_round_trips_every_field(ledger: TaskLedger) -> None:
     original = rec(state=TaskState.CANCELED, poisoned=True,
                    terminal_status={"state": "TASK_STATE_CANCELED", "timestamp": "2026-11-29T20:45:38Z"},
-                   artifacts={"a-1": ArtifactRecord(sealed=True, parts=2), "a-2": ArtifactRecord(False, 1)})
+                   artifacts={"a-1": ArtifactRecord(sealed=True, parts=2), "a-2": ArtifactRecord(False, 1)},
+                   card_etag='"e-1"', generation=2**63 - 1, pending_get="generation_gap")
     version = await ledger.put(original, 0)
     got = await ledger.get("w", "t-1")
     assert version == 1 and isinstance(got, Stored)
@@ -67,6 +68,37 @@ async def test_put_then_get_round_trips_every_field(ledger: TaskLedger) -> None:
     assert got.record == original
     for field in dataclasses.fields(TaskRecord):
         assert getattr(got.record, field.name) == getattr(original, field.name), field.name
+
+
+@pytest.mark.parametrize("generation,pending_get", [(None, None), (0, None), (7, "generation_regression")])
+async def test_generations_round_trip_including_none_and_zero(ledger: TaskLedger, generation: int | None,
+                                                              pending_get: str | None) -> None:
+    """docs/resume.md §3.1: ``None`` (never sent), ``0`` (not implemented) and ≥ 1 differ."""
+    original = rec(generation=generation, pending_get=pending_get)
+    await ledger.put(original, 0)
+    got = await ledger.get("w", "t-1")
+    assert got is not None and got.record == original
+    assert (got.record.generation, got.record.pending_get) == (generation, pending_get)
+
+
+def test_a_document_written_before_generations_reads_as_none() -> None:
+    """The durable ledgers keep records across upgrades: a document without ``g`` / ``pg``
+    (every record stored before docs/resume.md §3) decodes with neither, and a record without
+    them is stored without them (its size unchanged)."""
+    old = (b'{"u":"w","t":"t-1","c":"c-1","s":"WORKING","oa":1000.0,"ts":null,"p":false,'
+           b'"a":{"a-1":[true,2]},"e":"\\"e-1\\""}')
+    record = codec.decode(old)
+    assert record.generation is None and record.pending_get is None
+    assert record.state is TaskState.WORKING and record.card_etag == '"e-1"'
+    assert codec.encode(record) == old
+    assert codec.decode(codec.encode(dataclasses.replace(record, generation=0))).generation == 0
+
+
+@pytest.mark.parametrize("bad", [b'"g":-1', b'"g":"5"', b'"g":true', b'"g":1.5', b'"pg":5'])
+def test_a_malformed_generation_is_not_a_record(bad: bytes) -> None:
+    doc = b'{"u":"w","t":"t-1","c":null,"s":"WORKING","oa":1.0,"ts":null,"p":false,"a":{},"e":null,' + bad + b"}"
+    with pytest.raises(ValueError, match="not a stored task record"):
+        codec.decode(doc)
 
 
 async def test_compare_and_set_rejects_a_stale_version(ledger: TaskLedger) -> None:
