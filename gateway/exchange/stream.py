@@ -431,6 +431,7 @@ class StreamExchange:
         yield Count("sse_events", (item.kind.value,))
         if item.kind is Kind.MESSAGE and self.summary.events == 1:
             self._message_reply = True
+        seen = self.stream.generation
         outcome = yield from judge(self.policy, self.ex, self.stream, result)
         self.stream = outcome.stream or self.stream
         if outcome.action is Action.REJECT and outcome.error is not None:
@@ -444,8 +445,10 @@ class StreamExchange:
             item = locate(outcome.result)
         state = self._state_of(item)
         skip, self._skip_snapshot = self._skip_snapshot, None
-        if skip is not None and state is skip and item.kind is Kind.TASK:
-            return Next.CONTINUE  # the unchanged snapshot a resubscribe starts with (F08 (ii))
+        if skip is not None and state is skip and item.kind is Kind.TASK and not _advanced(seen, self.stream.generation):
+            # the unchanged snapshot a resubscribe starts with (F08 (ii)); one whose generation
+            # moved on carries what happened in between (docs/resume.md §3.2): delivered
+            return Next.CONTINUE
         if state is not None and state is not TaskState.UNSPECIFIED:
             self._last_state = state
         try:
@@ -498,3 +501,8 @@ class StreamExchange:
     def _error_event(self, code: int, message: str) -> Emit:
         self.summary.outcome = "stream_error"
         return Emit(self.owner.error_frame(code, message))
+
+
+def _advanced(before: int | None, after: int | None) -> bool:
+    """True when a stream's task generation moved past ``before`` (both known)."""
+    return before is not None and after is not None and after > before

@@ -246,3 +246,25 @@ class TestWindowFailure:
 class _FailingWindow(Ledger):
     def append_event(self, *args: Any) -> tuple[str, str]:
         raise LedgerError("window unavailable")
+
+
+class TestSnapshotAfterACut:
+    """The unchanged snapshot a resubscribe starts with is dropped (F08 (ii)); with
+    generations (docs/resume.md §3.2) one that moved on is the news of what happened in between."""
+
+    def _cut_then(self, snapshot: dict[str, Any]) -> list[Any]:
+        working = {**task("t-1", "TASK_STATE_WORKING"), "generation": 2}
+        book = play("SendStreamingMessage", SEND, [
+            {"open": True}, {"events": [{"task": working}]}, {"cut": True},
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": working}},
+            {"open": True}, {"events": [{"task": snapshot}, status("t-1", "TASK_STATE_COMPLETED")]}])
+        return [r for _, r in frames(book)]
+
+    def test_a_snapshot_of_the_same_generation_is_dropped(self):
+        got = self._cut_then({**task("t-1", "TASK_STATE_WORKING"), "generation": 2})
+        assert [next(iter(r)) for r in got] == ["task", "statusUpdate"]
+
+    def test_a_snapshot_whose_generation_moved_on_is_delivered(self):
+        got = self._cut_then({**task("t-1", "TASK_STATE_WORKING"), "generation": 5})
+        assert [next(iter(r)) for r in got] == ["task", "task", "statusUpdate"]
+        assert got[1]["task"]["generation"] == 5
