@@ -9,19 +9,25 @@ Public API
   ``kill9()``, ``stop()``, ``client(**kw)`` (a sync redis-py client), ``.port``, ``.url``.
 - ``SentinelProcess(master_port, port=None, quorum=2, …)``: a ``redis-sentinel`` monitoring
   ``SERVICE`` at ``127.0.0.1:master_port``.
-- ``ha_group(service=…)`` -> context manager yielding :class:`HaGroup` (primary, replica,
-  three Sentinels) once the replica's link is up and every Sentinel sees the replica and the
-  two other Sentinels.
+- ``LinkProxy(target_port)``: a TCP relay for the replication link; ``hold()`` stops relaying
+  (what the primary sends is dropped, as in a partition), ``stop()``.
+- ``ha_group(service=…, lagging_link=False)`` -> context manager yielding :class:`HaGroup`
+  (primary, replica, three Sentinels; with ``lagging_link`` the replica reaches the primary
+  through a :class:`LinkProxy`) once the replica's link is up and every Sentinel sees the
+  replica and the two other Sentinels.
 - ``poll(predicate, timeout, message)``: poll a readiness condition with a deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -194,6 +200,80 @@ class SentinelProcess(_Process):
             client.close()
 
 
+class LinkProxy:
+    """A TCP relay on 127.0.0.1 to ``127.0.0.1:target_port`` (the replica's link to its
+    primary). :meth:`hold` models a partition of that link: from then on nothing is relayed in
+    either direction (bytes are read and dropped, so the primary's output never backs up), and
+    a connection whose other side closes is closed. :meth:`stop` closes everything."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.held = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._spawn(self._accept)
+
+    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True, name="link-proxy")
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self._listener.accept()
+            except OSError:
+                return  # stopped
+            try:
+                up = socket.create_connection(("127.0.0.1", self.target_port), timeout=2)
+                up.settimeout(None)
+            except OSError:
+                down.close()
+                continue
+            with self._lock:
+                if self._closed:
+                    down.close()
+                    up.close()
+                    return
+                self._sockets += [down, up]
+            self._spawn(self._pump, up, down)
+            self._spawn(self._pump, down, up)
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                if not self.held.is_set():
+                    dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def hold(self) -> None:
+        """From now on relay nothing (a partition of the link)."""
+        self.held.set()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._closed = True
+            sockets, threads = list(self._sockets), list(self._threads)
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        for thread in threads:
+            thread.join(timeout=5)
+
+
 @dataclass
 class HaGroup:
     """A primary, a replica and three Sentinels."""
@@ -202,6 +282,7 @@ class HaGroup:
     replica: RedisProcess
     sentinels: list[SentinelProcess]
     service: str
+    link: LinkProxy | None = None
 
     def url(self, db: int = 0) -> str:
         """The ledger URL: ``redis+sentinel://`` with all three Sentinels."""
@@ -236,24 +317,35 @@ def sentinels_agree(sentinels: Sequence[SentinelProcess], master_port: int, repl
 
 
 @contextmanager
-def ha_group(service: str = SERVICE, *, down_after_ms: int = 1000,
+def ha_group(service: str = SERVICE, *, lagging_link: bool = False, down_after_ms: int = 1000,
              timeout: float = 30.0) -> Iterator[HaGroup]:
-    """Start a primary, its replica and three Sentinels (quorum 2); yield once all agree."""
+    """Start a primary, its replica and three Sentinels (quorum 2); yield once all agree.
+
+    ``lagging_link``: the replica replicates through a :class:`LinkProxy` (so the test can
+    partition the link); the Sentinels' ``failover-timeout`` is then long enough (60 s) that
+    they do not "fix" the replica's configuration (it names the proxy's port, not the
+    primary's) during the test.
+    """
     require_redis_sentinel()
     with ExitStack() as stack:
         primary = RedisProcess()
         stack.callback(primary.cleanup)
         primary.start()
-        replica = RedisProcess(["--replicaof", "127.0.0.1", str(primary.port)])
+        link = LinkProxy(primary.port) if lagging_link else None
+        if link is not None:
+            stack.callback(link.stop)
+        upstream = link.port if link is not None else primary.port
+        replica = RedisProcess(["--replicaof", "127.0.0.1", str(upstream)])
         stack.callback(replica.cleanup)
         replica.start()
-        poll(lambda: replica_link_up(replica, primary.port), timeout, "the replica did not sync")
+        poll(lambda: replica_link_up(replica, upstream), timeout, "the replica did not sync")
         sentinels = []
         for _ in range(3):
-            s = SentinelProcess(primary.port, service=service, down_after_ms=down_after_ms)
+            s = SentinelProcess(primary.port, service=service, down_after_ms=down_after_ms,
+                                failover_timeout_ms=60000 if lagging_link else 10000)
             stack.callback(s.cleanup)
             s.start()
             sentinels.append(s)
         poll(lambda: sentinels_agree(sentinels, primary.port), timeout,
              "the Sentinels did not discover the replica and each other")
-        yield HaGroup(primary, replica, sentinels, service)
+        yield HaGroup(primary, replica, sentinels, service, link)
