@@ -66,7 +66,7 @@ from urllib.parse import unquote
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import parse_url
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.errors import VersionConflictError
@@ -308,7 +308,15 @@ class RedisLedger:
         self._client = self._connect(self._timeout)
         if self.options.min_replica_acks > 0:
             self._ack_client = self._connect(self._timeout + self.options.replica_ack_timeout)
-        await self._client.ping()
+        try:
+            await self._client.ping()
+        except MasterNotFoundError as exc:  # its own text lists every Sentinel client's repr
+            target = self._sentinel_url
+            assert target is not None
+            asked = ", ".join(f"{host}:{port}" for host, port in target.sentinels)
+            raise MasterNotFoundError(f"no Sentinel at {asked} names a primary for "
+                                      f"{target.service!r} (down, unreachable, refusing the "
+                                      "Sentinel credentials, or not monitoring it)") from exc
         self._cas_sha = await self._client.script_load(_CAS)
         self._prune = self._client.register_script(_PRUNE)
         self._resync = self._client.register_script(_RESYNC)
