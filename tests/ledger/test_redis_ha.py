@@ -134,6 +134,8 @@ async def test_a_terminal_put_returns_once_the_replica_holds_it(replicated: tupl
         results = await asyncio.gather(*(led.put(rec(f"u-{i}", TaskState.FAILED), 0) for i in range(200)))
         assert results == [1] * 200
         assert all(reader.hget(led._key("w", f"u-{i}"), "v") == b"1" for i in range(200))
+        barriers = int(reader.get("acked:acks"))  # one INCR per barrier
+        assert barriers <= 20 + 3, "one each for the 20 sequential puts; the 200 concurrent share"
         assert led.replica_ack_failures == 0
     finally:
         reader.close()
