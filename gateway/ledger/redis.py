@@ -497,9 +497,13 @@ class RedisLedger:
             await asyncio.shield(self._sender)
         if self._acker is not None:
             await asyncio.shield(self._acker)
-        for client in (self._client, self._ack_client, self._sentinel):
+        for client in (self._client, self._ack_client):
             if client is not None:
                 await client.aclose()
+                await client.connection_pool.disconnect()  # master_for's pool, on older redis-py too
+        if self._sentinel is not None:
+            for sentinel in self._sentinel.sentinels:
+                await sentinel.aclose()
         self._client = self._ack_client = self._sentinel = None
 
     # --- the replay window (to be implemented) ---------------------------------------------------

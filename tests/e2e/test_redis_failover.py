@@ -174,14 +174,15 @@ def test_a_primary_killed_under_load(acks: int, link: str) -> None:
         with serve_gateway(app) as (gsrv, _):
             run = Run()
             facts = asyncio.run(_drive(group, gsrv.url, run))
+            # before the follow-ups: a forwarded one makes the worker's answer a new record
+            new_primary = group.replica.client()
+            try:
+                held = [new_primary.hget(f"{PREFIX}:task:worker:{tid}", "term") for tid in run.acked]
+            finally:
+                new_primary.close()
             worker_calls_before = len(worker.calls("SendMessage"))
             answers = asyncio.run(_follow_ups(gsrv.url, run.acked))
             reached = len(worker.calls("SendMessage")) - worker_calls_before
-        new_primary = group.replica.client()
-        try:
-            held = [new_primary.hget(f"{PREFIX}:task:worker:{tid}", "term") for tid in run.acked]
-        finally:
-            new_primary.close()
     lost = sum(1 for term in held if term != b"1")
     summary = {"min_replica_acks": acks, "link": link, "sent": run.sent, "acked": len(run.acked), **facts,
                "outcomes": dict(run.outcomes), "replica_ack_failures": getattr(ledger, "replica_ack_failures", None),
