@@ -6,11 +6,13 @@ uvicorn) with a ``redis+sentinel://`` ledger; a scripted worker that completes e
 its first answer (so every request stores one terminal state before the client sees it).
 
 The run: clients send new tasks at a bounded concurrency; once enough are acknowledged the
-replication link is cut (``CLIENT KILL TYPE replica``: a replica that lags, as on a busy or
-flaky network) and, as soon as a few more terminal states reached the primary, the primary is
-killed with SIGKILL. The Sentinels promote the replica; the old primary is started again
-(empty) and rejoins as its replica; the load goes on until enough tasks are acknowledged after
-that. Then every task whose terminal state a client received gets a follow-up message.
+primary is killed with SIGKILL — over a *direct* replication link, or a *partitioned* one: the
+replica replicates through a relay of the test's (``LinkProxy``) that stops relaying first,
+and the kill comes as soon as a few more terminal states reached the primary (a replica that
+lags, as on a slow or partitioned network; over a direct local link the replica lagged too
+little to lose anything in every run). The Sentinels promote the replica; the old primary is started again
+(empty) as its replica; the load goes on until enough tasks are acknowledged after that. Then
+every task whose terminal state a client received gets a follow-up message.
 
 *Lost*: a task a client saw complete whose record the new primary does not hold. *Reached*:
 a follow-up to such a task that the gateway forwarded to the worker instead of refusing.
