@@ -239,7 +239,8 @@ def build_app(
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks,
-                                     window=config.replay.limits())
+                                     window=config.replay.limits(),
+                                     redis=config.ledger.redis_options())
     http = UpstreamClient(max_answer_bytes=config.limits.max_answer_bytes)
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
     runtime.apply_config(config)

@@ -22,6 +22,7 @@ from gateway import __version__
 from gateway.errors import ConfigError
 
 if TYPE_CHECKING:
+    from gateway.config import LedgerConfig
     from gateway.ledger.base import Stored
 
 EXAMPLES = """\
@@ -108,14 +109,15 @@ def _parser() -> argparse.ArgumentParser:
                        "listen.pid_file, else <db path>.pid beside a SQLite ledger; none for "
                        "memory or redis) [A2A_GATEWAY_PID_FILE]")
     serve.add_argument("--ledger", metavar="URL", default=_env("LEDGER"),
-                       help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH or "
-                       "redis://HOST:PORT/DB (default sqlite:.a2a-gateway/ledger.db, or "
-                       "ledger.url) [A2A_GATEWAY_LEDGER]")
+                       help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH, "
+                       "redis://HOST:PORT/DB or redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB "
+                       "(default sqlite:.a2a-gateway/ledger.db, or ledger.url; the other ledger.* "
+                       "settings still come from the config) [A2A_GATEWAY_LEDGER]")
 
     source = argparse.ArgumentParser(add_help=False)
     where = source.add_mutually_exclusive_group()
     where.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
-                       help="take ledger.url from this config file")
+                       help="take the ledger settings (url, password files) from this config file")
     where.add_argument("--ledger", metavar="URL", default=argparse.SUPPRESS,
                        help="ledger URL (default sqlite:.a2a-gateway/ledger.db, relative to the "
                        "working directory)")
@@ -278,7 +280,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"a2a-gateway serve: cannot open the pid file {os.path.abspath(pid_file)}{beside}: "
                   f"{err.strerror}", file=sys.stderr)
             return 1
-    problem = asyncio.run(_check_ledger(config.ledger.url, resync=workers > 1))
+    problem = asyncio.run(_check_ledger(config.ledger, resync=workers > 1))
     if problem:
         print(f"ledger {redact(config.ledger.url)}: {problem}", file=sys.stderr)
         return 1
@@ -299,13 +301,14 @@ def _serve(args: argparse.Namespace) -> int:
     return run(config, args.config)
 
 
-async def _check_ledger(url: str, *, resync: bool = False) -> str | None:
-    """Open and close the ledger once, so a bad path or a down Redis is one clear line.
+async def _check_ledger(settings: LedgerConfig, *, resync: bool = False) -> str | None:
+    """Open and close the ledger ``settings`` (a :class:`~gateway.config.LedgerConfig`) name
+    once, so a bad path, a down Redis or an unreadable password file is one clear line.
     ``resync``: also flag the live tasks for a resync (``serve --workers``: once, here)."""
     from gateway.ledger import ledger_from_url
     from gateway.observability.logging import get_logger
 
-    ledger = ledger_from_url(url)
+    ledger = ledger_from_url(settings.url, redis=settings.redis_options())
     try:
         await ledger.open()
         if resync:
@@ -326,11 +329,12 @@ def _ledger(args: argparse.Namespace) -> int:
 
     config_file = getattr(args, "config", None)
     try:
-        url = load_config(config_file).ledger.url if config_file else getattr(args, "ledger", DEFAULT_LEDGER_URL)
+        settings = load_config(config_file).ledger if config_file else None
+        url = settings.url if settings else getattr(args, "ledger", DEFAULT_LEDGER_URL)
         if url.startswith("sqlite:") and not sqlite_path(url).is_file():
             print(f"{url}: no ledger database at {sqlite_path(url).resolve()}", file=sys.stderr)
             return 1
-        ledger = ledger_from_url(url)
+        ledger = ledger_from_url(url, redis=settings.redis_options() if settings else None)
     except ConfigError as err:
         for line in err.problems:
             print(line, file=sys.stderr)

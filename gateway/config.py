@@ -215,7 +215,10 @@ class LedgerConfig(_Frozen):
     """The task ledger.
 
     ``url``: ``memory``, ``sqlite:///ABS/PATH.db`` / ``sqlite:REL/PATH.db`` (default: SQLite in
-    ``.a2a-gateway/`` under the working directory) or ``redis://HOST:PORT/DB``.
+    ``.a2a-gateway/`` under the working directory), ``redis://[USER:PASSWORD@]HOST:PORT/DB``
+    (``rediss://`` with TLS: ``?ssl_ca_certs=CA.pem&ssl_certfile=CERT.pem&ssl_keyfile=KEY.pem``)
+    or ``redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/SERVICE/DB`` (the primary found
+    through Sentinels; ``rediss+sentinel://`` with TLS) — docs/resume.md §4.
     ``retention_seconds``: how long terminal tasks are kept (default 7 days), pruned every
     ``prune_interval_seconds``. ``max_tasks`` bounds the memory backend.
     ``on_unavailable``: ``reject`` (default; fail closed with a transport-class error) or
@@ -227,6 +230,21 @@ class LedgerConfig(_Frozen):
     retention_seconds: float = Field(default=7 * 24 * 3600, gt=0)
     prune_interval_seconds: float = Field(default=300, gt=0)
     on_unavailable: Literal["reject", "forward"] = "reject"
+    min_replica_acks: int = Field(default=0, ge=0)
+    """Redis only: a terminal state is stored only once this many replicas acknowledged it
+    (``WAIT``), so a failover cannot lose it; fewer within ``replica_ack_timeout_seconds``
+    fails the write (the event is not forwarded, the client gets the ledger error). 0 (the
+    default): acknowledged by the primary alone (docs/resume.md §4.4)."""
+    replica_ack_timeout_seconds: Seconds = 1.0
+    password_file: str | None = None
+    """Redis only: a file holding the password of the Redis servers (a mounted Kubernetes
+    Secret; one trailing newline is dropped), read at start; the URL may name the ACL user but
+    then no password."""
+    sentinel_username: str | None = None
+    sentinel_password_file: str | None = None
+    """``redis+sentinel://`` only: the user and password file the Sentinels themselves want
+    (their ``requirepass`` / ACL); apart from the servers' (the URL's or ``password_file``),
+    none by default."""
 
     @field_validator("url")
     @classmethod
@@ -235,6 +253,35 @@ class LedgerConfig(_Frozen):
 
         ledger_from_url(value)  # raises ValueError with a clear message
         return value
+
+    @model_validator(mode="after")
+    def _redis_settings(self) -> LedgerConfig:
+        redis = self.url.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://",
+                                     "rediss+sentinel://"))
+        sentinel = self.url.startswith(("redis+sentinel://", "rediss+sentinel://"))
+        for name in ("min_replica_acks", "password_file"):
+            if getattr(self, name) and not redis:
+                raise ValueError(f"{name}: needs a Redis ledger URL")
+        for name in ("sentinel_username", "sentinel_password_file"):
+            if getattr(self, name) and not sentinel:
+                raise ValueError(f"{name}: needs a redis+sentinel:// ledger URL")
+        if self.password_file and _url_password(self.url):
+            raise ValueError("password_file: the URL names a password too; give one of them")
+        return self
+
+    def redis_options(self) -> Any:
+        """The Redis settings as the ledger takes them (:class:`~gateway.ledger.redis.RedisOptions`)."""
+        from gateway.ledger.redis import RedisOptions
+
+        return RedisOptions(self.min_replica_acks, self.replica_ack_timeout_seconds,
+                            self.password_file, self.sentinel_username, self.sentinel_password_file)
+
+
+def _url_password(url: str) -> bool:
+    """Whether a ledger URL carries a password (in its userinfo or a ``password=`` argument)."""
+    rest = url.partition("://")[2]
+    userinfo, at, tail = rest.rpartition("@")
+    return bool(at and ":" in userinfo) or "password=" in tail.partition("?")[2]
 
 
 class LogConfig(_Frozen):

@@ -246,3 +246,53 @@ def test_a_config_file_that_is_not_utf8_or_nested_too_deeply_is_a_config_error(t
         with pytest.raises(ConfigError) as info:
             load_config(path)
         assert words in info.value.problems[0]
+
+
+class TestRedisLedgerSettings:
+    """``ledger:`` settings of a highly available Redis ledger (docs/resume.md §4)."""
+
+    SENTINEL = "redis+sentinel://app:hunter2@s1:26379,s2:26379,s3:26379/ledger/0"
+
+    def test_sentinel_url_and_settings_reach_the_ledger(self, tmp_path):
+        from gateway.ledger import ledger_from_url
+        from gateway.ledger.redis import RedisLedger, RedisOptions
+
+        config = parse_config({**one_upstream(), "ledger": {
+            "url": "redis+sentinel://app@s1:26379,s2:26379/ledger/0", "min_replica_acks": 1,
+            "replica_ack_timeout_seconds": 0.25, "password_file": "/run/secrets/redis",
+            "sentinel_username": "watcher", "sentinel_password_file": "/run/secrets/sentinel"}})
+        options = config.ledger.redis_options()
+        assert options == RedisOptions(1, 0.25, "/run/secrets/redis", "watcher", "/run/secrets/sentinel")
+        led = ledger_from_url(config.ledger.url, redis=options)
+        assert isinstance(led, RedisLedger) and led.options is options
+        assert parse_config(one_upstream()).ledger.redis_options() == RedisOptions()
+
+    @pytest.mark.parametrize("ledger, problem", [
+        ({"url": "sqlite:x.db", "min_replica_acks": 1}, "ledger: min_replica_acks: needs a Redis ledger URL"),
+        ({"url": "memory", "password_file": "/p"}, "ledger: password_file: needs a Redis ledger URL"),
+        ({"url": "redis://h:6379/0", "sentinel_password_file": "/p"},
+         "ledger: sentinel_password_file: needs a redis+sentinel:// ledger URL"),
+        ({"url": "redis://h:6379/0", "sentinel_username": "u"},
+         "ledger: sentinel_username: needs a redis+sentinel:// ledger URL"),
+        ({"url": "redis://:pw@h:6379/0", "password_file": "/p"},
+         "ledger: password_file: the URL names a password too; give one of them"),
+        ({"url": "redis://h:6379/0", "min_replica_acks": -1}, "ledger.min_replica_acks: "),
+        ({"url": "redis://h:6379/0", "replica_ack_timeout_seconds": 0}, "ledger.replica_ack_timeout_seconds: "),
+    ])
+    def test_a_setting_that_does_not_fit_the_url_is_refused(self, ledger, problem):
+        (line,) = problems({**one_upstream(), "ledger": ledger})
+        assert line.startswith(problem), line
+
+    def test_a_bad_sentinel_url_names_its_path_without_the_password(self):
+        (line,) = problems({**one_upstream(), "ledger": {"url": self.SENTINEL.replace("/ledger/0", "")}})
+        assert line.startswith("ledger.url: ") and "no Sentinel service name" in line
+        assert "hunter2" not in line
+
+    def test_check_config_prints_no_password(self, tmp_path):
+        path = write(tmp_path, MINIMAL + f"ledger:\n  url: {self.SENTINEL}\n  min_replica_acks: 1\n")
+        proc = cli("check-config", str(path))
+        assert proc.returncode == 0, proc.stderr
+        assert "hunter2" not in proc.stdout
+        printed = orjson.loads(proc.stdout)["ledger"]
+        assert printed["url"] == "redis+sentinel://app:***@s1:26379,s2:26379,s3:26379/ledger/0"
+        assert printed["min_replica_acks"] == 1

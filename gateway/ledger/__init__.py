@@ -1,32 +1,51 @@
 """Task ledgers and :func:`ledger_from_url`, which picks one from a URL.
 
-========================  =====================================================================
-URL                       backend
-========================  =====================================================================
-``memory``                :class:`~gateway.ledger.memory.MemoryLedger` (bounded, one process)
-``sqlite:///abs/path.db`` :class:`~gateway.ledger.sqlite.SqliteLedger` at an absolute path
-``sqlite:rel/path.db``    the same at a path relative to the working directory
-``redis://HOST:PORT/DB``  :class:`~gateway.ledger.redis.RedisLedger` (``rediss://`` for TLS)
-========================  =====================================================================
+===============================================  ==============================================
+URL                                              backend
+===============================================  ==============================================
+``memory``                                       :class:`~gateway.ledger.memory.MemoryLedger`
+                                                 (bounded, one process)
+``sqlite:///abs/path.db``                        :class:`~gateway.ledger.sqlite.SqliteLedger` at
+                                                 an absolute path
+``sqlite:rel/path.db``                           the same at a path relative to the working
+                                                 directory
+``redis://[USER:PASS@]HOST:PORT/DB``             :class:`~gateway.ledger.redis.RedisLedger`
+                                                 (``rediss://`` for TLS, ``unix://``)
+``redis+sentinel://[USER:PASS@]H:P,H:P/NAME/DB`` the same, the primary found through Sentinels
+                                                 (``rediss+sentinel://`` for TLS)
+===============================================  ==============================================
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.errors import VersionConflictError
 from gateway.ledger.base import Stored, TaskLedger, WindowLimits
+
+if TYPE_CHECKING:
+    from gateway.ledger.redis import RedisOptions
 
 __all__ = ["Stored", "TaskLedger", "VersionConflictError", "ledger_from_url", "redact", "sqlite_path"]
 
 
 def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for logs and printed config)."""
+    """``url`` with any password replaced by ``***`` (for logs and printed config): the
+    userinfo's, and the value of every query argument whose name holds ``password``
+    (``ssl_password=``)."""
     scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
+    if not sep:
         return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+    userinfo, at, tail = rest.rpartition("@")
+    if at and ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":***"
+    path, question, query = tail.partition("?")
+    if question:
+        pairs = (pair.partition("=") for pair in query.split("&"))
+        query = "&".join(f"{name}{eq}***" if eq and "password" in name.lower() else f"{name}{eq}{value}"
+                         for name, eq, value in pairs)
+    return f"{scheme}://{userinfo}{at}{path}{question}{query}"
 
 
 def sqlite_path(url: str) -> Path:
@@ -37,12 +56,15 @@ def sqlite_path(url: str) -> Path:
     return Path(rest)
 
 
-def ledger_from_url(url: str, *, max_tasks: int = 100_000, window: WindowLimits | None = None) -> TaskLedger:
+def ledger_from_url(url: str, *, max_tasks: int = 100_000, window: WindowLimits | None = None,
+                    redis: RedisOptions | None = None) -> TaskLedger:
     """Build (but do not open) the ledger a URL names; ``window`` bounds its replay window
-    (default :class:`~gateway.ledger.base.WindowLimits`).
+    (default :class:`~gateway.ledger.base.WindowLimits`), ``redis`` gives a Redis ledger its
+    authentication and replica acknowledgement (:class:`~gateway.ledger.redis.RedisOptions`,
+    default none).
 
     Raises:
-        ValueError: an unknown scheme or an empty path.
+        ValueError: an unknown scheme, an empty path, or a Redis URL that does not parse.
     """
     if url in ("memory", "memory:", "memory://"):
         from gateway.ledger.memory import MemoryLedger
@@ -55,8 +77,9 @@ def ledger_from_url(url: str, *, max_tasks: int = 100_000, window: WindowLimits 
         from gateway.ledger.sqlite import SqliteLedger
 
         return SqliteLedger(path, window=window)
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    if url.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://")):
         from gateway.ledger.redis import RedisLedger
 
-        return RedisLedger(url, window=window)
-    raise ValueError(f"{url}: unknown ledger URL (use memory, sqlite:///PATH or redis://HOST:PORT/DB)")
+        return RedisLedger(url, window=window, options=redis)
+    raise ValueError(f"{redact(url)}: unknown ledger URL (use memory, sqlite:///PATH, "
+                     "redis://HOST:PORT/DB or redis+sentinel://HOST:PORT,…/SERVICE/DB)")

@@ -7,10 +7,26 @@ Layout (``prefix`` defaults to ``a2agw``)::
     {prefix}:counts                    hash  state → number of tracked tasks
     {prefix}:live                      set   task keys not yet terminal (crash-recovery scan)
     {prefix}:terminal                  zset  task keys of terminal tasks, scored by observed_at
+    {prefix}:acks                      string  a counter the replica-acknowledgement barrier
+                                             increments (its write is what ``WAIT`` waits for)
 
 Compare-and-set runs as one Lua script (``EVALSHA``), so a terminal state recorded through
 replica A is absorbing on replica B: B's stale ``put`` finds another version and loses. Uses
 the ``redis`` package's asyncio client.
+
+Connecting (docs/resume.md §4.1-4.3): ``redis://[USER:PASSWORD@]HOST:PORT/DB`` one server,
+``rediss://…`` the same over TLS, ``unix:///PATH.sock?db=N`` a socket, all three parsed by
+redis-py itself, with its query arguments (TLS: ``ssl_ca_certs=CA.pem``,
+``ssl_certfile=CLIENT.pem``, ``ssl_keyfile=CLIENT.key``, ``ssl_cert_reqs``,
+``ssl_check_hostname``, …). ``redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/SERVICE[/DB]``
+(``rediss+sentinel://`` with TLS to Sentinels and data nodes alike, the same query arguments)
+asks the Sentinels for the primary of ``SERVICE`` (redis-py's ``redis.asyncio.sentinel``) and
+asks again whenever a connection to it is made, so a failover is followed: the calls in flight
+when the primary dies fail or are retried by redis-py (a few seconds of back-off) and the next
+ones reach the promoted replica. The URL's user and password are the data nodes' (``AUTH``;
+an ACL user or just a password); the Sentinels' own are apart
+(:attr:`RedisOptions.sentinel_username` / :attr:`~RedisOptions.sentinel_password_file`; none by
+default), and so is a password read from a file (:attr:`RedisOptions.password_file`).
 
 Pipelining: ``get`` and ``put`` calls are queued and sent in call order as one pipeline (one
 write, one round trip for all of them), and only one pipeline is in flight at a time: the calls
@@ -25,20 +41,40 @@ pool. If the server lost the script (restart, ``SCRIPT FLUSH``), it is loaded ag
 of them, in call order, right after the pipeline that was refused (a ``get`` still sees every
 ``put`` called before it; only which of two same-version ``put`` calls wins may differ from
 call order in that one pipeline).
+
+Replica acknowledgement (docs/resume.md §4.4): with :attr:`RedisOptions.min_replica_acks` N > 0
+a ``put`` of a terminal record that won its compare-and-set does not return yet. Such puts are
+gathered like the pipeline's calls, and one *barrier* at a time is sent on a connection of its
+own: ``HGET`` of each gathered task's version (the write is still on the server that answers:
+not lost to a failover in between), ``INCR {prefix}:acks`` and ``WAIT N timeout``. Replication is
+one ordered stream, so a replica that acknowledged the barrier's write holds every write made
+before it, the gathered puts included. Then each put returns, or raises
+:class:`ReplicaAckError` (fewer than N acknowledgements within the timeout, or its version is
+not on the server). The pipeline itself never waits: gets and non-terminal puts go on while a
+barrier waits, and a terminal put waits for at most two barriers (the one in flight when its
+compare-and-set was answered, then its own).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError
+from redis.asyncio.connection import parse_url
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
-from gateway.ledger import codec
+from gateway.ledger import codec, redact
 from gateway.ledger.base import Replay, Stored, WindowLimits
+
+_log = logging.getLogger("a2a_gateway")
 
 _CAS = """
 local cur = redis.call('HGET', KEYS[1], 'v')
@@ -80,27 +116,147 @@ end
 return n
 """
 
+SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
+SENTINEL_PORT = 26379
+
+
+class ReplicaAckError(RedisError):
+    """A terminal state was written on the primary but is not known to be on
+    :attr:`RedisOptions.min_replica_acks` replicas: fewer acknowledged it within
+    :attr:`RedisOptions.replica_ack_timeout`, or it was no longer on the server that answered
+    (lost in a failover). The write is not undone; the ``put`` fails, so the event that caused
+    it is not forwarded (the shell turns this into :class:`~gateway.errors.LedgerError`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedisOptions:
+    """How the Redis ledger authenticates and how durable a terminal state must be before
+    ``put`` returns (``ledger:`` in the config, :meth:`gateway.config.LedgerConfig.redis_options`).
+
+    ``min_replica_acks``: replicas that must acknowledge a terminal state (``WAIT``) before its
+    ``put`` returns; 0 (default) returns once the primary answered. ``replica_ack_timeout``:
+    seconds to wait for them (> 0). ``password_file``: a file holding the data nodes' password
+    (a Kubernetes Secret; one trailing newline is dropped), read at every ``open``, for a URL
+    that names no password (it may name the user). ``sentinel_username`` /
+    ``sentinel_password_file``: what is presented to the Sentinels of a ``redis+sentinel://``
+    URL (their own ``requirepass`` / ACL user); none by default.
+    """
+
+    min_replica_acks: int = 0
+    replica_ack_timeout: float = 1.0
+    password_file: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelURL:
+    """A parsed ``redis+sentinel://`` URL: the Sentinels' ``(host, port)`` pairs, the monitored
+    ``service`` name, the ``db`` number, the data nodes' ``username`` / ``password``, ``tls``
+    (``rediss+sentinel://``) and redis-py connection keyword arguments from the query string."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    tls: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_sentinel_url(url: str) -> SentinelURL:
+    """Parse ``redis+sentinel://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]…]/SERVICE[/DB][?QUERY]``
+    (``rediss+sentinel://`` for TLS; port 26379 by default; ``[::1]:26379`` for IPv6). The query
+    takes redis-py's URL arguments (``ssl_ca_certs=…``, ``socket_timeout=…``, ``db=…``).
+
+    Raises:
+        ValueError: another scheme, no Sentinel, a bad port, no service name or a bad DB.
+    """
+    shown = redact(url)
+    scheme, sep, rest = url.partition("://")
+    if not sep or f"{scheme}://" not in SENTINEL_SCHEMES:
+        raise ValueError(f"{shown}: not a redis+sentinel:// URL")
+    rest, _, query = rest.partition("?")
+    userinfo, at, rest = rest.rpartition("@")
+    hosts, _, path = rest.partition("/")
+    sentinels = tuple(_host_port(item, shown) for item in hosts.split(","))
+    service, _, db_text = path.strip("/").partition("/")
+    if not service:
+        raise ValueError(f"{shown}: no Sentinel service name (…/SERVICE[/DB])")
+    options = dict(parse_url(("rediss" if scheme.startswith("rediss") else "redis") + "://x/?" + query))
+    for key in ("host", "port", "connection_class"):
+        options.pop(key, None)
+    if not scheme.startswith("rediss") and any(key.startswith("ssl") for key in options):
+        raise ValueError(f"{shown}: ssl_* arguments need rediss+sentinel://")
+    if db_text and not db_text.isdigit():
+        raise ValueError(f"{shown}: the DB after the service name must be a number")
+    db = options.pop("db", int(db_text or 0))  # as redis-py: a db= in the query wins
+    username, password = options.pop("username", None), options.pop("password", None)
+    if at:  # as redis-py: the userinfo wins over username= / password= in the query
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or username
+        password = unquote(secret) if colon else password
+    return SentinelURL(sentinels, unquote(service), db, username, password,
+                       scheme.startswith("rediss"), options)
+
+
+def _host_port(item: str, shown: str) -> tuple[str, int]:
+    item = item.strip()
+    if item.startswith("["):
+        host, _, tail = item[1:].partition("]")
+        port_text = tail.removeprefix(":")
+    else:
+        host, _, port_text = item.partition(":")
+    if not host:
+        raise ValueError(f"{shown}: a Sentinel address without a host")
+    if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise ValueError(f"{shown}: bad Sentinel port {port_text!r}")
+    return host, int(port_text) if port_text else SENTINEL_PORT
+
+
+def _read_secret(path: str) -> str:
+    """The content of a password file, one trailing newline dropped. Raises OSError."""
+    text = Path(path).read_text(encoding="utf-8")
+    return text[:-1] if text.endswith("\n") else text
+
 
 class RedisLedger:
     """:class:`~gateway.ledger.base.TaskLedger` in Redis.
 
     Args:
-        url: ``redis://HOST:PORT/DB`` (``rediss://`` for TLS).
+        url: ``redis://[USER:PASSWORD@]HOST:PORT/DB`` (``rediss://`` for TLS, ``unix://``), or
+            ``redis+sentinel://[USER:PASSWORD@]HOST:PORT,…/SERVICE[/DB]`` (see the module).
         prefix: key prefix, so several gateway deployments can share one Redis.
-        timeout: socket timeout in seconds for every command.
+        timeout: socket timeout in seconds for every command (a barrier's ``WAIT`` gets
+            ``options.replica_ack_timeout`` more).
+        window: the replay window's bounds.
+        options: authentication and replica acknowledgement (:class:`RedisOptions`).
+
+    Raises:
+        ValueError: a URL redis-py cannot parse, or a bad ``redis+sentinel://`` URL.
     """
 
     backend = "redis"
 
     def __init__(self, url: str, *, prefix: str = "a2agw", timeout: float = 2.0,
-                 window: WindowLimits | None = None) -> None:
+                 window: WindowLimits | None = None, options: RedisOptions | None = None) -> None:
         self._window_limits = window or WindowLimits()
         self.url = url
         self.prefix = prefix
+        self.options = options or RedisOptions()
+        self._sentinel_url = parse_sentinel_url(url) if url.startswith(SENTINEL_SCHEMES) else None
+        if self._sentinel_url is None:
+            parse_url(url)  # raises ValueError now rather than at open
         self._timeout = timeout
         self._client: aioredis.Redis | None = None
+        self._ack_client: aioredis.Redis | None = None
+        self._sentinel: Sentinel | None = None
         self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._sender: asyncio.Task[None] | None = None
+        self._held: list[tuple[str, int, asyncio.Future[None]]] = []
+        self._acker: asyncio.Task[None] | None = None
+        #: terminal puts that failed for want of replica acknowledgements (ReplicaAckError)
+        self.replica_ack_failures = 0
         self._cas_sha = ""
         self._prune: Any = None
         self._resync: Any = None
@@ -114,12 +270,53 @@ class RedisLedger:
             raise RuntimeError("ledger is not open")
         return self._client
 
+    def _connect(self, socket_timeout: float) -> aioredis.Redis:
+        """A client of the primary whose commands time out after ``socket_timeout`` seconds.
+        Raises OSError (a password file that cannot be read)."""
+        opts = self.options
+        password = _read_secret(opts.password_file) if opts.password_file else None
+        timeouts = {"socket_timeout": socket_timeout, "socket_connect_timeout": self._timeout}
+        target = self._sentinel_url
+        if target is None:
+            extra = {"password": password} if password is not None else {}
+            return aioredis.Redis.from_url(self.url, **timeouts, **extra)
+        if self._sentinel is None:
+            tls = {k: v for k, v in target.options.items() if k.startswith("ssl")}
+            sentinel_kwargs: dict[str, Any] = {"socket_timeout": self._timeout,
+                                               "socket_connect_timeout": self._timeout,
+                                               "ssl": target.tls, **(tls if target.tls else {})}
+            if opts.sentinel_username:
+                sentinel_kwargs["username"] = opts.sentinel_username
+            if opts.sentinel_password_file:
+                sentinel_kwargs["password"] = _read_secret(opts.sentinel_password_file)
+            self._sentinel = Sentinel(
+                list(target.sentinels), sentinel_kwargs=sentinel_kwargs, **target.options,
+                db=target.db, username=target.username, ssl=target.tls,
+                password=password if password is not None else target.password)
+        # as redis-py does for one server, a timeout in the URL's query wins
+        return self._sentinel.master_for(target.service, **{
+            k: v for k, v in timeouts.items() if k not in target.options})
+
     async def open(self) -> None:
-        """Connect and check the server answers ``PING``."""
-        self._client = aioredis.Redis.from_url(
-            self.url, socket_timeout=self._timeout, socket_connect_timeout=self._timeout
-        )
-        await self._client.ping()
+        """Connect (through the Sentinels for a ``redis+sentinel://`` URL) and check the
+        primary answers ``PING``.
+
+        Raises:
+            OSError: a password file cannot be read. redis.exceptions.RedisError: the server
+            (or no Sentinel) answers, or refuses the credentials.
+        """
+        self._client = self._connect(self._timeout)
+        if self.options.min_replica_acks > 0:
+            self._ack_client = self._connect(self._timeout + self.options.replica_ack_timeout)
+        try:
+            await self._client.ping()
+        except MasterNotFoundError as exc:  # its own text lists every Sentinel client's repr
+            target = self._sentinel_url
+            assert target is not None
+            asked = ", ".join(f"{host}:{port}" for host, port in target.sentinels)
+            raise MasterNotFoundError(f"no Sentinel at {asked} names a primary for "
+                                      f"{target.service!r} (down, unreachable, refusing the "
+                                      "Sentinel credentials, or not monitoring it)") from exc
         self._cas_sha = await self._client.script_load(_CAS)
         self._prune = self._client.register_script(_PRUNE)
         self._resync = self._client.register_script(_RESYNC)
@@ -191,17 +388,88 @@ class RedisLedger:
 
     async def put(self, record: TaskRecord, expected_version: int) -> int:
         """Compare-and-set on the version in one Lua script (which also clears ``resync``);
-        see :meth:`TaskLedger.put`. Returns the new version."""
+        see :meth:`TaskLedger.put`. Returns the new version. With
+        :attr:`RedisOptions.min_replica_acks`, a terminal record returns only once that many
+        replicas acknowledged it (the module's *Replica acknowledgement*).
+
+        Raises:
+            VersionConflictError: another writer got there first.
+            ReplicaAckError: a terminal record is not known to be on enough replicas in time.
+        """
         blob = codec.encode(record)
         version = expected_version + 1
+        key = self._key(record.upstream, record.task_id)
         done = await self._call(
-            "EVALSHA", self._cas_sha, 4, self._key(record.upstream, record.task_id),
+            "EVALSHA", self._cas_sha, 4, key,
             f"{self.prefix}:counts", f"{self.prefix}:live", f"{self.prefix}:terminal",
             expected_version, version, record.state.value, int(record.terminal),
             repr(record.observed_at), blob)
         if done != 1:
             raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
+        if record.terminal and self.options.min_replica_acks > 0:
+            try:
+                await self._replicated(key, version)
+            except ReplicaAckError as exc:
+                self.replica_ack_failures += 1
+                _log.warning("ledger_replica_ack_failed", extra={
+                    "upstream": record.upstream, "task_id": record.task_id, "error": str(exc)})
+                raise
         return version
+
+    def _replicated(self, key: str, version: int) -> asyncio.Future[None]:
+        """Hold a terminal put until the next barrier says it is on enough replicas."""
+        if self._ack_client is None:
+            raise RuntimeError("ledger is not open")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._held.append((key, version, future))
+        if self._acker is None:
+            self._acker = loop.create_task(self._acknowledge())
+        return future
+
+    async def _acknowledge(self) -> None:
+        """Send barriers, one in flight at a time, until no terminal put is held."""
+        wanted = self.options.min_replica_acks
+        timeout = self.options.replica_ack_timeout
+        try:
+            while self._held:
+                batch, self._held = self._held, []
+                try:
+                    *versions, acked = await self._barrier([key for key, _, _ in batch])
+                except Exception as exc:
+                    for _, _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (key, version, future), stored in zip(batch, versions):
+                    if future.done():  # the caller was cancelled
+                        continue
+                    if stored is None or int(stored) < version:
+                        future.set_exception(ReplicaAckError(
+                            f"{key} version {version} is not on the primary that answered "
+                            "(lost in a failover)"))
+                    elif acked < wanted:
+                        future.set_exception(ReplicaAckError(
+                            f"{key} version {version} acknowledged by {acked} of {wanted} "
+                            f"replicas within {timeout:g} s"))
+                    else:
+                        future.set_result(None)
+        finally:
+            self._acker = None
+
+    async def _barrier(self, keys: list[str]) -> list[Any]:
+        """One round trip on the barrier's own connection: each key's version, then a write
+        and ``WAIT`` for it. Returns the versions (bytes or None), then how many replicas
+        acknowledged."""
+        assert self._ack_client is not None
+        pipe = self._ack_client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hget(key, "v")
+        pipe.incr(f"{self.prefix}:acks")
+        pipe.execute_command("WAIT", self.options.min_replica_acks,
+                             max(1, round(self.options.replica_ack_timeout * 1000)))
+        *versions, _, acked = await pipe.execute()
+        return [*versions, int(acked)]
 
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state."""
@@ -223,12 +491,20 @@ class RedisLedger:
                 return total
 
     async def close(self) -> None:
-        """Wait for the queued calls, then close the connection pool."""
+        """Wait for the queued calls and held terminal puts, then close the connection pools
+        (and the Sentinel clients)."""
         if self._sender is not None:
             await asyncio.shield(self._sender)
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        if self._acker is not None:
+            await asyncio.shield(self._acker)
+        for client in (self._client, self._ack_client):
+            if client is not None:
+                await client.aclose()
+                await client.connection_pool.disconnect()  # master_for's pool, on older redis-py too
+        if self._sentinel is not None:
+            for sentinel in self._sentinel.sentinels:
+                await sentinel.aclose()
+        self._client = self._ack_client = self._sentinel = None
 
     # --- the replay window (to be implemented) ---------------------------------------------------
 

