@@ -125,6 +125,15 @@ async def test_a_window_keeps_its_newest_events_by_payload_bytes(make_ledger: Ma
     assert (await after(led, empty)).found and (await after(led, more)).found
 
 
+async def test_a_trim_by_bytes_stops_at_exactly_the_bound(make_ledger: MakeLedger) -> None:
+    led = await make_ledger(WindowLimits(max_bytes_per_task=10))
+    a, la = await led.append_event("w", "t-1", None, b"a" * 6, T0)
+    b, _ = await led.append_event("w", "t-1", la, b"b" * 4, T0 + 1)
+    c, _ = await led.append_event("w", "t-1", la, b"c" * 6, T0 + 2)  # 16: a goes, 10 are left
+    assert not (await after(led, a)).found
+    assert await payloads_after(led, b) == [b"c" * 6]
+
+
 async def test_a_payload_larger_than_the_window_empties_it(make_ledger: MakeLedger) -> None:
     """Not kept at all, and the task's earlier ids are unknown too (a counted gap); the
     window starts again with the next event, in the lineage it is given."""
@@ -160,6 +169,18 @@ async def test_the_total_cap_drops_the_oldest_events_whatever_their_task(make_le
     assert found == {a2: False, b2: False, a3: True, c1: True, c2: True, c3: True}
 
 
+async def test_appends_over_the_cap_at_once_drop_the_oldest_events_across_windows(
+        make_ledger: MakeLedger) -> None:
+    """Three appends called at once over a full ledger drop the three oldest events, taken
+    from two windows in the order of their ``at`` (not the whole oldest window)."""
+    led = await make_ledger(WindowLimits(max_events_total=5))
+    order = ["a", "b", "a", "b", "a"]
+    old = [((await led.append_event("w", t, None, b"x", T0 + i))[0], t) for i, t in enumerate(order)]
+    c = await asyncio.gather(*(led.append_event("w", "c", None, b"c", T0 + 10 + i) for i in range(3)))
+    found = [(await after(led, i, t)).found for i, t in [*old, *((e, "c") for e, _ in c)]]
+    assert found == [False, False, False, True, True, True, True, True]
+
+
 async def test_unknown_malformed_and_other_tasks_ids_are_not_found(make_ledger: MakeLedger) -> None:
     led = await make_ledger(WindowLimits(max_events_per_task=2))
     mine = await stream(led, 3)
@@ -170,6 +191,7 @@ async def test_unknown_malformed_and_other_tasks_ids_are_not_found(make_ledger: 
                  "1-0.00000000", "99999999999999999999999999", "9223372036854775808",
                  "18446744073709551616-0.00000000", "99999999999999999999-99999999999999999999.0a0b0c0d",
                  "a1b2c3d4.1", "a1b2c3d4.", f" {mine[1]}", f"{mine[1]} ", f"{mine[1]}\n", mine[1].upper() + "X",
+                 f"0{mine[1]}", f"+{mine[1]}",
                  "%s" % ("9" * 5000)]
     for event_id in [mine[0], *theirs, elsewhere, *malformed]:
         assert await after(led, event_id) == Replay(False), event_id
@@ -183,7 +205,9 @@ async def test_prune_events_deletes_the_events_older_than_the_cutoff(make_ledger
     led = await make_ledger()
     ids = await stream(led, 3, start=100.0)  # at 100, 101, 102
     other = await stream(led, 2, "t-2", start=50.0)  # at 50, 51
-    assert await led.prune_events(101.5) == 4
+    assert await led.prune_events(101.0) == 3  # at 101 is not before 101
+    assert [(await after(led, i)).found for i in ids] == [False, True, True]
+    assert await led.prune_events(101.5) == 1
     assert [(await after(led, i)).found for i in ids] == [False, False, True]
     assert [(await after(led, i, "t-2")).found for i in other] == [False, False]
     assert await led.prune_events(101.5) == 0
@@ -592,6 +616,47 @@ async def test_redis_lost_scripts_are_reloaded_and_nothing_counts_twice(redis_ur
         view = await _redis_view(led)
         _consistent(view)
         assert view[1] == 4
+    finally:
+        await led.close()
+
+
+async def test_redis_a_stale_index_score_is_corrected_not_obeyed(redis_url: str) -> None:
+    """A window indexed as older than it is (its bookkeeping lost, say by a replica that died
+    between script and bookkeeping) is put right when the cap meets it; the cap then drops the
+    event that is really the oldest."""
+    led = await _redis_ledger(redis_url, "stale", WindowLimits(max_events_total=3))
+    try:
+        a = await stream(led, 2, "a", start=10.0)
+        b = await stream(led, 1, "b", start=12.0)
+        index, _, _ = led._windows_keys()
+        await led._redis.zadd(index, {orjson.dumps(["w", "b"]): 1.0})
+        await stream(led, 1, "c", start=13.0)  # 4 > 3
+        assert [(await after(led, i, "a")).found for i in a] == [False, True]
+        assert (await after(led, b[0], "b")).found
+        _consistent(await _redis_view(led))
+    finally:
+        await led.close()
+
+
+async def test_redis_after_a_refused_script_only_reads_are_sent_again(redis_url: str) -> None:
+    """A write in the pipeline of a refused script went through: sending it again would count
+    twice (the window's bookkeeping increments); a read after it is sent again and sees it."""
+    from gateway.ledger.redis import _APPEND_SHA
+
+    led = await _redis_ledger(redis_url, "redo")
+    try:
+        admin = aioredis.Redis.from_url(redis_url)
+        await admin.script_flush()
+        await admin.aclose()
+        counter = f"{led.prefix}:counter"
+        script, incr, get = await asyncio.gather(
+            led._call("EVALSHA", _APPEND_SHA, 2, led._events_key("w", "t-1"), led._window_key("w", "t-1"),
+                      "", b"p", "1.0", 10, 100, 60_000),
+            led._call("INCRBY", counter, 1),
+            led._call("GET", counter))
+        assert script[1] == 1 and incr == 1 and get == b"1"
+        assert await led._redis.get(counter) == b"1"
+        assert await led._redis.xlen(led._events_key("w", "t-1")) == 1
     finally:
         await led.close()
 
