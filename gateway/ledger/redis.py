@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 from typing import Any
 
@@ -170,6 +171,8 @@ end)
 return {dropped, n - dropped, kept ~= nil and field(kept[2], 'at') or ''}
 """
 
+_log = logging.getLogger("a2a_gateway")
+
 _APPEND_SHA = hashlib.sha1(_APPEND.encode()).hexdigest()
 _TRIM_SHA = hashlib.sha1(_TRIM.encode()).hexdigest()
 #: The window's scripts by SHA1 (what ``SCRIPT LOAD`` answers): they are first sent as
@@ -181,6 +184,12 @@ _READS = frozenset({"HMGET", "HGET", "GET", "XRANGE", "ZRANGE", "ZRANGEBYSCORE"}
 _EVENT_ID = re.compile(r"([0-9]{1,20}-[0-9]{1,20})\.([0-9a-f]{8})")
 #: At most this many windows are pruned per pipeline.
 PRUNE_CHUNK = 256
+
+
+def _log_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        _log.warning("ledger_window_bookkeeping_failed", extra={"backend": "redis",
+                                                                 "error": str(future.exception())})
 
 
 def _pairs(reply: list[Any]) -> list[tuple[bytes, Any]]:
@@ -373,9 +382,10 @@ class RedisLedger:
                            payload: bytes, at: float) -> tuple[str, str]:
         """``XADD`` the event to the task's stream and trim it (oldest first, to
         ``max_events_per_task`` entries and ``max_bytes_per_task`` payload bytes) in one
-        script, sent in call order with ``put``/``get``; then update the bookkeeping over all
-        windows and, when the total is over ``max_events_total``, drop the oldest events of
-        all windows (approximate with several replicas: docs/resume.md §2.3). See
+        script, sent in call order with ``put``/``get`` and in the same pipeline as the
+        bookkeeping over all windows; when the total is then over ``max_events_total``, drop
+        the oldest events of all windows before returning (approximate with several replicas:
+        docs/resume.md §2.3). One round trip unless the cap is met. See
         :meth:`TaskLedger.append_event`.
 
         Returns:
@@ -384,36 +394,65 @@ class RedisLedger:
         """
         limits = self._window_limits
         member = orjson.dumps([upstream, task_id])
-        reply = await self._call(
-            "EVALSHA", _APPEND_SHA, 2, self._events_key(upstream, task_id),
-            self._window_key(upstream, task_id), lineage or "", payload, repr(at),
-            limits.max_events_per_task, limits.max_bytes_per_task,
-            max(1, int(limits.retention_seconds * 1000)))
-        entry, new, left, dropped, oldest = reply
+        _, counts, total_key = self._windows_keys()
+        # The script, and the bookkeeping of an append that trims nothing (the common case),
+        # in one pipeline; what the script did otherwise is put right by the commands after it.
+        script, count, total = await asyncio.gather(
+            self._call("EVALSHA", _APPEND_SHA, 2, self._events_key(upstream, task_id),
+                       self._window_key(upstream, task_id), lineage or "", payload, repr(at),
+                       limits.max_events_per_task, limits.max_bytes_per_task,
+                       max(1, int(limits.retention_seconds * 1000))),
+            self._call("HINCRBY", counts, member, 1),
+            self._call("INCRBY", total_key, 1),
+            return_exceptions=True)
+        if isinstance(script, BaseException):
+            if not isinstance(count, BaseException):  # counted an event that is not there
+                self._fire("HINCRBY", counts, member, -1)
+                self._fire("INCRBY", total_key, -1)
+            raise script
+        for reply in (count, total):
+            if isinstance(reply, BaseException):
+                raise reply
+        entry, new, left, dropped, oldest = script
         event_id = f"{entry.decode()}.{self._tag(upstream, task_id)}"
-        if new:  # a window of the same task that expired may still be counted: replace it
-            _, counts, _ = self._windows_keys()
-            delta = left - int(await self._call("HGET", counts, member) or 0)
-            total = await self._account(member, delta, left, repr(at))
-        elif oldest:
-            total = await self._account(member, 1 - dropped, left, oldest.decode())
-        else:
-            total = await self._account(member, 1, left, repr(at), only_new=True)
+        if new:  # the count held the events of an earlier window of the task (expired): replace it
+            total += self._settle(member, left - count, left, repr(at))
+        elif dropped:
+            total += self._settle(member, -dropped, left, oldest.decode())
         if total > limits.max_events_total:
             await self._cap_total()
         return event_id, lineage or event_id
 
-    async def _account(self, member: bytes, delta: int, left: int, oldest: str, *,
-                       only_new: bool = False) -> int:
-        """Bookkeeping after a window changed: its count moves by ``delta`` to ``left`` events
-        (0: gone) and its oldest event is at ``oldest`` (``only_new``: recorded only when the
-        index lacks the window). Returns the new total."""
+    def _settle(self, member: bytes, delta: int, left: int, oldest: str) -> int:
+        """Queue the bookkeeping that puts a window right after the append script (in call
+        order: every later call sees it; nobody waits for its replies): its count moves by
+        ``delta``, to ``left`` events (0: gone), and its oldest event is at ``oldest``. Returns
+        ``delta``."""
+        index, counts, total = self._windows_keys()
+        if left <= 0:
+            self._fire("HDEL", counts, member)
+            self._fire("ZREM", index, member)
+        else:
+            if delta:
+                self._fire("HINCRBY", counts, member, delta)
+            self._fire("ZADD", index, oldest, member)
+        if delta:
+            self._fire("INCRBY", total, delta)
+        return delta
+
+    def _fire(self, *command: Any) -> None:
+        """Queue ``command`` without waiting for its reply (an error is logged)."""
+        self._call(*command).add_done_callback(_log_failure)
+
+    async def _account(self, member: bytes, delta: int, left: int, oldest: str) -> int:
+        """Bookkeeping after the front of a window was trimmed: its count moves by ``delta``
+        to ``left`` events (0: gone) and its oldest event is at ``oldest``. Returns the new
+        total."""
         index, counts, total = self._windows_keys()
         if left <= 0:
             calls = [self._call("HDEL", counts, member), self._call("ZREM", index, member)]
         else:
-            zadd = ("ZADD", index, "NX", oldest, member) if only_new else ("ZADD", index, oldest, member)
-            calls = [self._call("HINCRBY", counts, member, delta), self._call(*zadd)]
+            calls = [self._call("HINCRBY", counts, member, delta), self._call("ZADD", index, oldest, member)]
         calls.append(self._call("INCRBY", total, delta))
         return int((await asyncio.gather(*calls))[-1])
 

@@ -466,6 +466,7 @@ async def test_sqlite_an_append_is_committed_when_it_returns(tmp_path: Path) -> 
 async def _redis_view(led: RedisLedger) -> tuple[dict[bytes, int], int, dict[bytes, float], dict[bytes, tuple[int, int, float]]]:
     """(counts, total, index) as the bookkeeping holds them, and per window what its keys
     hold: (entries, bytes field, at of the oldest entry)."""
+    await led._call("PING")  # after every command queued so far (some are sent unawaited)
     r = led._redis
     index_key, counts_key, total_key = led._windows_keys()
     counts = {m: int(n) for m, n in (await r.hgetall(counts_key)).items()}
@@ -557,6 +558,7 @@ async def test_redis_a_window_that_expired_stops_counting(redis_url: str) -> Non
     r = led._redis
 
     async def expire(task_id: str) -> None:
+        await led._call("PING")  # after the commands sent unawaited
         await r.delete(led._events_key("w", task_id), led._window_key("w", task_id))
 
     try:
@@ -629,6 +631,7 @@ async def test_redis_a_stale_index_score_is_corrected_not_obeyed(redis_url: str)
         a = await stream(led, 2, "a", start=10.0)
         b = await stream(led, 1, "b", start=12.0)
         index, _, _ = led._windows_keys()
+        await led._call("PING")  # after the commands sent unawaited
         await led._redis.zadd(index, {orjson.dumps(["w", "b"]): 1.0})
         await stream(led, 1, "c", start=13.0)  # 4 > 3
         assert [(await after(led, i, "a")).found for i in a] == [False, True]
@@ -657,6 +660,24 @@ async def test_redis_after_a_refused_script_only_reads_are_sent_again(redis_url:
         assert script[1] == 1 and incr == 1 and get == b"1"
         assert await led._redis.get(counter) == b"1"
         assert await led._redis.xlen(led._events_key("w", "t-1")) == 1
+    finally:
+        await led.close()
+
+
+async def test_redis_an_append_the_server_refuses_raises_and_counts_nothing(redis_url: str) -> None:
+    from redis.exceptions import ResponseError
+
+    led = await _redis_ledger(redis_url, "refused")
+    try:
+        await stream(led, 2, "ok")
+        await led._redis.set(led._events_key("w", "bad"), "not a stream")
+        with pytest.raises(ResponseError, match="WRONGTYPE"):
+            await led.append_event("w", "bad", None, b"x", T0)
+        await led._call("PING")  # after the commands sent unawaited
+        _, counts, total = led._windows_keys()
+        assert await led._redis.get(total) == b"2"
+        assert {m: int(n) for m, n in (await led._redis.hgetall(counts)).items() if int(n)} == {
+            orjson.dumps(["w", "ok"]): 2}
     finally:
         await led.close()
 
