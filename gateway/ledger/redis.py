@@ -8,6 +8,24 @@ Layout (``prefix`` defaults to ``a2agw``)::
     {prefix}:live                      set   task keys not yet terminal (crash-recovery scan)
     {prefix}:terminal                  zset  task keys of terminal tasks, scored by observed_at
 
+The replay window (docs/resume.md §2.3)::
+
+    {prefix}:events:{upstream}:{taskId}  stream  the task's window: entries (lineage,
+                                                 payload, at), oldest first      [_events_key]
+    {prefix}:window:{upstream}:{taskId}  hash    bytes (payload bytes of its entries)
+                                                                                 [_window_key]
+    {prefix}:windows                     zset    window → at of its oldest event
+    {prefix}:windows:n                   hash    window → its events
+    {prefix}:windows:total               string  events in all windows        [_windows_keys]
+
+A window is named in the last three by the JSON ``[upstream, taskId]``. Every key of a task is
+built by a method (in brackets), and each script runs on the keys of one task only (``KEYS``:
+its stream and its hash), so a layout with one hash slot per task (Redis Cluster) changes
+only the methods. The per-task keys expire ``retention_seconds`` after the task's newest
+append (an idle window vanishes by itself); the three over all windows are moved by plain
+commands after each script, so they are exact for one process whose calls do not overlap and
+approximate otherwise (docs/resume.md §2.3 says how, and how they heal).
+
 Compare-and-set runs as one Lua script (``EVALSHA``), so a terminal state recorded through
 replica A is absorbing on replica B: B's stale ``put`` finds another version and loses. Uses
 the ``redis`` package's asyncio client.
@@ -24,7 +42,10 @@ pool. If the server lost the script (restart, ``SCRIPT FLUSH``), it is loaded ag
 ``put`` calls it refused are sent once more together with every ``get`` called after the first
 of them, in call order, right after the pipeline that was refused (a ``get`` still sees every
 ``put`` called before it; only which of two same-version ``put`` calls wins may differ from
-call order in that one pipeline).
+call order in that one pipeline). The window's calls go through the same pipelines: its scripts
+are sent as ``EVALSHA`` of their SHA1 and loaded by that same path the first time a server
+lacks them; refused ones are sent again like puts, reads (``XRANGE``, ``GET`` …) like gets,
+and a write that went through (a bookkeeping increment) is never sent twice.
 """
 
 from __future__ import annotations
@@ -394,15 +415,16 @@ class RedisLedger:
         """
         limits = self._window_limits
         member = orjson.dumps([upstream, task_id])
-        _, counts, total_key = self._windows_keys()
+        index, counts, total_key = self._windows_keys()
         # The script, and the bookkeeping of an append that trims nothing (the common case),
         # in one pipeline; what the script did otherwise is put right by the commands after it.
-        script, count, total = await asyncio.gather(
+        script, count, indexed, total = await asyncio.gather(
             self._call("EVALSHA", _APPEND_SHA, 2, self._events_key(upstream, task_id),
                        self._window_key(upstream, task_id), lineage or "", payload, repr(at),
                        limits.max_events_per_task, limits.max_bytes_per_task,
                        max(1, int(limits.retention_seconds * 1000))),
             self._call("HINCRBY", counts, member, 1),
+            self._call("ZADD", index, "NX", repr(at), member),
             self._call("INCRBY", total_key, 1),
             return_exceptions=True)
         if isinstance(script, BaseException):
@@ -410,7 +432,7 @@ class RedisLedger:
                 self._fire("HINCRBY", counts, member, -1)
                 self._fire("INCRBY", total_key, -1)
             raise script
-        for reply in (count, total):
+        for reply in (count, indexed, total):
             if isinstance(reply, BaseException):
                 raise reply
         entry, new, left, dropped, oldest = script
@@ -444,33 +466,27 @@ class RedisLedger:
         """Queue ``command`` without waiting for its reply (an error is logged)."""
         self._call(*command).add_done_callback(_log_failure)
 
-    async def _account(self, member: bytes, delta: int, left: int, oldest: str) -> int:
-        """Bookkeeping after the front of a window was trimmed: its count moves by ``delta``
-        to ``left`` events (0: gone) and its oldest event is at ``oldest``. Returns the new
-        total."""
+    async def _trim_window(self, member: bytes, *args: Any) -> int:
+        """Run the front-trimming script on one window (``args``: its ``ARGV``) and set the
+        window's bookkeeping to what the script found: its count to the entries left (so a
+        count that drifted — overlapping calls, another replica, a process that died between a
+        script and its bookkeeping — is healed here), its score to its oldest entry; a window
+        that vanished (expired) leaves the bookkeeping. Returns the events the script dropped."""
+        upstream, task_id = orjson.loads(member)
         index, counts, total = self._windows_keys()
+        counted, (dropped, left, oldest) = await asyncio.gather(
+            self._call("HGET", counts, member),
+            self._call("EVALSHA", _TRIM_SHA, 2, self._events_key(upstream, task_id),
+                       self._window_key(upstream, task_id), *args))
+        delta = left - int(counted or 0)
         if left <= 0:
             calls = [self._call("HDEL", counts, member), self._call("ZREM", index, member)]
         else:
-            calls = [self._call("HINCRBY", counts, member, delta), self._call("ZADD", index, oldest, member)]
-        calls.append(self._call("INCRBY", total, delta))
-        return int((await asyncio.gather(*calls))[-1])
-
-    async def _trim_window(self, member: bytes, *args: Any) -> int:
-        """Run the front-trimming script on one window (``args``: its ``ARGV``) and do the
-        bookkeeping; a window that vanished by expiry is taken out of it. Returns the events
-        the script dropped."""
-        upstream, task_id = orjson.loads(member)
-        dropped, left, oldest = await self._call(
-            "EVALSHA", _TRIM_SHA, 2, self._events_key(upstream, task_id),
-            self._window_key(upstream, task_id), *args)
-        if dropped < 0:
-            _, counts, _ = self._windows_keys()
-            await self._account(member, -int(await self._call("HGET", counts, member) or 0), 0, "")
-            return 0
-        if dropped or oldest:
-            await self._account(member, -dropped, left, oldest.decode())
-        return int(dropped)
+            calls = [self._call("HSET", counts, member, left), self._call("ZADD", index, oldest, member)]
+        if delta:
+            calls.append(self._call("INCRBY", total, delta))
+        await asyncio.gather(*calls)
+        return max(0, int(dropped))
 
     async def _cap_total(self) -> None:
         """Drop the oldest events of all windows (by ``at``) until the total is within

@@ -24,11 +24,17 @@ whole is lost — ``BEGIN`` or ``COMMIT`` failed, or SQLite rolled the whole tra
 nothing of the batch was delivered yet, and every operation is run again in a transaction of its
 own, so each call gets the outcome it would have had alone.
 
-Schema (created on open; ``PRAGMA user_version`` 1)::
+Schema (created on open; ``PRAGMA user_version`` 2)::
 
     tasks(upstream TEXT, task_id TEXT, version INTEGER, state TEXT, terminal INTEGER,
           resync INTEGER, observed_at REAL, record BLOB, PRIMARY KEY (upstream, task_id))
     task_counts(state TEXT PRIMARY KEY, n INTEGER)
+    events(id INTEGER PRIMARY KEY AUTOINCREMENT, upstream TEXT, task_id TEXT,
+           lineage TEXT (NULL: its own id), at REAL, size INTEGER, payload BLOB)
+        index (upstream, task_id, id), index (at)
+    event_windows(upstream TEXT, task_id TEXT, n INTEGER, bytes INTEGER,
+                  PRIMARY KEY (upstream, task_id))
+    event_total(one INTEGER PRIMARY KEY CHECK (one = 1), n INTEGER)
 
 ``task_counts`` holds the number of rows of ``tasks`` in each state, kept by three triggers on
 ``tasks`` (after an insert, a change of ``state``, a delete) in the transaction of the change
@@ -38,6 +44,17 @@ database of an earlier version (``user_version`` 0: no ``task_counts``) is broug
 by :meth:`SqliteLedger.open`: table, triggers and the counts filled once from the tasks, in one
 ``BEGIN IMMEDIATE`` transaction that re-reads the version first, so of several processes
 opening the file at once exactly one migrates it.
+
+The replay window (docs/resume.md §2.2): ``events`` holds each task's window, one row per
+event; the event id is the row's ``AUTOINCREMENT`` id as decimal text, never reused, so it is
+valid for every process sharing the file and an id of a trimmed event is never another event's.
+``event_windows`` (events and payload bytes per task, a row only while the task has events)
+and ``event_total`` (events of all tasks) are kept by two triggers on ``events``, like
+``task_counts``, so :meth:`SqliteLedger.append_event` judges its trims from two rows, deletes
+from the front of the task's index (per task) or of the table (the total cap, the smallest
+ids), and costs amortised O(1) however many events the ledger holds. An append is one write
+operation under a savepoint: all of it is committed or none. Version 1 (and 0) databases gain
+the three tables at open, in the same one transaction as above.
 """
 
 from __future__ import annotations

@@ -641,6 +641,26 @@ async def test_redis_a_stale_index_score_is_corrected_not_obeyed(redis_url: str)
         await led.close()
 
 
+async def test_redis_drifted_bookkeeping_heals_when_the_prune_meets_the_window(redis_url: str) -> None:
+    """Counts off (as a replica that died between a script and its bookkeeping leaves them):
+    the prune sets a window's count to what its stream holds, and the total with it."""
+    led = await _redis_ledger(redis_url, "drift")
+    try:
+        await stream(led, 3, "a", start=10.0)
+        await stream(led, 2, "b", start=20.0)
+        index, counts, total = led._windows_keys()
+        await led._call("PING")  # after the commands sent unawaited
+        await led._redis.hincrby(counts, orjson.dumps(["w", "a"]), 5)
+        await led._redis.incrby(total, 5)
+        await led._redis.zadd(index, {orjson.dumps(["w", "b"]): 0.5})  # and b indexed too old
+        assert await led.prune_events(11.0) == 1  # a's first; b is met (and put right) too
+        view = await _redis_view(led)
+        _consistent(view)
+        assert view[1] == 4 and view[2] == {orjson.dumps(["w", "a"]): 11.0, orjson.dumps(["w", "b"]): 20.0}
+    finally:
+        await led.close()
+
+
 async def test_redis_after_a_refused_script_only_reads_are_sent_again(redis_url: str) -> None:
     """A write in the pipeline of a refused script went through: sending it again would count
     twice (the window's bookkeeping increments); a read after it is sent again and sees it."""
