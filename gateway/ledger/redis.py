@@ -139,8 +139,9 @@ local function trim_front(n, ahead, more)
     end
     count = 16
   end
-  if dropped >= n then
-    redis.call('DEL', KEYS[1], KEYS[2])
+  if dropped >= n then  -- the stream stays, empty: it remembers its last id (never reused)
+    redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)
+    redis.call('DEL', KEYS[2])
   elseif dropped > 0 then
     if kept == nil then kept = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 1)[1] end
     redis.call('XTRIM', KEYS[1], 'MINID', kept[1])
@@ -151,10 +152,10 @@ end
 """
 
 # ARGV: lineage ('' = the event's own id), payload, at, max events, max bytes, ttl ms.
-# Returns {entry id, 1 if the window is new, entries left, entries dropped, at of the oldest
-# entry left if the front moved else ''}.
+# Returns {entry id, 1 if the window was empty (or absent), entries left, entries dropped, at of
+# the oldest entry left if the front moved else ''}.
 _APPEND = _FRONT + """
-local new = redis.call('EXISTS', KEYS[1]) == 0
+local new = redis.call('XLEN', KEYS[1]) == 0
 if new then redis.call('DEL', KEYS[2]) end
 local id = redis.call('XADD', KEYS[1], '*', 'lineage', ARGV[1], 'payload', ARGV[2], 'at', ARGV[3])
 local n = redis.call('XLEN', KEYS[1])
@@ -167,22 +168,20 @@ if n > max_n or size > max_b then
   end)
   if kept ~= nil then oldest = field(kept[2], 'at') end
 end
-if dropped < n then
-  redis.call('PEXPIRE', KEYS[1], ARGV[6])
-  redis.call('PEXPIRE', KEYS[2], ARGV[6])
-end
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
 return {id, new and 1 or 0, n - dropped, dropped, oldest}
 """
 
 # ARGV: at most this many entries ('' = any), only entries with at <= this ('' = any), only
-# entries with at < this ('' = any). Returns {entries dropped (-1: no such window), entries
-# left, at of the oldest entry left or ''}.
+# entries with at < this ('' = any). Returns {entries dropped, entries left (0: the window is
+# empty or gone), at of the oldest entry left or ''}.
 _TRIM = _FRONT + """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[2])
-  return {-1, 0, ''}
-end
 local n = redis.call('XLEN', KEYS[1])
+if n == 0 then  -- expired, or emptied
+  redis.call('DEL', KEYS[2])
+  return {0, 0, ''}
+end
 local want, bound, cutoff = tonumber(ARGV[1]) or n, tonumber(ARGV[2]), tonumber(ARGV[3])
 local dropped, _, kept = trim_front(n, math.min(want, n) + 1, function(d, f, entry, len)
   if d >= want then return false end

@@ -551,6 +551,27 @@ async def test_redis_window_keys_expire_after_the_retention(redis_url: str) -> N
         await led.close()
 
 
+async def test_redis_an_emptied_window_keeps_its_stream_and_last_id(redis_url: str) -> None:
+    """A window emptied by an oversize payload keeps its (empty) stream until it expires, so
+    the stream's last id stays and the window's next id is later than every earlier one,
+    whatever the server's clock does meanwhile."""
+    led = await _redis_ledger(redis_url, "emptied", WindowLimits(max_bytes_per_task=10, retention_seconds=30.0))
+    try:
+        await stream(led, 2)
+        big, _ = await led.append_event("w", "t-1", None, b"x" * 11, T0 + 5)
+        key = led._events_key("w", "t-1")
+        info = await led._redis.xinfo_stream(key)
+        assert info["length"] == 0 and info["last-generated-id"].decode() == big.split(".")[0]
+        assert 25_000 < await led._redis.pttl(key) <= 30_000
+        await led._call("PING")
+        assert (await _redis_view(led))[:3] == ({}, 0, {})
+        nxt, _ = await led.append_event("w", "t-1", None, b"y", T0 + 6)
+        assert await after(led, nxt) == Replay(True, nxt, ())
+        _consistent(await _redis_view(led))
+    finally:
+        await led.close()
+
+
 async def test_redis_a_window_that_expired_stops_counting(redis_url: str) -> None:
     """Its keys gone (as expiry leaves it: deleted here), the window's events leave the total
     when the cap, the prune or the task's next append meets it."""
