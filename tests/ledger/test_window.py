@@ -541,6 +541,54 @@ async def test_redis_keys_come_only_from_the_key_methods(redis_url: str) -> None
         await led.close()
 
 
+async def test_redis_each_script_touches_only_the_keys_it_is_given(redis_url: str) -> None:
+    """What Redis Cluster needs of a script: every command it runs names only its ``KEYS``
+    (here: one task's stream and hash). Watched with ``MONITOR`` through appends that trim by
+    count and by bytes, empty a window, meet the total cap, and a prune."""
+    import threading
+
+    import redis as sync_redis
+
+    seen: list[dict[str, object]] = []
+    ready = threading.Event()
+
+    def watch() -> None:
+        with closing(sync_redis.Redis.from_url(redis_url)) as client, client.monitor() as monitor:
+            ready.set()
+            for command in monitor.listen():
+                seen.append(command)
+                if command["command"] == "ECHO monitor-done":
+                    return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert ready.wait(10)
+    led = await _redis_ledger(redis_url, "monitor", WindowLimits(max_events_per_task=3, max_bytes_per_task=12,
+                                                                 max_events_total=5))
+    try:
+        for i in range(12):
+            await led.append_event("w", f"t-{i % 3}", None, b"z" * (i % 6) if i != 7 else b"z" * 13, float(i))
+        await led.prune_events(9.0)
+        await led._call("ECHO", "monitor-done")
+    finally:
+        await led.close()
+    watcher.join(10)
+    assert not watcher.is_alive()
+    keys: list[str] = []
+    ran: set[str] = set()
+    for command in seen:
+        words = str(command["command"]).split(" ")
+        if command["client_type"] != "lua":
+            if words[0] == "EVALSHA" and words[3].startswith(led.prefix):
+                keys = words[3:3 + int(words[2])]
+            continue
+        named = words[1:] if words[0] == "DEL" else words[1:2]
+        assert set(named) <= set(keys), (words[:3], keys)
+        assert len({k.split(":", 2)[2] for k in keys}) == 1  # one task's keys
+        ran.add(words[0])
+    assert {"XADD", "XRANGE", "XTRIM", "HINCRBY", "PEXPIRE", "DEL"} <= ran
+
+
 async def test_redis_window_keys_expire_after_the_retention(redis_url: str) -> None:
     led = await _redis_ledger(redis_url, "ttl", WindowLimits(retention_seconds=30.0))
     try:
