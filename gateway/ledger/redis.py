@@ -411,6 +411,10 @@ class RedisLedger:
         Returns:
             ``(event_id, lineage)``: ``ENTRYID.TAG`` (the stream entry id, ordered within the
             task and valid on every replica, and the task's :meth:`_tag`) and the lineage.
+
+        Raises:
+            redis.exceptions.RedisError: the script failed (nothing was kept, and its counting
+                is taken back) or the connection did.
         """
         limits = self._window_limits
         member = orjson.dumps([upstream, task_id])

@@ -588,6 +588,9 @@ class SqliteLedger:
         Returns:
             ``(event_id, lineage)``: the event's row id as decimal text (``AUTOINCREMENT``:
             never reused, valid for every process sharing the file) and its lineage.
+
+        Raises:
+            sqlite3.Error: the append failed; nothing of it was kept (its savepoint was undone).
         """
         limits = self._window_limits
         return await self._submit(lambda c: _append_event(c, limits, upstream, task_id, lineage,
