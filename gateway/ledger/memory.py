@@ -10,6 +10,11 @@ Plain dicts (insertion-ordered) hold the :class:`~gateway.ledger.base.Stored` re
 terminal index, sharing one key tuple per task, so a tracked task costs well under 1 KiB
 (``bench/ledger_bench.py`` measures it). The record given to ``put`` is kept as is (it is
 frozen); only its small ``Stored`` wrapper is new.
+
+The replay window (docs/resume.md §2.4), the reference the durable backends are tested
+against: per task a deque of ``(seq, at, event)`` and its payload bytes, and one deque of
+``(task, seq)`` in append order for the total cap; ids are ``RUN.SEQ`` (a token of the process,
+then a counter), so an id from before a restart is unknown.
 """
 
 from __future__ import annotations

@@ -10,6 +10,24 @@ Layout (``prefix`` defaults to ``a2agw``)::
     {prefix}:acks                      string  a counter the replica-acknowledgement barrier
                                              increments (its write is what ``WAIT`` waits for)
 
+The replay window (docs/resume.md §2.3)::
+
+    {prefix}:events:{upstream}:{taskId}  stream  the task's window: entries (lineage,
+                                                 payload, at), oldest first      [_events_key]
+    {prefix}:window:{upstream}:{taskId}  hash    bytes (payload bytes of its entries)
+                                                                                 [_window_key]
+    {prefix}:windows                     zset    window → at of its oldest event
+    {prefix}:windows:n                   hash    window → its events
+    {prefix}:windows:total               string  events in all windows        [_windows_keys]
+
+A window is named in the last three by the JSON ``[upstream, taskId]``. Every key of a task is
+built by a method (in brackets), and each script runs on the keys of one task only (``KEYS``:
+its stream and its hash), so a layout with one hash slot per task (Redis Cluster) changes
+only the methods. The per-task keys expire ``retention_seconds`` after the task's newest
+append (an idle window vanishes by itself); the three over all windows are moved by plain
+commands after each script, so they are exact for one process whose calls do not overlap and
+approximate otherwise (docs/resume.md §2.3 says how, and how they heal).
+
 Compare-and-set runs as one Lua script (``EVALSHA``), so a terminal state recorded through
 replica A is absorbing on replica B: B's stale ``put`` finds another version and loses. Uses
 the ``redis`` package's asyncio client.
@@ -40,7 +58,10 @@ pool. If the server lost the script (restart, ``SCRIPT FLUSH``), it is loaded ag
 ``put`` calls it refused are sent once more together with every ``get`` called after the first
 of them, in call order, right after the pipeline that was refused (a ``get`` still sees every
 ``put`` called before it; only which of two same-version ``put`` calls wins may differ from
-call order in that one pipeline).
+call order in that one pipeline). The window's calls go through the same pipelines: its scripts
+are sent as ``EVALSHA`` of their SHA1 and loaded by that same path the first time a server
+lacks them; refused ones are sent again like puts, reads (``XRANGE``, ``GET`` …) like gets,
+and a write that went through (a bookkeeping increment) is never sent twice.
 
 Replica acknowledgement (docs/resume.md §4.4): with :attr:`RedisOptions.min_replica_acks` N > 0
 a ``put`` of a terminal record that won its compare-and-set does not return yet. Such puts are
@@ -58,21 +79,24 @@ compare-and-set was answered, then its own).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.connection import parse_url
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec, redact
-from gateway.ledger.base import Replay, Stored, WindowLimits
+from gateway.ledger.base import Replay, Stored, WindowEvent, WindowLimits
 
 _log = logging.getLogger("a2a_gateway")
 
@@ -220,6 +244,120 @@ def _read_secret(path: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
+# -- the replay window (docs/resume.md §2.3) ------------------------------------------------------
+#
+# Each script touches only the keys of ONE task (KEYS[1]: its stream, KEYS[2]: its window hash),
+# so under Redis Cluster it runs in that task's slot. The bookkeeping over all tasks (the
+# windows index, the per-window counts, the total) is done by separate commands afterwards.
+
+_FRONT = """
+local function field(fields, name)
+  for i = 1, #fields, 2 do
+    if fields[i] == name then return fields[i + 1] end
+  end
+  return nil
+end
+
+-- Drop entries from the front of the stream KEYS[1] (n entries) while more(dropped, freed,
+-- entry, its payload bytes) says so. Returns the number dropped, their payload bytes, the
+-- first entry kept (nil: none kept). XRANGE reads ahead `ahead` entries, then 16 at a time.
+local function trim_front(n, ahead, more)
+  local dropped, freed, kept, start, count = 0, 0, nil, '-', ahead
+  while kept == nil and dropped < n do
+    local batch = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', count)
+    if #batch == 0 then break end
+    for _, entry in ipairs(batch) do
+      local len = string.len(field(entry[2], 'payload') or '')
+      if more(dropped, freed, entry, len) then
+        dropped, freed, start = dropped + 1, freed + len, '(' .. entry[1]
+      else
+        kept = entry
+        break
+      end
+    end
+    count = 16
+  end
+  if dropped >= n then  -- the stream stays, empty: it remembers its last id (never reused)
+    redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)
+    redis.call('DEL', KEYS[2])
+  elseif dropped > 0 then
+    if kept == nil then kept = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 1)[1] end
+    redis.call('XTRIM', KEYS[1], 'MINID', kept[1])
+    if freed > 0 then redis.call('HINCRBY', KEYS[2], 'bytes', -freed) end  -- never '-0'
+  end
+  return dropped, freed, kept
+end
+"""
+
+# ARGV: lineage ('' = the event's own id), payload, at, max events, max bytes, ttl ms.
+# Returns {entry id, 1 if the window was empty (or absent), entries left, entries dropped, at of
+# the oldest entry left if the front moved else ''}.
+_APPEND = _FRONT + """
+local new = redis.call('XLEN', KEYS[1]) == 0
+if new then redis.call('DEL', KEYS[2]) end
+local id = redis.call('XADD', KEYS[1], '*', 'lineage', ARGV[1], 'payload', ARGV[2], 'at', ARGV[3])
+local n = redis.call('XLEN', KEYS[1])
+local size = redis.call('HINCRBY', KEYS[2], 'bytes', string.len(ARGV[2]))
+local max_n, max_b = tonumber(ARGV[4]), tonumber(ARGV[5])
+local dropped, freed, kept, oldest = 0, 0, nil, ''
+if n > max_n or size > max_b then
+  dropped, freed, kept = trim_front(n, math.max(n - max_n, 1) + 1, function(d, f, entry, len)
+    return n - d > max_n or size - f > max_b
+  end)
+  if kept ~= nil then oldest = field(kept[2], 'at') end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+return {id, new and 1 or 0, n - dropped, dropped, oldest}
+"""
+
+# ARGV: at most this many entries ('' = any), only entries with at <= this ('' = any), only
+# entries with at < this ('' = any). Returns {entries dropped, entries left (0: the window is
+# empty or gone), at of the oldest entry left or ''}.
+_TRIM = _FRONT + """
+local n = redis.call('XLEN', KEYS[1])
+if n == 0 then  -- expired, or emptied
+  redis.call('DEL', KEYS[2])
+  return {0, 0, ''}
+end
+local want, bound, cutoff = tonumber(ARGV[1]) or n, tonumber(ARGV[2]), tonumber(ARGV[3])
+local dropped, _, kept = trim_front(n, math.min(want, n) + 1, function(d, f, entry, len)
+  if d >= want then return false end
+  local at = tonumber(field(entry[2], 'at'))
+  return (bound == nil or at <= bound) and (cutoff == nil or at < cutoff)
+end)
+return {dropped, n - dropped, kept ~= nil and field(kept[2], 'at') or ''}
+"""
+
+_log = logging.getLogger("a2a_gateway")
+
+_APPEND_SHA = hashlib.sha1(_APPEND.encode()).hexdigest()
+_TRIM_SHA = hashlib.sha1(_TRIM.encode()).hexdigest()
+#: The window's scripts by SHA1 (what ``SCRIPT LOAD`` answers): they are first sent as
+#: ``EVALSHA`` and loaded by the pipeline's ``NoScript`` path when the server lacks them.
+_WINDOW_SCRIPTS = {_APPEND_SHA: _APPEND, _TRIM_SHA: _TRIM}
+#: Commands that only read: after a refused script they are sent again (they must see it).
+_READS = frozenset({"HMGET", "HGET", "GET", "XRANGE", "ZRANGE", "ZRANGEBYSCORE"})
+#: A Redis event id: the stream entry id, ``.``, and the task's tag (:meth:`RedisLedger._tag`).
+_EVENT_ID = re.compile(r"([0-9]{1,20}-[0-9]{1,20})\.([0-9a-f]{8})")
+#: At most this many windows are pruned per pipeline.
+PRUNE_CHUNK = 256
+
+
+def _log_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        _log.warning("ledger_window_bookkeeping_failed", extra={"backend": "redis",
+                                                                 "error": str(future.exception())})
+
+
+def _pairs(reply: list[Any]) -> list[tuple[bytes, Any]]:
+    """``(member, score)`` pairs of a ``ZRANGE … WITHSCORES`` reply, flat or already paired
+    (as the client's parser of the day gives it)."""
+    if reply and isinstance(reply[0], (list, tuple)):
+        return [(m, score) for m, score in reply]
+    return list(zip(reply[::2], reply[1::2]))
+
+
 class RedisLedger:
     """:class:`~gateway.ledger.base.TaskLedger` in Redis.
 
@@ -237,6 +375,7 @@ class RedisLedger:
     """
 
     backend = "redis"
+    _cap_lock: asyncio.Lock | None = None  # made at the first use (_cap_total)
 
     def __init__(self, url: str, *, prefix: str = "a2agw", timeout: float = 2.0,
                  window: WindowLimits | None = None, options: RedisOptions | None = None) -> None:
@@ -263,6 +402,20 @@ class RedisLedger:
 
     def _key(self, upstream: str, task_id: str) -> str:
         return f"{self.prefix}:task:{upstream}:{task_id}"
+
+    def _events_key(self, upstream: str, task_id: str) -> str:
+        """The stream of the task's replay window (docs/resume.md §2.3)."""
+        return f"{self.prefix}:events:{upstream}:{task_id}"
+
+    def _window_key(self, upstream: str, task_id: str) -> str:
+        """The hash beside the task's stream: ``bytes``, the payload bytes of its entries."""
+        return f"{self.prefix}:window:{upstream}:{task_id}"
+
+    def _windows_keys(self) -> tuple[str, str, str]:
+        """The bookkeeping over all windows: the index (zset: window → ``at`` of its oldest
+        event), the counts (hash: window → its events) and the total (string: events in all
+        windows). Each is used by single-key commands only."""
+        return f"{self.prefix}:windows", f"{self.prefix}:windows:n", f"{self.prefix}:windows:total"
 
     @property
     def _redis(self) -> aioredis.Redis:
@@ -341,12 +494,15 @@ class RedisLedger:
                     replies = await self._pipeline([command for command, _ in batch])
                     refused = {i for i, r in enumerate(replies) if isinstance(r, NoScriptError)}
                     if refused:
-                        # Sent again, in call order: the refused puts, and every read called
-                        # after the first of them (so it sees them). Puts that went through
-                        # stand (sending them again would make them lose their own CAS).
+                        # Sent again, in call order: the refused scripts, and every read called
+                        # after the first of them (so it sees them). Writes that went through
+                        # stand (sending them again would make a put lose its own CAS, or count
+                        # an event twice).
                         self._cas_sha = await self._redis.script_load(_CAS)
+                        for sha in {batch[i][0][1] for i in refused} & _WINDOW_SCRIPTS.keys():
+                            await self._redis.script_load(_WINDOW_SCRIPTS[sha])
                         redo = [i for i in range(min(refused), len(batch))
-                                if i in refused or batch[i][0][0] != "EVALSHA"]
+                                if i in refused or batch[i][0][0] in _READS]
                         again = await self._pipeline([self._with_current_sha(batch[i][0]) for i in redo])
                         for i, reply in zip(redo, again):
                             replies[i] = reply
@@ -366,7 +522,9 @@ class RedisLedger:
             self._sender = None
 
     def _with_current_sha(self, command: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (command[0], self._cas_sha, *command[2:]) if command[0] == "EVALSHA" else command
+        if command[0] != "EVALSHA" or command[1] in _WINDOW_SCRIPTS:
+            return command
+        return (command[0], self._cas_sha, *command[2:])
 
     async def _pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         pipe = self._redis.pipeline(transaction=False)
@@ -506,14 +664,169 @@ class RedisLedger:
                 await sentinel.aclose()
         self._client = self._ack_client = self._sentinel = None
 
-    # --- the replay window (to be implemented) ---------------------------------------------------
+    # --- the replay window (docs/resume.md §2.3) -------------------------------------------------
+
+    @staticmethod
+    def _tag(upstream: str, task_id: str) -> str:
+        """8 hex digits naming the task in its event ids: a stream entry id is unique only
+        within its stream, and another task's id must not be found in this one's."""
+        name = f"{upstream}\x00{task_id}".encode("utf-8", "surrogatepass")
+        return hashlib.blake2s(name, digest_size=4).hexdigest()
 
     async def append_event(self, upstream: str, task_id: str, lineage: str | None,
                            payload: bytes, at: float) -> tuple[str, str]:
-        raise NotImplementedError
+        """``XADD`` the event to the task's stream and trim it (oldest first, to
+        ``max_events_per_task`` entries and ``max_bytes_per_task`` payload bytes) in one
+        script, sent in call order with ``put``/``get`` and in the same pipeline as the
+        bookkeeping over all windows; when the total is then over ``max_events_total``, drop
+        the oldest events of all windows before returning (approximate with several replicas:
+        docs/resume.md §2.3). One round trip unless the cap is met. See
+        :meth:`TaskLedger.append_event`.
+
+        Returns:
+            ``(event_id, lineage)``: ``ENTRYID.TAG`` (the stream entry id, ordered within the
+            task and valid on every replica, and the task's :meth:`_tag`) and the lineage.
+
+        Raises:
+            redis.exceptions.RedisError: the script failed (nothing was kept, and its counting
+                is taken back) or the connection did.
+        """
+        limits = self._window_limits
+        member = orjson.dumps([upstream, task_id])
+        index, counts, total_key = self._windows_keys()
+        # The script, and the bookkeeping of an append that trims nothing (the common case),
+        # in one pipeline; what the script did otherwise is put right by the commands after it.
+        script, count, indexed, total = await asyncio.gather(
+            self._call("EVALSHA", _APPEND_SHA, 2, self._events_key(upstream, task_id),
+                       self._window_key(upstream, task_id), lineage or "", payload, repr(at),
+                       limits.max_events_per_task, limits.max_bytes_per_task,
+                       max(1, int(limits.retention_seconds * 1000))),
+            self._call("HINCRBY", counts, member, 1),
+            self._call("ZADD", index, "NX", repr(at), member),
+            self._call("INCRBY", total_key, 1),
+            return_exceptions=True)
+        if isinstance(script, BaseException):
+            if not isinstance(count, BaseException):  # counted an event that is not there
+                self._fire("HINCRBY", counts, member, -1)
+                self._fire("INCRBY", total_key, -1)
+            raise script
+        for reply in (count, indexed, total):
+            if isinstance(reply, BaseException):
+                raise reply
+        entry, new, left, dropped, oldest = script
+        event_id = f"{entry.decode()}.{self._tag(upstream, task_id)}"
+        if new:  # the count held the events of an earlier window of the task (expired): replace it
+            total += self._settle(member, left - count, left, repr(at))
+        elif dropped:
+            total += self._settle(member, -dropped, left, oldest.decode())
+        if total > limits.max_events_total:
+            await self._cap_total()
+        return event_id, lineage or event_id
+
+    def _settle(self, member: bytes, delta: int, left: int, oldest: str) -> int:
+        """Queue the bookkeeping that puts a window right after the append script (in call
+        order: every later call sees it; nobody waits for its replies): its count moves by
+        ``delta``, to ``left`` events (0: gone), and its oldest event is at ``oldest``. Returns
+        ``delta``."""
+        index, counts, total = self._windows_keys()
+        if left <= 0:
+            self._fire("HDEL", counts, member)
+            self._fire("ZREM", index, member)
+        else:
+            if delta:
+                self._fire("HINCRBY", counts, member, delta)
+            self._fire("ZADD", index, oldest, member)
+        if delta:
+            self._fire("INCRBY", total, delta)
+        return delta
+
+    def _fire(self, *command: Any) -> None:
+        """Queue ``command`` without waiting for its reply (an error is logged)."""
+        self._call(*command).add_done_callback(_log_failure)
+
+    async def _trim_window(self, member: bytes, *args: Any) -> int:
+        """Run the front-trimming script on one window (``args``: its ``ARGV``) and set the
+        window's bookkeeping to what the script found: its count to the entries left (so a
+        count that drifted — overlapping calls, another replica, a process that died between a
+        script and its bookkeeping — is healed here), its score to its oldest entry; a window
+        that vanished (expired) leaves the bookkeeping. Returns the events the script dropped."""
+        upstream, task_id = orjson.loads(member)
+        index, counts, total = self._windows_keys()
+        counted, (dropped, left, oldest) = await asyncio.gather(
+            self._call("HGET", counts, member),
+            self._call("EVALSHA", _TRIM_SHA, 2, self._events_key(upstream, task_id),
+                       self._window_key(upstream, task_id), *args))
+        delta = left - int(counted or 0)
+        if left <= 0:
+            calls = [self._call("HDEL", counts, member), self._call("ZREM", index, member)]
+        else:
+            calls = [self._call("HSET", counts, member, left), self._call("ZADD", index, oldest, member)]
+        if delta:
+            calls.append(self._call("INCRBY", total, delta))
+        await asyncio.gather(*calls)
+        return max(0, int(dropped))
+
+    async def _cap_total(self) -> None:
+        """Drop the oldest events of all windows (by ``at``) until the total is within
+        ``max_events_total``: the window with the oldest event loses its events up to the
+        oldest event of the next window, and so on. One at a time per process."""
+        if self._cap_lock is None:
+            self._cap_lock = asyncio.Lock()
+        index, _, total_key = self._windows_keys()
+        cap = self._window_limits.max_events_total
+        async with self._cap_lock:
+            total = int(await self._call("GET", total_key) or 0)
+            for _ in range(10_000):  # each round drops, forgets a vanished window or fixes a score
+                if total <= cap:
+                    return
+                oldest = _pairs(await self._call("ZRANGE", index, 0, 1, "WITHSCORES"))
+                if not oldest:
+                    return  # nothing indexed: the total is off (another replica's bookkeeping)
+                bound = repr(float(oldest[1][1])) if len(oldest) > 1 else ""
+                await self._trim_window(oldest[0][0], total - cap, bound, "")
+                total = int(await self._call("GET", total_key) or 0)
 
     async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
-        raise NotImplementedError
+        """``XRANGE`` of the task's stream from the entry ``event_id`` names (sent in call
+        order, so it sees every append called before it): found when that entry is the
+        first one; then its lineage's later entries. An id that is not this task's
+        ``ENTRYID.TAG`` (or that the server refuses as a stream id) is ``Replay(False)``.
+        See :meth:`TaskLedger.events_after`."""
+        match = _EVENT_ID.fullmatch(event_id)
+        if match is None or match[2] != self._tag(upstream, task_id):
+            return Replay(False)
+        entry = match[1]
+        try:
+            entries = await self._call("XRANGE", self._events_key(upstream, task_id), entry, "+")
+        except ResponseError as exc:
+            if "stream ID" in str(exc):
+                return Replay(False)
+            raise
+        if not entries or entries[0][0].decode() != entry:
+            return Replay(False)
+        tag = match[2]
+        lineage = entries[0][1][b"lineage"].decode() or event_id
+        later = []
+        for raw_id, fields in entries[1:]:
+            if fields[b"lineage"].decode() == lineage:
+                later.append(WindowEvent(f"{raw_id.decode()}.{tag}", lineage, fields[b"payload"]))
+        return Replay(True, lineage, tuple(later))
 
     async def prune_events(self, older_than: float) -> int:
-        raise NotImplementedError
+        """Trim every window whose oldest event is older than ``older_than``, from its front
+        while the events are older (a script per window, :data:`PRUNE_CHUNK` windows per
+        pipeline); a window that expired by itself is only taken out of the bookkeeping.
+
+        Returns how many events were deleted (not counting expired ones).
+        """
+        index, _, _ = self._windows_keys()
+        cutoff = repr(older_than)
+        deleted, seen = 0, set()
+        while True:
+            members = await self._call("ZRANGEBYSCORE", index, "-inf", f"({cutoff}", "LIMIT", 0, PRUNE_CHUNK)
+            todo = [m for m in members if m not in seen]
+            if not todo:
+                return deleted
+            seen.update(todo)
+            dropped = await asyncio.gather(*(self._trim_window(m, "", "", cutoff) for m in todo))
+            deleted += sum(dropped)

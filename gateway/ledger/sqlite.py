@@ -24,11 +24,17 @@ whole is lost — ``BEGIN`` or ``COMMIT`` failed, or SQLite rolled the whole tra
 nothing of the batch was delivered yet, and every operation is run again in a transaction of its
 own, so each call gets the outcome it would have had alone.
 
-Schema (created on open; ``PRAGMA user_version`` 1)::
+Schema (created on open; ``PRAGMA user_version`` 2)::
 
     tasks(upstream TEXT, task_id TEXT, version INTEGER, state TEXT, terminal INTEGER,
           resync INTEGER, observed_at REAL, record BLOB, PRIMARY KEY (upstream, task_id))
     task_counts(state TEXT PRIMARY KEY, n INTEGER)
+    events(id INTEGER PRIMARY KEY AUTOINCREMENT, upstream TEXT, task_id TEXT,
+           lineage TEXT (NULL: its own id), at REAL, size INTEGER, payload BLOB)
+        index (upstream, task_id, id), index (at)
+    event_windows(upstream TEXT, task_id TEXT, n INTEGER, bytes INTEGER,
+                  PRIMARY KEY (upstream, task_id))
+    event_total(one INTEGER PRIMARY KEY CHECK (one = 1), n INTEGER)
 
 ``task_counts`` holds the number of rows of ``tasks`` in each state, kept by three triggers on
 ``tasks`` (after an insert, a change of ``state``, a delete) in the transaction of the change
@@ -38,6 +44,17 @@ database of an earlier version (``user_version`` 0: no ``task_counts``) is broug
 by :meth:`SqliteLedger.open`: table, triggers and the counts filled once from the tasks, in one
 ``BEGIN IMMEDIATE`` transaction that re-reads the version first, so of several processes
 opening the file at once exactly one migrates it.
+
+The replay window (docs/resume.md §2.2): ``events`` holds each task's window, one row per
+event; the event id is the row's ``AUTOINCREMENT`` id as decimal text, never reused, so it is
+valid for every process sharing the file and an id of a trimmed event is never another event's.
+``event_windows`` (events and payload bytes per task, a row only while the task has events)
+and ``event_total`` (events of all tasks) are kept by two triggers on ``events``, like
+``task_counts``, so :meth:`SqliteLedger.append_event` judges its trims from two rows, deletes
+from the front of the task's index (per task) or of the table (the total cap, the smallest
+ids), and costs amortised O(1) however many events the ledger holds. An append is one write
+operation under a savepoint: all of it is committed or none. Version 1 (and 0) databases gain
+the three tables at open, in the same one transaction as above.
 """
 
 from __future__ import annotations
@@ -54,12 +71,13 @@ from typing import Any, TypeVar
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
-from gateway.ledger.base import Replay, Stored, WindowLimits
+from gateway.ledger.base import Replay, Stored, WindowEvent, WindowLimits
 
 T = TypeVar("T")
 
-#: ``PRAGMA user_version`` of a database with every table and trigger of :data:`_SCHEMA`.
-SCHEMA_VERSION = 1
+#: ``PRAGMA user_version`` of a database with every table and trigger of :data:`_SCHEMA`
+#: (1: ``task_counts``; 2: the replay window's ``events``, ``event_windows``, ``event_total``).
+SCHEMA_VERSION = 2
 
 # Statements, not a script: they run inside the migration's own transaction (executescript
 # would commit it first).
@@ -96,6 +114,51 @@ _SCHEMA = (
     # Filled once, from the tasks the database already holds (none when it is new).
     "DELETE FROM task_counts",
     "INSERT INTO task_counts (state, n) SELECT state, COUNT(*) FROM tasks GROUP BY state",
+    # -- version 2: the replay window (docs/resume.md §2.2) --
+    # id is the event id (as text); AUTOINCREMENT: never reused, even after the newest row
+    # went. lineage NULL: the event starts its own lineage (named after its id).
+    """CREATE TABLE IF NOT EXISTS events (
+        id       INTEGER PRIMARY KEY AUTOINCREMENT,
+        upstream TEXT    NOT NULL,
+        task_id  TEXT    NOT NULL,
+        lineage  TEXT,
+        at       REAL    NOT NULL,
+        size     INTEGER NOT NULL,
+        payload  BLOB    NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS events_task ON events (upstream, task_id, id)",
+    "CREATE INDEX IF NOT EXISTS events_at ON events (at)",
+    # Per task: its events and their payload bytes (a row only while it has events); and the
+    # events of all tasks (one row). Kept by triggers on events, like task_counts.
+    """CREATE TABLE IF NOT EXISTS event_windows (
+        upstream TEXT    NOT NULL,
+        task_id  TEXT    NOT NULL,
+        n        INTEGER NOT NULL,
+        bytes    INTEGER NOT NULL,
+        PRIMARY KEY (upstream, task_id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS event_total (
+        one INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+        n   INTEGER NOT NULL
+    )""",
+    """CREATE TRIGGER IF NOT EXISTS events_window_insert AFTER INSERT ON events BEGIN
+        INSERT INTO event_windows (upstream, task_id, n, bytes)
+            VALUES (NEW.upstream, NEW.task_id, 1, NEW.size)
+            ON CONFLICT (upstream, task_id) DO UPDATE SET n = n + 1, bytes = bytes + excluded.bytes;
+        UPDATE event_total SET n = n + 1;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS events_window_delete AFTER DELETE ON events BEGIN
+        UPDATE event_windows SET n = n - 1, bytes = bytes - OLD.size
+            WHERE upstream = OLD.upstream AND task_id = OLD.task_id;
+        DELETE FROM event_windows WHERE upstream = OLD.upstream AND task_id = OLD.task_id AND n <= 0;
+        UPDATE event_total SET n = n - 1;
+    END""",
+    # Filled once, from the events the database already holds (none before version 2).
+    "DELETE FROM event_windows",
+    """INSERT INTO event_windows (upstream, task_id, n, bytes)
+        SELECT upstream, task_id, COUNT(*), SUM(size) FROM events GROUP BY upstream, task_id""",
+    "DELETE FROM event_total",
+    "INSERT INTO event_total (one, n) SELECT 1, COUNT(*) FROM events",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
@@ -108,6 +171,83 @@ _UPDATE = ("UPDATE tasks SET version = ?, state = ?, terminal = ?, resync = 0, o
 
 #: At most this many operations share one transaction (the write lock is held for one batch).
 MAX_BATCH = 256
+
+# -- the replay window (docs/resume.md §2.2) ------------------------------------------------------
+
+_EVENT_INSERT = ("INSERT INTO events (upstream, task_id, lineage, at, size, payload) "
+                 "VALUES (?, ?, ?, ?, ?, ?)")
+_EVENT_WINDOW = ("SELECT w.n, w.bytes, (SELECT n FROM event_total) FROM event_windows AS w "
+                 "WHERE w.upstream = ? AND w.task_id = ?")
+_EVENT_FRONT = "SELECT id, size FROM events WHERE upstream = ? AND task_id = ? ORDER BY id"
+_EVENT_DROP_FRONT = "DELETE FROM events WHERE upstream = ? AND task_id = ? AND id <= ?"
+_EVENT_DROP_OLDEST = "DELETE FROM events WHERE id IN (SELECT id FROM events ORDER BY id LIMIT ?)"
+_EVENT_TOTAL = "SELECT n FROM event_total"
+_EVENT_LOOKUP = "SELECT lineage FROM events WHERE id = ? AND upstream = ? AND task_id = ?"
+# Later events of the lineage: a later event with lineage NULL starts a lineage of its own.
+_EVENT_LATER = ("SELECT id, payload FROM events WHERE upstream = ? AND task_id = ? AND id > ? "
+                "AND lineage = ? ORDER BY id")
+_EVENT_PRUNE = ("DELETE FROM events WHERE id IN "
+                "(SELECT id FROM events WHERE at < ? ORDER BY at LIMIT ?)")
+#: ``prune_events`` deletes in chunks of this many events, each its own operation, so the
+#: ledger's other calls are not held up behind one long delete.
+PRUNE_CHUNK = 1000
+_MAX_ID = 2**63 - 1
+
+
+def _event_number(event_id: str) -> int | None:
+    """The row id an event id names, or ``None`` when it cannot be one of ours (not the
+    canonical decimal text of a positive 64-bit integer)."""
+    if not (0 < len(event_id) <= 19 and event_id.isascii() and event_id.isdigit()):
+        return None
+    number = int(event_id)
+    if number < 1 or number > _MAX_ID or str(number) != event_id:
+        return None
+    return number
+
+
+def _append_event(conn: sqlite3.Connection, limits: WindowLimits, upstream: str, task_id: str,
+                  lineage: str | None, payload: bytes, at: float) -> tuple[str, str]:
+    """Insert one event and trim its window, then all windows, to ``limits``; all of it or
+    nothing (a savepoint inside the batch's transaction)."""
+    conn.execute("SAVEPOINT append_event")
+    try:
+        row_id = conn.execute(_EVENT_INSERT, (upstream, task_id, lineage, at, len(payload),
+                                              payload)).lastrowid
+        assert row_id is not None
+        n, size, total = conn.execute(_EVENT_WINDOW, (upstream, task_id)).fetchone()
+        if n > limits.max_events_per_task or size > limits.max_bytes_per_task:
+            last = None
+            front = conn.execute(_EVENT_FRONT, (upstream, task_id))
+            for old_id, old_size in front:
+                if n <= limits.max_events_per_task and size <= limits.max_bytes_per_task:
+                    break
+                n, size, total, last = n - 1, size - old_size, total - 1, old_id
+            front.close()
+            conn.execute(_EVENT_DROP_FRONT, (upstream, task_id, last))
+        if total > limits.max_events_total:
+            conn.execute(_EVENT_DROP_OLDEST, (total - limits.max_events_total,))
+        conn.execute("RELEASE append_event")
+    except BaseException:
+        try:
+            conn.execute("ROLLBACK TO append_event")
+            conn.execute("RELEASE append_event")
+        except sqlite3.Error:  # SQLite rolled the whole transaction back: the batch sees it
+            pass
+        raise
+    event_id = str(row_id)
+    return event_id, lineage or event_id
+
+
+def _events_after(conn: sqlite3.Connection, upstream: str, task_id: str, event_id: str) -> Replay:
+    number = _event_number(event_id)
+    if number is None:
+        return Replay(False)
+    row = conn.execute(_EVENT_LOOKUP, (number, upstream, task_id)).fetchone()
+    if row is None:
+        return Replay(False)
+    lineage = row[0] if row[0] is not None else event_id
+    later = conn.execute(_EVENT_LATER, (upstream, task_id, number, lineage)).fetchall()
+    return Replay(True, lineage, tuple(WindowEvent(str(i), lineage, bytes(p)) for i, p in later))
 
 
 class _Op:
@@ -435,14 +575,45 @@ class SqliteLedger:
         self._thread = None
         await stopped
 
-    # --- the replay window (to be implemented) ---------------------------------------------------
+    # --- the replay window (docs/resume.md §2.2) -------------------------------------------------
 
     async def append_event(self, upstream: str, task_id: str, lineage: str | None,
                            payload: bytes, at: float) -> tuple[str, str]:
-        raise NotImplementedError
+        """Insert the event and trim its task's window (oldest first, to
+        ``max_events_per_task`` events and ``max_bytes_per_task`` payload bytes), then the whole
+        ledger (oldest first, whatever the task, to ``max_events_total``), as one write
+        operation: it keeps call order with ``put``/``get`` and returns after the ``COMMIT``
+        of its batch. See :meth:`TaskLedger.append_event`.
+
+        Returns:
+            ``(event_id, lineage)``: the event's row id as decimal text (``AUTOINCREMENT``:
+            never reused, valid for every process sharing the file) and its lineage.
+
+        Raises:
+            sqlite3.Error: the append failed; nothing of it was kept (its savepoint was undone).
+        """
+        limits = self._window_limits
+        return await self._submit(lambda c: _append_event(c, limits, upstream, task_id, lineage,
+                                                          payload, at), write=True)
 
     async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
-        raise NotImplementedError
+        """The window's later events of ``event_id``'s lineage, oldest first (a read
+        operation: it sees every call made before it). An id that is not a row of this task's
+        window, or not a row id at all, is ``Replay(False)``. See
+        :meth:`TaskLedger.events_after`."""
+        return await self._submit(lambda c: _events_after(c, upstream, task_id, event_id),
+                                  write=False)
 
     async def prune_events(self, older_than: float) -> int:
-        raise NotImplementedError
+        """Delete every window event appended at an ``at`` before ``older_than`` (epoch
+        seconds), in chunks of :data:`PRUNE_CHUNK` (one write operation each).
+
+        Returns how many were deleted.
+        """
+        deleted = 0
+        while True:
+            n = await self._submit(lambda c: c.execute(_EVENT_PRUNE, (older_than, PRUNE_CHUNK)).rowcount,
+                                   write=True)
+            deleted += n
+            if n < PRUNE_CHUNK:
+                return deleted

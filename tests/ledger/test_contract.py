@@ -19,7 +19,7 @@ from gateway.ledger import codec, ledger_from_url, sqlite_path
 from gateway.errors import VersionConflictError
 from gateway.ledger.base import Stored, TaskLedger
 from gateway.ledger.memory import MemoryLedger
-from gateway.ledger.sqlite import SqliteLedger
+from gateway.ledger.sqlite import SCHEMA_VERSION, SqliteLedger
 from tests.support.redis_server import redis_server
 
 
@@ -484,7 +484,7 @@ async def test_sqlite_a_database_of_the_earlier_schema_is_migrated_at_open(tmp_p
                           "WHERE task_id = 'old-1'")
             other.execute("DELETE FROM tasks WHERE task_id = 'old-3'")  # COMPLETED
             other.commit()
-            assert other.execute("PRAGMA user_version").fetchone()[0] == 1
+            assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
         expected = {"TASK_STATE_WORKING": 2, "TASK_STATE_COMPLETED": 2,
                     "TASK_STATE_INPUT_REQUIRED": 1, "TASK_STATE_SUBMITTED": 1,
                     "TASK_STATE_FAILED": 1}

@@ -1,0 +1,58 @@
+"""Fixtures of the ledger tests: a real redis-server per test module, and ledgers of every
+backend with the replay window's limits a test asks for."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.ledger.base import TaskLedger, WindowLimits
+from gateway.ledger.memory import MemoryLedger
+from gateway.ledger.redis import RedisLedger
+from gateway.ledger.sqlite import SqliteLedger
+from tests.support.redis_server import redis_server
+
+MakeLedger = Callable[..., Awaitable[TaskLedger]]
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def make_ledger(request: pytest.FixtureRequest, backend: str,
+                      tmp_path: Path) -> AsyncIterator[MakeLedger]:
+    """``await make_ledger(limits)``: an opened ledger of ``backend``, closed at the end.
+
+    Every call of one test shares the test's store — the same SQLite file, the same Redis key
+    prefix (unique to the test) — so a second call is a second process on the same ledger
+    (memory: a new, empty ledger). ``name`` picks another file / prefix within the test."""
+    url = request.getfixturevalue("redis_url") if backend == "redis" else ""
+    run = uuid.uuid4().hex[:12]
+    opened: list[TaskLedger] = []
+
+    async def make(limits: WindowLimits | None = None, *, name: str = "ledger") -> TaskLedger:
+        led: TaskLedger
+        if backend == "memory":
+            led = MemoryLedger(window=limits)
+        elif backend == "sqlite":
+            led = SqliteLedger(tmp_path / f"{name}.db", window=limits)
+        else:
+            led = RedisLedger(url, prefix=f"t{run}{name}", window=limits)
+        await led.open()
+        opened.append(led)
+        return led
+
+    yield make
+    for led in opened:
+        await led.close()
