@@ -404,9 +404,10 @@ def legacy_step(http: httpx.Client, url: str, metrics_url: str) -> list[str]:
     with http.stream('POST', url, json=body, headers={**v1, 'accept': 'text/event-stream'}) as response:
         raw = b''.join(response.iter_raw()).decode()
     seen = []
-    for block in raw.split('\n\n'):
-        if block.startswith('data: '):
-            result = json.loads(block[6:])['result']
+    for block in raw.split('\n\n'):  # each event: its gateway event id, then its data line
+        data = [line[6:] for line in block.split('\n') if line.startswith('data: ')]
+        if data:
+            result = json.loads('\n'.join(data))['result']
             kind = next(iter(result))
             state = result[kind].get('status', {}).get('state', '')
             seen.append(f'{kind}{" " + state if state else ""}')

@@ -160,7 +160,7 @@ async def _open_ledger(rt: Runtime, *, resync: bool) -> None:
 
 async def _prune_forever(rt: Runtime) -> None:
     """Every prune interval, delete terminal tasks older than ``ledger.retention_seconds`` and
-    replay-window events older than ``replay.retention_seconds``."""
+    replay-window events older than ``replay_window.retention_seconds``."""
     cfg = rt.config.ledger
     while True:
         await asyncio.sleep(cfg.prune_interval_seconds)
@@ -168,7 +168,7 @@ async def _prune_forever(rt: Runtime) -> None:
         try:
             deleted = await rt.ledger_call("prune", lambda: rt.ledger.prune(now - cfg.retention_seconds))
             events = await rt.ledger_call("prune_events", lambda: rt.ledger.prune_events(
-                now - rt.config.replay.retention_seconds))
+                now - rt.config.replay_window.retention_seconds))
         except LedgerError:
             continue
         if deleted or events:
@@ -224,7 +224,7 @@ def build_app(
         registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
         config_path: the file ``config`` came from; when given, SIGHUP re-reads it and
             replaces upstreams and policies without dropping open streams (changes of
-            ``listen``, ``admin`` and ``ledger`` need a restart).
+            ``listen``, ``admin``, ``ledger`` and ``replay_window`` need a restart).
         resync_on_open: flag the ledger's live tasks for a resync at start-up (``False`` in
             the workers of ``serve --workers N``: the supervisor did it once for all).
 
@@ -239,7 +239,7 @@ def build_app(
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks,
-                                     window=config.replay.limits(),
+                                     window=config.replay_window.limits(),
                                      redis=config.ledger.redis_options())
     http = UpstreamClient(max_answer_bytes=config.limits.max_answer_bytes)
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())

@@ -311,7 +311,7 @@ class BridgeConfig(_Frozen):
     enabled: bool = True
 
 
-class ReplayConfig(_Frozen):
+class ReplayWindowConfig(_Frozen):
     """The replay window behind ``Last-Event-ID`` (docs/resume.md): every SSE event the gateway
     delivers for a task carries a gateway-issued ``id:`` and is kept in the ledger's backend,
     so a client that resubscribes with ``Last-Event-ID`` gets what it missed. ``enabled``:
@@ -346,7 +346,7 @@ class GatewayConfig(_Frozen):
     streams: StreamsConfig = StreamsConfig()
     admission: AdmissionConfig = AdmissionConfig()
     bridge: BridgeConfig = BridgeConfig()
-    replay: ReplayConfig = ReplayConfig()
+    replay_window: ReplayWindowConfig = ReplayWindowConfig()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

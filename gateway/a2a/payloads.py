@@ -185,7 +185,7 @@ def generation_of(obj: dict[str, Any]) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
-        if not (value.isascii() and value.isdigit()):
+        if not (len(value) <= 19 and value.isascii() and value.isdigit()):  # 2**63-1 has 19 digits
             return None
         value = int(value)
     elif isinstance(value, float):

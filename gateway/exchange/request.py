@@ -241,10 +241,16 @@ class RequestExchange:
         """A message with ``taskId``, a cancel or a subscribe: check freshness (a forced
         ``GetTask`` only for a reason) and refuse it here when the task is terminal (F05).
         Only these actions read the ledger before forwarding."""
-        ex = self.ex
-        if not engine.is_task_action(ex):
+        if not engine.is_task_action(self.ex):
             return True
         record = yield from self.fresh_record()
+        return (yield from self.refuse_task_action(record))
+
+    def refuse_task_action(self, record: TaskRecord | None) -> Generator[Any, Any, bool]:
+        """Check the task action against ``record`` (:func:`~gateway.invariants.engine.check_request`)
+        and answer a refusal itself (-32004 / -32002 for a terminal task, F05). True when the
+        action may go on."""
+        ex = self.ex
         admission = engine.check_request(ex, record)
         if admission.findings:
             yield Found(tuple(admission.findings), ex.task_id, self.summary.method)

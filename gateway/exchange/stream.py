@@ -40,7 +40,7 @@ import orjson
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.bridge import dialect_of
-from gateway.a2a.payloads import Item, Kind, locate
+from gateway.a2a.payloads import Item, Kind, generation_of, locate
 from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment
 from gateway.a2a.states import TaskState, UnknownStateError, normalize_state
 from gateway.a2a.version import ProtocolVersion
@@ -48,6 +48,7 @@ from gateway.errors import EventTooLargeError, LedgerError, NestingTooDeepError,
 from gateway.exchange import window
 from gateway.exchange.commands import (
     ENDED,
+    OPENED,
     AppendEvent,
     Answer,
     Count,
@@ -87,6 +88,8 @@ class RequestSide(Protocol):
     def fail_upstream(self, exc: UpstreamError) -> Steps: ...
 
     def fresh_record(self) -> Generator[Any, Any, TaskRecord | None]: ...
+
+    def refuse_task_action(self, record: TaskRecord | None) -> Generator[Any, Any, bool]: ...
 
     def answer(self, answer: Answer) -> Steps: ...
 
@@ -168,18 +171,43 @@ class StreamExchange:
         gateway has no record of is subscribed as without the header."""
         task_id = self.ex.task_id
         assert task_id is not None
-        replay: Replay = yield ReadWindow(task_id, after)
+        try:
+            replay: Replay = yield ReadWindow(task_id, after)
+        except LedgerError:
+            if not self.policy.fail_open:
+                raise
+            yield Count("unchecked")  # no window to read: relayed as without the header
+            yield from self.run()
+            return
         record = yield from self.owner.fresh_record()
         if record is None:
             yield from self.run()
             return
-        if not record.terminal:
-            yield from self.run(self._replay(replay, after))
+        if record.terminal and replay.found and not replay.events:
+            # the client had the last event of its stream: a subscribe to a terminal task,
+            # refused as without the header (an EventSource's reconnect ends here)
+            if (yield from self.owner.refuse_task_action(record)):
+                yield from self.run()
             return
-        self.summary.close_reason = "terminal"
+        if record.terminal:
+            self.summary.close_reason = "terminal"
+            yield StartStream()
+            yield from self._pump_upstreams(self._replay(replay, after), live=False)
+            yield EndStream()
+            return
+        try:
+            reply = yield from self.owner.open_upstream()
+        except UpstreamError as exc:
+            yield Count("upstream_errors", (exc.reason,))
+            reply = exc
+        # the replay goes out whatever the worker answered: a subscription it refused is then
+        # handled as a stream cut before its task ended (probe, terminal snapshot or resubscribe)
+        self.summary.close_reason = "upstream_closed"
         yield StartStream()
-        yield from self._pump_upstreams(self._replay(replay, after), live=False)
+        nxt = yield from self._pump_upstreams(self._replay(replay, after), refused=None if reply is OPENED else reply)
         yield EndStream()
+        if nxt is Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
+            yield from self._drain()
 
     def _replay(self, replay: Replay, after: str) -> Steps:
         """Send the window's events of ``replay`` (or, for a gap, the task's snapshot)."""
@@ -193,12 +221,12 @@ class StreamExchange:
             except ValueError:
                 events = None
         if events is None:
-            yield Count("replays", ("gap",))
+            yield Count("resumes", ("gap",))
             yield Log("warning", "replay_gap", (("upstream", self.policy.upstream), ("task_id", task_id),
-                                                ("last_event_id", after)))
+                                                ("last_event_id", after[:128])))
             yield from self._probe_snapshot(task_id)
             return
-        yield Count("replays", ("resumed",))
+        yield Count("resumes", ("resumed",))
         if events:
             yield Count("replayed_events", (), len(events))
         self.lineage = replay.lineage
@@ -241,6 +269,9 @@ class StreamExchange:
         state = self._state_of(locate(result))
         if state is not None and state is not TaskState.UNSPECIFIED:
             self._last_state = self._skip_snapshot = state
+        generation = generation_of(task)
+        if generation is not None:  # the live stream's snapshot is new only past this one
+            self.stream = dataclasses.replace(self.stream, generation=generation)
 
     def _append(self, result: Any, terminal: bool) -> Generator[Any, Any, str | None]:
         """Add ``result`` (about to be delivered) to the task's replay window; its event id,
@@ -268,9 +299,10 @@ class StreamExchange:
         self.summary.task_id = self.summary.task_id or self.stream.task_id
         self.summary.context_id = self.summary.context_id or self.stream.context_id
 
-    def _pump_upstreams(self, first: Steps | None = None, *, live: bool = True) -> Generator[Any, Any, Next]:
+    def _pump_upstreams(self, first: Steps | None = None, *, live: bool = True,
+                        refused: Answer | UpstreamError | None = None) -> Generator[Any, Any, Next]:
         """Relay the worker's stream(s) (after ``first``, a resume's replay; with ``live``
-        off, only that)."""
+        off, only that; ``refused``: the worker did not open the resumed subscription)."""
         attempt = 0
         try:
             if first is not None:
@@ -278,6 +310,13 @@ class StreamExchange:
                 if self.stream.terminal or not live:
                     return Next.CLOSE
                 yield _FLUSH
+            if refused is not None:
+                self._cut_error = (f"upstream error: {refused}" if isinstance(refused, UpstreamError)
+                                   else f"worker answered the subscription with HTTP {refused.status}")
+                nxt = yield from self._after_cut(attempt)
+                if nxt is not Next.CONTINUE:
+                    return nxt
+                attempt += 1
             while True:
                 nxt = yield from self._pump_one()
                 if nxt is not Next.CUT:

@@ -541,9 +541,9 @@ def _generations(
     if value < last:
         findings.append(Finding("divergence", GENERATION_REGRESSION,
                                 f"task {item.task_id} generation {value} after {last}"))
-        if ex.operation is _GET:
-            owed = None
-        elif owed is None:
+        if ex.operation is _GET:  # the worker's own answer to GetTask: the new baseline
+            return value, None, value
+        if owed is None:
             owed = GENERATION_REGRESSION
     elif item.kind is _TASK:
         if value >= known:

@@ -169,8 +169,8 @@ class MemoryLedger:
         :meth:`TaskLedger.events_after`."""
         window = self._windows.get((upstream, task_id))
         run, _, number = event_id.partition(".")
-        if window is None or run != self._run or not number.isdigit():
-            return Replay(False)
+        if window is None or run != self._run or not (len(number) <= 19 and number.isascii() and number.isdigit()):
+            return Replay(False)  # an id of no window, never an error (``int("²")`` raises)
         seq = int(number)
         for index, (s, _, event) in enumerate(window.events):
             if s == seq:

@@ -24,7 +24,7 @@ metric                                                 labels
 ``a2a_gateway_card_served_verbatim``                   upstream
 ``a2a_gateway_card_unguarded_interfaces``              upstream, binding
 ``a2a_gateway_stream_resubscribes_total``              upstream, outcome
-``a2a_gateway_replays_total``                          upstream, outcome
+``a2a_gateway_resumes_total``                          upstream, outcome
 ``a2a_gateway_replayed_events_total``                  upstream
 ``a2a_gateway_config_reloads_total``                   outcome
 ``a2a_gateway_tracked_tasks``                          state
@@ -199,8 +199,8 @@ class Metrics:
             ["upstream", "outcome"],
             registry=registry,
         ))
-        self.replays = Labelled(Counter(
-            "a2a_gateway_replays_total",
+        self.resumes = Labelled(Counter(
+            "a2a_gateway_resumes_total",
             "Resubscribes with Last-Event-ID, by outcome: resumed (the id was in the replay "
             "window) or gap (it was not: the client got the task's snapshot first)",
             ["upstream", "outcome"],

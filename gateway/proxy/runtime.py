@@ -54,11 +54,11 @@ class Runtime:
 
         Requests already running keep the route and upstream they started with; a card cache
         whose upstream URL and card settings did not change is kept (with its card). The listen
-        address, the admin listener and the ledger cannot change while running: they keep their
-        old values (a warning says so). Returns the names of the upstreams whose cache was kept.
+        address, the admin listener, the ledger and its replay window cannot change while running:
+        they keep their old values (a warning says so). Returns the names of the upstreams whose cache was kept.
         """
         old = getattr(self, "config", None)
-        kept_keys = ("listen", "admin", "ledger")
+        kept_keys = ("listen", "admin", "ledger", "replay_window")
         if old is not None and any(getattr(old, key) != getattr(config, key) for key in kept_keys):
             self.log.warning("config_needs_restart", extra={"keys": list(kept_keys)})
             config = config.model_copy(update={key: getattr(old, key) for key in kept_keys})
@@ -149,8 +149,8 @@ class Runtime:
     @property
     def replay(self) -> bool:
         """True when delivered task events get gateway event ids and go into the replay window
-        (``replay.enabled``, in enforce mode: observe mode relays the worker's ids; docs/resume.md §1)."""
-        return self.config.replay.enabled and self.mode is Mode.ENFORCE
+        (``replay_window.enabled``, in enforce mode: observe mode relays the worker's ids; docs/resume.md §1)."""
+        return self.config.replay_window.enabled and self.mode is Mode.ENFORCE
 
     @property
     def fail_open(self) -> bool:

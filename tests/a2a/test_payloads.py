@@ -173,6 +173,7 @@ class TestHelpers:
     (True, None), (False, None), (2.5, None), (float("inf"), None), (float("nan"), None),
     ("", None), (" 5", None), ("5 ", None), ("+5", None), ("1e3", None), ("\uff15", None),
     (None, None), ([5], None), ({"value": 5}, None),
+    ("0" * 18 + "5", 5), ("9" * 5000, None),  # past Python's int() digit limit: none, never an error
 ])
 def test_generation_of_reads_protojson_int64_and_nothing_else(value, expected):
     """SPEC11 §3.2.7 / PROTO11 int64 ``generation`` (docs/resume.md §3.1): ProtoJSON writes a

@@ -134,7 +134,7 @@ class TestResume:
         assert all(o.doc["id"] == 9 for o in book.outputs if o.doc)  # the new request's own id
         opened = [c for c in book.commands if type(c) is Open]
         assert len(opened) == 1 and jsonrpc.loads(opened[0].body)["method"] == "SubscribeToTask"
-        assert counted(book, "replays") == [(("resumed",), 1)]
+        assert counted(book, "resumes") == [(("resumed",), 1)]
         assert counted(book, "replayed_events") == [((), 2)]
 
     def test_the_newest_id_replays_nothing_and_goes_live(self):
@@ -175,7 +175,7 @@ class TestResume:
         assert [r for _, r in got] == [{"task": task("t-1", "TASK_STATE_WORKING")}, status("t-1", "TASK_STATE_COMPLETED")]
         assert [i for i, _ in got] == ["5", "6"]  # the snapshot starts a new lineage
         assert ledger.windows[("w", "t-1")][-1].lineage == "5"
-        assert counted(book, "replays") == [(("gap",), 1)]
+        assert counted(book, "resumes") == [(("gap",), 1)]
         probes = [c for c in book.commands if type(c) is Post]
         assert len(probes) == 1 and jsonrpc.loads(probes[0].body)["method"] == "GetTask"
 
@@ -195,9 +195,38 @@ class TestResume:
             {"open": True}, {"events": [status("t-1", "TASK_STATE_COMPLETED")]}], ledger=ledger)
         book = play("SubscribeToTask", {"id": "t-1"}, [
             {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-1", "TASK_STATE_COMPLETED")}},
-        ], ledger=ledger, last_event_id="4")
-        assert [r for _, r in frames(book)] == [{"task": task("t-1", "TASK_STATE_COMPLETED")}]
+        ], ledger=ledger, last_event_id="3")
+        got = frames(book)
+        assert [r for _, r in got] == [chunk("t-1", 3), {"task": task("t-1", "TASK_STATE_COMPLETED")}]
         assert not any(type(c) is Open for c in book.commands)
+        again = play("SubscribeToTask", {"id": "t-1"}, [], ledger=ledger, last_event_id=got[-1][0])
+        assert again.outputs[0].doc["error"]["code"] == jsonrpc.UNSUPPORTED_OPERATION  # that was the end
+
+    def test_the_id_of_the_last_event_of_a_terminal_task_is_answered_as_a_subscribe_without_it(self):
+        """Nothing is left to send: refused as any subscribe to a terminal task (F05), without
+        asking the worker and without growing the window (an EventSource's reconnect ends)."""
+        ledger = Ledger()
+        play("SendStreamingMessage", SEND, [
+            {"open": True}, {"events": [{"task": task("t-1", "TASK_STATE_WORKING")}, status("t-1", "TASK_STATE_COMPLETED")]}],
+            ledger=ledger)
+        for _ in range(2):
+            book = play("SubscribeToTask", {"id": "t-1"}, [], ledger=ledger, last_event_id="2")
+            assert [o.doc["error"]["code"] for o in book.outputs] == [jsonrpc.UNSUPPORTED_OPERATION]
+            assert not any(type(c) in (Open, Post) for c in book.commands)
+        assert len(ledger.windows[("w", "t-1")]) == 2
+
+    def test_a_subscription_the_worker_refuses_still_gets_the_replay_first(self):
+        """The task ended while no client was connected; the worker refuses the subscribe. The
+        window's events still go out, then the cut-stream handling finds the end (a GetTask)."""
+        ledger = Ledger()
+        first_stream(ledger)
+        refusal = {"jsonrpc": "2.0", "id": 2, "error": {"code": jsonrpc.UNSUPPORTED_OPERATION, "message": "terminal"}}
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"answer": refusal},
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-1", "TASK_STATE_COMPLETED")}},
+        ], ledger=ledger, last_event_id="2")
+        got = [r for _, r in frames(book)]
+        assert got == [chunk("t-1", 2), chunk("t-1", 3), {"task": task("t-1", "TASK_STATE_COMPLETED")}]
 
     def test_without_the_header_a_subscribe_is_relayed_as_before(self):
         ledger = Ledger()
@@ -224,7 +253,7 @@ class TestResume:
         book = play("SubscribeToTask", {"id": "t-9"}, [
             {"open": True}, {"events": [{"task": task("t-9", "TASK_STATE_COMPLETED")}]}], last_event_id="3")
         assert [r for _, r in frames(book)] == [{"task": task("t-9", "TASK_STATE_COMPLETED")}]
-        assert counted(book, "replays") == []
+        assert counted(book, "resumes") == []
 
 
 class TestWindowFailure:
@@ -241,6 +270,42 @@ class TestWindowFailure:
             ledger=_FailingWindow(), fail_open=True, mode=Mode.ENFORCE)
         assert frames(book) == [(None, {"task": task("t-1", "TASK_STATE_COMPLETED")})]
         assert counted(book, "unchecked") == [((), 1)]
+
+
+    def test_fail_open_relays_a_resume_whose_window_cannot_be_read_as_a_plain_subscribe(self):
+        ledger = _UnreadableWindow()
+        first_stream(ledger)
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"open": True}, {"events": [status("t-1", "TASK_STATE_COMPLETED")]}],
+            ledger=ledger, last_event_id="2", fail_open=True)
+        assert [r for _, r in frames(book)] == [status("t-1", "TASK_STATE_COMPLETED")]
+        assert counted(book, "unchecked") == [((), 1)]
+
+    def test_without_fail_open_it_is_the_ledger_error_answer(self):
+        ledger = _UnreadableWindow()
+        first_stream(ledger)
+        book = play("SubscribeToTask", {"id": "t-1"}, [], ledger=ledger, last_event_id="2")
+        assert book.outputs[0].status == 503 and not any(type(c) is Open for c in book.commands)
+
+
+class TestGapWithGenerations:
+    def test_a_live_snapshot_past_the_gap_snapshots_generation_is_delivered(self):
+        ledger = Ledger()
+        first_stream(ledger)
+        newer = {**task("t-1", "TASK_STATE_WORKING"), "generation": 6,
+                 "artifacts": [{"artifactId": "a-9", "parts": [{"text": "new"}]}]}
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"open": True},
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": {**task("t-1", "TASK_STATE_WORKING"), "generation": 5}}},
+            {"events": [{"task": newer}, status("t-1", "TASK_STATE_COMPLETED")]},
+        ], ledger=ledger, last_event_id="gone")
+        got = [r for _, r in frames(book)]
+        assert [g["task"].get("generation") if "task" in g else "status" for g in got] == [5, 6, "status"]
+
+
+class _UnreadableWindow(Ledger):
+    def events_after(self, *args: Any) -> Any:
+        raise LedgerError("window unavailable")
 
 
 class _FailingWindow(Ledger):

@@ -189,8 +189,11 @@ class TestRegression:
         assert owed(book) == REGRESSION
         out = book.answer(exchange("GetTask", {"id": "t-1"}), gen(task("t-1", "c-1", "TASK_STATE_WORKING"), 2))
         assert kinds(out.findings, "divergence") == [REGRESSION]
-        assert book.record("t-1").generation == 3
+        assert book.record("t-1").generation == 2  # the worker's answer is the new baseline
         assert owed(book) is None
+        later = book.answer(exchange("SendMessage", follow_up()),
+                            {"task": gen(task("t-1", "c-1", "TASK_STATE_WORKING"), 3)})
+        assert later.findings == [] and owed(book) is None  # judged against 2, not the 3 it stepped back from
 
     def test_a_get_task_answer_as_new_as_the_record_clears_a_regression(self, book):
         working_stream(book, 1, 2, 3, 2)

@@ -61,7 +61,7 @@ def test_a_client_cut_mid_stream_gets_every_missed_event_once_in_order(h: Harnes
     assert len({f.id for f in again}) == len(again) and not {f.id for f in again[3:]} & set(ids)
     [sub] = h.worker.calls("SubscribeToTask")
     assert "last-event-id" not in sub.headers  # the gateway's ids mean nothing to the worker
-    assert h.metric("a2a_gateway_replays_total", outcome="resumed") == 1
+    assert h.metric("a2a_gateway_resumes_total", outcome="resumed") == 1
     assert h.metric("a2a_gateway_replayed_events_total") == 3
 
 
@@ -93,7 +93,7 @@ def test_a_v03_client_resumes_with_tasks_resubscribe(h: Harness, cut: Any) -> No
 
 def test_an_id_the_window_no_longer_holds_is_a_counted_gap_answered_with_a_snapshot(
         make_harness: Any, gateway_warnings: Any) -> None:
-    h = make_harness(replay={"max_events_per_task": 3})
+    h = make_harness(replay_window={"max_events_per_task": 3})
     gate = Gate()
     first_stream(h.worker, TID, gate)
     frames = read_stream(h.http, h.gateway.url + "/", SEND, V1, stop_after=7)
@@ -104,7 +104,7 @@ def test_an_id_the_window_no_longer_holds_is_a_counted_gap_answered_with_a_snaps
     assert chunks_of(again) == ["chunk 7"]  # the worker's repeated snapshot was dropped
     assert [result_of(f).get("task") is not None for f in again].count(True) == 1
     assert len(h.worker.calls("GetTask")) == 1
-    assert h.metric("a2a_gateway_replays_total", outcome="gap") == 1
+    assert h.metric("a2a_gateway_resumes_total", outcome="gap") == 1
     [line] = gateway_warnings("replay_gap")
     assert line.task_id == TID and line.last_event_id == frames[1].id
     gate.release()
@@ -123,7 +123,7 @@ def test_a_terminal_task_is_resumed_from_the_window_without_the_worker(h: Harnes
 
 
 def test_without_the_window_the_workers_ids_and_the_header_go_through(make_harness: Any) -> None:
-    h = make_harness(replay={"enabled": False})
+    h = make_harness(replay_window={"enabled": False})
     h.worker.on("SendStreamingMessage", sse=[
         b"id: w-1\ndata: " + _rpc({"task": task(TID, COMPLETED)}) + b"\n\n"])
     frames = read_stream(h.http, h.gateway.url + "/", SEND, V1)
@@ -145,4 +145,4 @@ def test_an_empty_header_is_no_header(h: Harness, cut: Any) -> None:
     resumed_stream(h.worker, TID, 7, 7)
     again = read_stream(h.http, h.gateway.url + "/", subscribe(), {**V1, "Last-Event-ID": ""})
     assert chunks_of(again) == ["chunk 7"]  # the worker's stream only: no replay, no gap
-    assert h.metric("a2a_gateway_replays_total") == 0
+    assert h.metric("a2a_gateway_resumes_total") == 0
