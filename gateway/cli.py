@@ -110,7 +110,8 @@ def _parser() -> argparse.ArgumentParser:
                        "memory or redis) [A2A_GATEWAY_PID_FILE]")
     serve.add_argument("--ledger", metavar="URL", default=_env("LEDGER"),
                        help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH, "
-                       "redis://HOST:PORT/DB or redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB "
+                       "redis://HOST:PORT/DB, redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB "
+                       "or redis+cluster://HOST:PORT,HOST:PORT "
                        "(default sqlite:.a2a-gateway/ledger.db, or ledger.url; the other ledger.* "
                        "settings still come from the config) [A2A_GATEWAY_LEDGER]")
 

@@ -218,7 +218,9 @@ class LedgerConfig(_Frozen):
     ``.a2a-gateway/`` under the working directory), ``redis://[USER:PASSWORD@]HOST:PORT/DB``
     (``rediss://`` with TLS: ``?ssl_ca_certs=CA.pem&ssl_certfile=CERT.pem&ssl_keyfile=KEY.pem``)
     or ``redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/SERVICE/DB`` (the primary found
-    through Sentinels; ``rediss+sentinel://`` with TLS) — docs/resume.md §4.
+    through Sentinels; ``rediss+sentinel://`` with TLS) or
+    ``redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…]`` (Redis Cluster, startup nodes;
+    ``rediss+cluster://`` with TLS; no ``min_replica_acks``) — docs/resume.md §4.
     ``retention_seconds``: how long terminal tasks are kept (default 7 days), pruned every
     ``prune_interval_seconds``. ``max_tasks`` bounds the memory backend.
     ``on_unavailable``: ``reject`` (default; fail closed with a transport-class error) or
@@ -231,10 +233,10 @@ class LedgerConfig(_Frozen):
     prune_interval_seconds: float = Field(default=300, gt=0)
     on_unavailable: Literal["reject", "forward"] = "reject"
     min_replica_acks: int = Field(default=0, ge=0)
-    """Redis only: a terminal state is stored only once this many replicas acknowledged it
-    (``WAIT``), so a failover cannot lose it; fewer within ``replica_ack_timeout_seconds``
-    fails the write (the event is not forwarded, the client gets the ledger error). 0 (the
-    default): acknowledged by the primary alone (docs/resume.md §4.4)."""
+    """Redis only, not ``redis+cluster://``: a terminal state is stored only once this many
+    replicas acknowledged it (``WAIT``), so a failover cannot lose it; fewer within
+    ``replica_ack_timeout_seconds`` fails the write (the event is not forwarded, the client gets
+    the ledger error). 0 (the default): acknowledged by the primary alone (docs/resume.md §4.4)."""
     replica_ack_timeout_seconds: Seconds = 1.0
     password_file: str | None = None
     """Redis only: a file holding the password of the Redis servers (a mounted Kubernetes
@@ -257,8 +259,11 @@ class LedgerConfig(_Frozen):
     @model_validator(mode="after")
     def _redis_settings(self) -> LedgerConfig:
         redis = self.url.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://",
-                                     "rediss+sentinel://"))
+                                     "rediss+sentinel://", "redis+cluster://", "rediss+cluster://"))
         sentinel = self.url.startswith(("redis+sentinel://", "rediss+sentinel://"))
+        if self.min_replica_acks and self.url.startswith(("redis+cluster://", "rediss+cluster://")):
+            raise ValueError("min_replica_acks: not supported with a redis+cluster:// ledger URL "
+                             "(WAIT covers one shard); set it to 0 (docs/resume.md §4.6)")
         for name in ("min_replica_acks", "password_file"):
             if getattr(self, name) and not redis:
                 raise ValueError(f"{name}: needs a Redis ledger URL")

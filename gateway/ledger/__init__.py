@@ -13,6 +13,8 @@ URL                                              backend
                                                  (``rediss://`` for TLS, ``unix://``)
 ``redis+sentinel://[USER:PASS@]H:P,H:P/NAME/DB`` the same, the primary found through Sentinels
                                                  (``rediss+sentinel://`` for TLS)
+``redis+cluster://[USER:PASS@]H:P[,H:P…]``       :class:`~gateway.ledger.redis_cluster.RedisClusterLedger`
+                                                 (Redis Cluster; ``rediss+cluster://`` for TLS)
 ===============================================  ==============================================
 """
 
@@ -64,7 +66,8 @@ def ledger_from_url(url: str, *, max_tasks: int = 100_000, window: WindowLimits 
     default none).
 
     Raises:
-        ValueError: an unknown scheme, an empty path, or a Redis URL that does not parse.
+        ValueError: an unknown scheme, an empty path, a Redis URL that does not parse, or
+            ``redis.min_replica_acks`` > 0 with a ``redis+cluster://`` URL.
     """
     if url in ("memory", "memory:", "memory://"):
         from gateway.ledger.memory import MemoryLedger
@@ -77,9 +80,14 @@ def ledger_from_url(url: str, *, max_tasks: int = 100_000, window: WindowLimits 
         from gateway.ledger.sqlite import SqliteLedger
 
         return SqliteLedger(path, window=window)
+    if url.startswith(("redis+cluster://", "rediss+cluster://")):
+        from gateway.ledger.redis_cluster import RedisClusterLedger
+
+        return RedisClusterLedger(url, window=window, options=redis)
     if url.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://")):
         from gateway.ledger.redis import RedisLedger
 
         return RedisLedger(url, window=window, options=redis)
     raise ValueError(f"{redact(url)}: unknown ledger URL (use memory, sqlite:///PATH, "
-                     "redis://HOST:PORT/DB or redis+sentinel://HOST:PORT,…/SERVICE/DB)")
+                     "redis://HOST:PORT/DB, redis+sentinel://HOST:PORT,…/SERVICE/DB or "
+                     "redis+cluster://HOST:PORT,…)")

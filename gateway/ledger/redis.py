@@ -376,6 +376,8 @@ class RedisLedger:
 
     backend = "redis"
     _cap_lock: asyncio.Lock | None = None  # made at the first use (_cap_total)
+    #: the compare-and-set script ``put`` sends (loaded at open and again after ``NoScript``)
+    _cas_script = _CAS
 
     def __init__(self, url: str, *, prefix: str = "a2agw", timeout: float = 2.0,
                  window: WindowLimits | None = None, options: RedisOptions | None = None) -> None:
@@ -470,7 +472,7 @@ class RedisLedger:
             raise MasterNotFoundError(f"no Sentinel at {asked} names a primary for "
                                       f"{target.service!r} (down, unreachable, refusing the "
                                       "Sentinel credentials, or not monitoring it)") from exc
-        self._cas_sha = await self._client.script_load(_CAS)
+        self._cas_sha = await self._client.script_load(self._cas_script)
         self._prune = self._client.register_script(_PRUNE)
         self._resync = self._client.register_script(_RESYNC)
 
@@ -498,7 +500,7 @@ class RedisLedger:
                         # after the first of them (so it sees them). Writes that went through
                         # stand (sending them again would make a put lose its own CAS, or count
                         # an event twice).
-                        self._cas_sha = await self._redis.script_load(_CAS)
+                        self._cas_sha = await self._redis.script_load(self._cas_script)
                         for sha in {batch[i][0][1] for i in refused} & _WINDOW_SCRIPTS.keys():
                             await self._redis.script_load(_WINDOW_SCRIPTS[sha])
                         redo = [i for i in range(min(refused), len(batch))

@@ -1,5 +1,6 @@
-"""Fixtures of the ledger tests: a real redis-server per test module, and ledgers of every
-backend with the replay window's limits a test asks for."""
+"""Fixtures of the ledger tests: a real redis-server per test module, a real 3-primary Redis
+Cluster per session (started at the first test that asks for it), and ledgers of every backend
+with the replay window's limits a test asks for."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from gateway.ledger.base import TaskLedger, WindowLimits
 from gateway.ledger.memory import MemoryLedger
 from gateway.ledger.redis import RedisLedger
+from gateway.ledger.redis_cluster import RedisClusterLedger
 from gateway.ledger.sqlite import SqliteLedger
+from tests.support.redis_cluster import redis_cluster
 from tests.support.redis_server import redis_server
 
 MakeLedger = Callable[..., Awaitable[TaskLedger]]
@@ -24,7 +27,19 @@ def redis_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """``redis+cluster://…`` of a 3-primary cluster shared by the session's tests (each test
+    keeps to a key prefix of its own)."""
+    with redis_cluster() as url:
+        yield url
+
+
+#: The backends every contract test runs on; the cluster's is ``slow`` (it starts a cluster).
+BACKENDS = ["memory", "sqlite", "redis", pytest.param("redis-cluster", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -37,7 +52,8 @@ async def make_ledger(request: pytest.FixtureRequest, backend: str,
     Every call of one test shares the test's store — the same SQLite file, the same Redis key
     prefix (unique to the test) — so a second call is a second process on the same ledger
     (memory: a new, empty ledger). ``name`` picks another file / prefix within the test."""
-    url = request.getfixturevalue("redis_url") if backend == "redis" else ""
+    url = (request.getfixturevalue("redis_url") if backend == "redis"
+           else request.getfixturevalue("redis_cluster_url") if backend == "redis-cluster" else "")
     run = uuid.uuid4().hex[:12]
     opened: list[TaskLedger] = []
 
@@ -47,6 +63,8 @@ async def make_ledger(request: pytest.FixtureRequest, backend: str,
             led = MemoryLedger(window=limits)
         elif backend == "sqlite":
             led = SqliteLedger(tmp_path / f"{name}.db", window=limits)
+        elif backend == "redis-cluster":
+            led = RedisClusterLedger(url, prefix=f"t{run}{name}", window=limits)
         else:
             led = RedisLedger(url, prefix=f"t{run}{name}", window=limits)
         await led.open()

@@ -1,4 +1,5 @@
-"""One contract, every backend: memory, SQLite (a real file) and Redis (a real redis-server)."""
+"""One contract, every backend: memory, SQLite (a real file), Redis (a real redis-server) and
+Redis Cluster (a real 3-primary cluster, tests/ledger/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import dataclasses
 import random
 import sqlite3
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import closing
@@ -20,6 +22,7 @@ from gateway.errors import VersionConflictError
 from gateway.ledger.base import Stored, TaskLedger
 from gateway.ledger.memory import MemoryLedger
 from gateway.ledger.sqlite import SCHEMA_VERSION, SqliteLedger
+from tests.ledger.conftest import BACKENDS
 from tests.support.redis_server import redis_server
 
 
@@ -29,18 +32,20 @@ def redis_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=BACKENDS)
 async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskLedger]:
     if request.param == "memory":
         url = "memory"
     elif request.param == "sqlite":
         url = f"sqlite:///{tmp_path}/ledger.db"
+    elif request.param == "redis-cluster":
+        url = request.getfixturevalue("redis_cluster_url")
     else:
         base = request.getfixturevalue("redis_url")
         url = base
     led = ledger_from_url(url)
-    if request.param == "redis":
-        led.prefix = f"t{id(request)}"  # type: ignore[attr-defined]  # isolate tests on one server
+    if request.param.startswith("redis"):
+        led.prefix = f"t{uuid.uuid4().hex[:12]}"  # type: ignore[attr-defined]  # isolate tests on one server
     await led.open()
     yield led
     await led.close()

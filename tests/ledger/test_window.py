@@ -1,5 +1,5 @@
 """The replay window's contract (docs/resume.md §2), every backend: memory, SQLite (a real
-file) and Redis (a real redis-server). Then what only SQLite or only Redis has: the schema's
+file), Redis (a real redis-server) and Redis Cluster (a real 3-primary cluster). Then what only SQLite or only Redis has: the schema's
 migration, the bookkeeping against a recount, the key layout, expiry."""
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from tests.ledger.conftest import MakeLedger
 T0 = 1_000.0
 #: Only the backends that outlive a process and are shared by several (a memory ledger is one
 #: process's own).
-DURABLE = pytest.mark.parametrize("backend", ["sqlite", "redis"], indirect=True)
+DURABLE = pytest.mark.parametrize(
+    "backend", ["sqlite", "redis", pytest.param("redis-cluster", marks=pytest.mark.slow)], indirect=True)
 
 
 def rec(task_id: str = "t-1", state: TaskState = TaskState.WORKING) -> TaskRecord:
@@ -69,7 +70,7 @@ async def test_ids_are_new_and_later_ids_come_later_in_the_window(make_ledger: M
         assert [e.payload for e in replay.events] == [f"t-1#{i}".encode() for i in range(k + 1, 6)]
     if backend == "sqlite":  # the AUTOINCREMENT row id, as text
         assert [int(i) for i in ids] == sorted(int(i) for i in ids)
-    if backend == "redis":  # the stream entry id (ordered), then the task's tag
+    if backend.startswith("redis"):  # the stream entry id (ordered), then the task's tag
         entries = [tuple(int(p) for p in i.split(".")[0].split("-")) for i in ids]
         assert entries == sorted(entries) and len({i.split(".")[1] for i in ids}) == 1
 
