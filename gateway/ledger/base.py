@@ -5,7 +5,8 @@ The ledger stores :class:`~gateway.invariants.model.TaskRecord` values keyed by
 each record (:class:`Stored`), so two concurrent events for one task — two streams, or two
 gateway replicas — can never both win a transition out of the same state. Backends: :mod:`~gateway.ledger.memory` (bounded, one
 process), :mod:`~gateway.ledger.sqlite` (the embedded default, one host),
-:mod:`~gateway.ledger.redis` (several replicas).
+:mod:`~gateway.ledger.redis` (several replicas), :mod:`~gateway.ledger.redis_cluster` (the
+same on Redis Cluster).
 """
 
 from __future__ import annotations

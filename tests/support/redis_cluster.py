@@ -4,6 +4,7 @@ yes`` on free ports (each with its cluster bus on a free port too, ``--cluster-p
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests.support.redis_server import require_redis_server
@@ -24,11 +26,13 @@ PRIMARIES = 3
 def redis_cluster(timeout: float = 30.0) -> Iterator[str]:
     """Start the cluster and yield its ``redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3``
     URL once every node reports ``cluster_state:ok`` (within ``timeout`` seconds, else
-    RuntimeError)."""
+    RuntimeError). Skips the test when redis-server or redis-cli is missing (fails under CI)."""
     binary = require_redis_server()
     cli = shutil.which("redis-cli")
     if cli is None:
-        raise RuntimeError("redis-cli is not installed (it comes with redis-server, redis-tools)")
+        if os.environ.get("CI"):
+            pytest.fail("redis-cli is not installed; .ci/run must install it (redis-tools)")
+        pytest.skip("redis-cli is not installed (apt-get install redis-tools)")
     workdir = Path(tempfile.mkdtemp(prefix="a2a-gw-cluster-"))
     procs: list[subprocess.Popen[bytes]] = []
     ports: list[int] = []
