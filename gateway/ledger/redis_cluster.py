@@ -102,6 +102,10 @@ return {1, s or ''}
 #: Tasks visited per round trip by the resync scan and the prune.
 SCAN_CHUNK = 500
 
+MAX_CONNECTIONS_PER_NODE = 1024
+"""Connections the cluster client may open to each node (a ``max_connections`` query argument
+of the URL overrides it)."""
+
 
 def _escape(part: str) -> str:
     return part.replace("%", "%25").replace("{", "%7B").replace("}", "%7D").replace(":", "%3A")
@@ -227,7 +231,9 @@ class RedisClusterLedger(RedisLedger):
         password = target.password
         if self.options.password_file:
             password = _read_secret(self.options.password_file)
-        kwargs: dict[str, Any] = {"socket_timeout": socket_timeout,
+        # redis-py's default of 100 connections per node fails a call at once past it
+        # (MaxConnectionsError): under a burst of concurrent puts that is a refused request
+        kwargs: dict[str, Any] = {"socket_timeout": socket_timeout, "max_connections": MAX_CONNECTIONS_PER_NODE,
                                   "socket_connect_timeout": self._timeout, **target.options}
         return RedisCluster(startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
                             username=target.username, password=password, ssl=target.tls, **kwargs)
