@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.errors import ConfigError
 
 Seconds = Annotated[float, Field(gt=0)]
+#: The longest ``replay_window.retention_seconds`` (ten years of 365 days): finite, and far
+#: inside what a Redis key's expiry in milliseconds can hold.
+TEN_YEARS = 10 * 365 * 24 * 3600
 
 
 class _Frozen(BaseModel):
@@ -321,20 +324,25 @@ class ReplayWindowConfig(_Frozen):
     delivers for a task carries a gateway-issued ``id:`` and is kept in the ledger's backend,
     so a client that resubscribes with ``Last-Event-ID`` gets what it missed. ``enabled``:
     ``false`` relays the worker's own event ids and keeps nothing. The bounds: events and
-    payload bytes per task, events in all, and seconds an event is kept."""
+    payload bytes per task, events and payload bytes in all (default 256 MiB), and seconds an
+    event is kept (finite, at most ten years: the Redis keys' expiry is in milliseconds)."""
 
     enabled: bool = True
     max_events_per_task: int = Field(default=1000, gt=0)
     max_bytes_per_task: int = Field(default=1024 * 1024, gt=0)
     max_events_total: int = Field(default=100_000, gt=0)
-    retention_seconds: float = Field(default=3600.0, gt=0)
+    max_bytes_total: int = Field(default=256 * 1024 * 1024, gt=0)
+    retention_seconds: float = Field(default=3600.0, gt=0, le=TEN_YEARS)
 
     def limits(self) -> Any:
         """The bounds as the ledger takes them (:class:`~gateway.ledger.base.WindowLimits`)."""
         from gateway.ledger.base import WindowLimits
 
-        return WindowLimits(self.max_events_per_task, self.max_bytes_per_task,
-                            self.max_events_total, self.retention_seconds)
+        return WindowLimits(max_events_per_task=self.max_events_per_task,
+                            max_bytes_per_task=self.max_bytes_per_task,
+                            max_events_total=self.max_events_total,
+                            max_bytes_total=self.max_bytes_total,
+                            retention_seconds=self.retention_seconds)
 
 
 class GatewayConfig(_Frozen):

@@ -296,3 +296,49 @@ class TestRedisLedgerSettings:
         printed = orjson.loads(proc.stdout)["ledger"]
         assert printed["url"] == "redis+sentinel://app:***@s1:26379,s2:26379,s3:26379/ledger/0"
         assert printed["min_replica_acks"] == 1
+
+
+class TestReplayWindowSettings:
+    """``replay_window:`` bounds (docs/resume.md §2.1)."""
+
+    def test_the_bounds_reach_the_ledger_limits(self):
+        from gateway.ledger.base import WindowLimits
+
+        config = parse_config({**one_upstream(), "replay_window": {
+            "max_events_per_task": 7, "max_bytes_per_task": 70, "max_events_total": 700,
+            "max_bytes_total": 7000, "retention_seconds": 7.5}})
+        assert config.replay_window.limits() == WindowLimits(
+            max_events_per_task=7, max_bytes_per_task=70, max_events_total=700, max_bytes_total=7000,
+            retention_seconds=7.5)
+        assert parse_config(one_upstream()).replay_window.limits() == WindowLimits()
+        assert WindowLimits().max_bytes_total == 256 * 1024 * 1024
+
+    def test_ten_years_of_retention_is_the_longest(self):
+        from gateway.config import TEN_YEARS
+
+        config = parse_config({**one_upstream(), "replay_window": {"retention_seconds": TEN_YEARS}})
+        assert config.replay_window.retention_seconds == TEN_YEARS == 315_360_000
+
+    @pytest.mark.parametrize("field, value", [
+        ("retention_seconds", float("inf")),  # int(inf * 1000) raised on every Redis append
+        ("retention_seconds", float("nan")),
+        ("retention_seconds", 1e17),  # past what a Redis key's expiry in ms holds
+        ("retention_seconds", 315_360_001),
+        ("retention_seconds", 0),
+        ("max_bytes_total", 0),
+        ("max_bytes_total", -1),
+        ("max_bytes_total", 1.5),
+        ("max_events_total", 0),
+        ("max_bytes_per_task", "a lot"),
+    ])
+    def test_a_bound_out_of_range_is_refused(self, field, value):
+        (line,) = problems({**one_upstream(), "replay_window": {field: value}})
+        assert line.startswith(f"replay_window.{field}: "), line
+
+    def test_a_yaml_inf_is_refused(self, tmp_path):
+        from gateway.config import load_config
+
+        path = write(tmp_path, MINIMAL + "replay_window:\n  retention_seconds: .inf\n")
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert info.value.problems[0].startswith("replay_window.retention_seconds: ")

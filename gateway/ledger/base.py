@@ -39,14 +39,17 @@ class Stored:
 class WindowLimits:
     """The bounds of the replay window (docs/resume.md §2): per task, at most
     ``max_events_per_task`` events and ``max_bytes_per_task`` bytes of payload (the oldest go
-    first); at most ``max_events_total`` events in the whole ledger (the oldest go first,
-    whatever their task); an event older than ``retention_seconds`` is deleted by
-    :meth:`TaskLedger.prune_events`. A payload larger than ``max_bytes_per_task`` is not
-    kept at all (the task's window is emptied: its ids are then unknown, a counted gap)."""
+    first); at most ``max_events_total`` events and ``max_bytes_total`` bytes of payload in
+    the whole ledger (the oldest go first, whatever their task); an event older than
+    ``retention_seconds`` is deleted by :meth:`TaskLedger.prune_events`. A payload larger than
+    ``max_bytes_per_task`` is not kept at all (the task's window is emptied: its ids are then
+    unknown, a counted gap); one larger than ``max_bytes_total`` goes by the total cap, with
+    every other event of the ledger."""
 
     max_events_per_task: int = 1000
     max_bytes_per_task: int = 1024 * 1024
     max_events_total: int = 100_000
+    max_bytes_total: int = 256 * 1024 * 1024
     retention_seconds: float = 3600.0
 
 

@@ -13,7 +13,7 @@ frozen); only its small ``Stored`` wrapper is new.
 
 The replay window (docs/resume.md §2.4), the reference the durable backends are tested
 against: per task a deque of ``(seq, at, event)`` and its payload bytes, and one deque of
-``(task, seq)`` in append order for the total cap; ids are ``RUN.SEQ`` (a token of the process,
+``(task, seq)`` in append order for the total caps (events and bytes); ids are ``RUN.SEQ`` (a token of the process,
 then a counter), so an id from before a restart is unknown.
 """
 
@@ -44,8 +44,9 @@ class MemoryLedger:
     def __init__(self, max_tasks: int = 100_000, window: WindowLimits | None = None) -> None:
         self._window_limits = window or WindowLimits()
         self._windows: dict[Key, _Window] = {}
-        self._appended: deque[tuple[Key, int]] = deque()  # (task, seq) in append order: the total cap
+        self._appended: deque[tuple[Key, int]] = deque()  # (task, seq) in append order: the total caps
         self._total = 0  # events in all windows
+        self._bytes = 0  # payload bytes in all windows
         self._seq = 0
         self._run = os.urandom(4).hex()  # ids of an earlier process are never this run's
         self._records: dict[Key, Stored] = {}
@@ -136,11 +137,12 @@ class MemoryLedger:
         window.events.append((self._seq, at, WindowEvent(event_id, lineage, payload)))
         window.size += len(payload)
         self._total += 1
+        self._bytes += len(payload)
         self._appended.append((key, self._seq))
         while window.events and (len(window.events) > limits.max_events_per_task
                                  or window.size > limits.max_bytes_per_task):
             self._pop_front(key, window)
-        while self._total > limits.max_events_total:
+        while self._total > limits.max_events_total or self._bytes > limits.max_bytes_total:
             self._drop_oldest()
         if not window.events:
             self._windows.pop(key, None)
@@ -150,13 +152,15 @@ class MemoryLedger:
         return event_id, lineage
 
     def _pop_front(self, key: Key, window: _Window) -> None:
-        window.size -= len(window.events.popleft()[2].payload)
+        size = len(window.events.popleft()[2].payload)
+        window.size -= size
         self._total -= 1
+        self._bytes -= size
         if not window.events:
             self._windows.pop(key, None)
 
     def _drop_oldest(self) -> None:
-        """Drop the oldest event still in a window, whatever its task (the total cap)."""
+        """Drop the oldest event still in a window, whatever its task (the total caps)."""
         while self._appended:
             key, seq = self._appended.popleft()
             window = self._windows.get(key)

@@ -18,15 +18,20 @@ The replay window (docs/resume.md §2.3)::
                                                                                  [_window_key]
     {prefix}:windows                     zset    window → at of its oldest event
     {prefix}:windows:n                   hash    window → its events
-    {prefix}:windows:total               string  events in all windows        [_windows_keys]
+    {prefix}:windows:b                   hash    window → its payload bytes
+    {prefix}:windows:total               string  events in all windows
+    {prefix}:windows:bytes               string  payload bytes in all windows [_windows_keys]
 
-A window is named in the last three by the JSON ``[upstream, taskId]``. Every key of a task is
-built by a method (in brackets), and each script runs on the keys of one task only (``KEYS``:
-its stream and its hash), so a layout with one hash slot per task (Redis Cluster) changes
-only the methods. The per-task keys expire ``retention_seconds`` after the task's newest
-append (an idle window vanishes by itself); the three over all windows are moved by plain
-commands after each script, so they are exact for one process whose calls do not overlap and
-approximate otherwise (docs/resume.md §2.3 says how, and how they heal).
+A window is named in the last five by the JSON ``[upstream, taskId]``. Every key is built by a
+method (in brackets). A window script runs on the keys of one task only (``KEYS``: its stream
+and its hash), a bookkeeping script on the five keys over all windows only, never both; the
+keys carry no hash tag, so Redis Cluster would still need one in the key methods
+(docs/resume.md §4.6). The per-task keys expire ``retention_seconds`` after the task's newest
+append (an idle window vanishes by itself). The bookkeeping script moves a window's count and
+size and the totals together, so the totals always equal the sums; it runs after the window
+script, so the counts are exact for one process whose calls do not overlap and approximate
+otherwise, and every ``prune_events`` sets each window's count to what its keys hold and
+recounts the totals (docs/resume.md §2.3 says how far off they can be, and for how long).
 
 Compare-and-set runs as one Lua script (``EVALSHA``), so a terminal state recorded through
 replica A is absorbing on replica B: B's stale ``put`` finds another version and loses. Uses
@@ -61,7 +66,7 @@ of them, in call order, right after the pipeline that was refused (a ``get`` sti
 call order in that one pipeline). The window's calls go through the same pipelines: its scripts
 are sent as ``EVALSHA`` of their SHA1 and loaded by that same path the first time a server
 lacks them; refused ones are sent again like puts, reads (``XRANGE``, ``GET`` …) like gets,
-and a write that went through (a bookkeeping increment) is never sent twice.
+and a write that went through (a bookkeeping script the server ran) is never sent twice.
 
 Replica acknowledgement (docs/resume.md §4.4): with :attr:`RedisOptions.min_replica_acks` N > 0
 a ``put`` of a terminal record that won its compare-and-set does not return yet. Such puts are
@@ -246,9 +251,10 @@ def _read_secret(path: str) -> str:
 
 # -- the replay window (docs/resume.md §2.3) ------------------------------------------------------
 #
-# Each script touches only the keys of ONE task (KEYS[1]: its stream, KEYS[2]: its window hash),
-# so under Redis Cluster it runs in that task's slot. The bookkeeping over all tasks (the
-# windows index, the per-window counts, the total) is done by separate commands afterwards.
+# Each window script touches only the keys of ONE task (KEYS[1]: its stream, KEYS[2]: its window
+# hash); the bookkeeping scripts touch only the five keys over all windows. Neither needs a key
+# of the other, but the keys carry no hash tag: under Redis Cluster a task's two keys, and the
+# five, would each need one (docs/resume.md §4.6: Cluster is not done).
 
 _FRONT = """
 local function field(fields, name)
@@ -291,7 +297,7 @@ end
 
 # ARGV: lineage ('' = the event's own id), payload, at, max events, max bytes, ttl ms.
 # Returns {entry id, 1 if the window was empty (or absent), entries left, entries dropped, at of
-# the oldest entry left if the front moved else ''}.
+# the oldest entry left if the front moved else '', payload bytes left, payload bytes dropped}.
 _APPEND = _FRONT + """
 local new = redis.call('XLEN', KEYS[1]) == 0
 if new then redis.call('DEL', KEYS[2]) end
@@ -308,39 +314,103 @@ if n > max_n or size > max_b then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 redis.call('PEXPIRE', KEYS[2], ARGV[6])
-return {id, new and 1 or 0, n - dropped, dropped, oldest}
+return {id, new and 1 or 0, n - dropped, dropped, oldest, size - freed, freed}
 """
 
-# ARGV: at most this many entries ('' = any), only entries with at <= this ('' = any), only
-# entries with at < this ('' = any). Returns {entries dropped, entries left (0: the window is
-# empty or gone), at of the oldest entry left or ''}.
+# ARGV: drop entries while fewer than this many were dropped ('' = any number) or fewer than
+# this many payload bytes were freed ('' = any number), but only entries with at <= this
+# ('' = any) and at < this ('' = any); '0', '0' only measures the window. Returns {entries
+# dropped, entries left (0: the window is empty or gone), at of the oldest entry left or '',
+# payload bytes left}.
 _TRIM = _FRONT + """
 local n = redis.call('XLEN', KEYS[1])
 if n == 0 then  -- expired, or emptied
   redis.call('DEL', KEYS[2])
-  return {0, 0, ''}
+  return {0, 0, '', 0}
 end
-local want, bound, cutoff = tonumber(ARGV[1]) or n, tonumber(ARGV[2]), tonumber(ARGV[3])
-local dropped, _, kept = trim_front(n, math.min(want, n) + 1, function(d, f, entry, len)
-  if d >= want then return false end
+local want_n, want_b = tonumber(ARGV[1]) or math.huge, tonumber(ARGV[2]) or math.huge
+local bound, cutoff = tonumber(ARGV[3]), tonumber(ARGV[4])
+local ahead = want_n == math.huge and 2 or math.min(want_n, n, 64) + 1
+local dropped, _, kept = trim_front(n, ahead, function(d, f, entry, len)
+  if d >= want_n and f >= want_b then return false end
   local at = tonumber(field(entry[2], 'at'))
   return (bound == nil or at <= bound) and (cutoff == nil or at < cutoff)
 end)
-return {dropped, n - dropped, kept ~= nil and field(kept[2], 'at') or ''}
+if n - dropped == 0 then return {dropped, 0, '', 0} end
+if kept == nil then kept = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1] end
+local size = tonumber(redis.call('HGET', KEYS[2], 'bytes') or '0')
+return {dropped, n - dropped, field(kept[2], 'at'), size}
+"""
+
+# The bookkeeping of one window, and the totals with it, in one step. KEYS: the index (zset:
+# window -> at of its oldest event), the counts (hash: window -> events), the sizes (hash:
+# window -> payload bytes), the event total, the byte total. ARGV: the window, how, events,
+# bytes, at ('' = leave the score), events and bytes the window script found left:
+#   add   the window's count and size move by events and bytes; its score is set only if it
+#         has none (ZADD NX: an append that dropped nothing; or one taken back);
+#   move  the same, and the score is at (its front moved, or the window is new); a count that
+#         would fall below one had drifted: it becomes what the script found (ARGV[6],
+#         ARGV[7]);
+#   set   the count and size become events and bytes, the score at.
+# A count of 0 or less takes the window out. The totals move by what the window's count and
+# size moved. Returns {event total, byte total, the window's count, its size}.
+_BOOK = """
+local member, how = ARGV[1], ARGV[2]
+local n, b = tonumber(ARGV[3]), tonumber(ARGV[4])
+local old_n = tonumber(redis.call('HGET', KEYS[2], member) or '0')
+local old_b = tonumber(redis.call('HGET', KEYS[3], member) or '0')
+if how ~= 'set' then
+  n, b = old_n + n, old_b + b
+  if how == 'move' and n < 1 then n, b = tonumber(ARGV[6]), tonumber(ARGV[7]) end
+end
+if n <= 0 then
+  n, b = 0, 0
+  redis.call('HDEL', KEYS[2], member)
+  redis.call('HDEL', KEYS[3], member)
+  redis.call('ZREM', KEYS[1], member)
+else
+  redis.call('HSET', KEYS[2], member, string.format('%d', n))
+  redis.call('HSET', KEYS[3], member, string.format('%d', b))
+  if ARGV[5] ~= '' then
+    if how == 'add' then redis.call('ZADD', KEYS[1], 'NX', ARGV[5], member)
+    else redis.call('ZADD', KEYS[1], ARGV[5], member) end
+  end
+end
+local total = redis.call('INCRBY', KEYS[4], string.format('%d', n - old_n))
+local bytes = redis.call('INCRBY', KEYS[5], string.format('%d', b - old_b))
+return {total, bytes, n, b}
+"""
+
+# The totals recomputed from the windows' counts and sizes (KEYS: the counts, the sizes, the
+# event total, the byte total). Returns {event total, byte total} before and after.
+_RECOUNT = """
+local function sum(key)
+  local s = 0
+  for _, v in ipairs(redis.call('HVALS', key)) do s = s + tonumber(v) end
+  return s
+end
+local total, bytes = sum(KEYS[1]), sum(KEYS[2])
+local was_total = tonumber(redis.call('GET', KEYS[3]) or '0')
+local was_bytes = tonumber(redis.call('GET', KEYS[4]) or '0')
+redis.call('SET', KEYS[3], string.format('%d', total))
+redis.call('SET', KEYS[4], string.format('%d', bytes))
+return {was_total, total, was_bytes, bytes}
 """
 
 _log = logging.getLogger("a2a_gateway")
 
 _APPEND_SHA = hashlib.sha1(_APPEND.encode()).hexdigest()
 _TRIM_SHA = hashlib.sha1(_TRIM.encode()).hexdigest()
+_BOOK_SHA = hashlib.sha1(_BOOK.encode()).hexdigest()
+_RECOUNT_SHA = hashlib.sha1(_RECOUNT.encode()).hexdigest()
 #: The window's scripts by SHA1 (what ``SCRIPT LOAD`` answers): they are first sent as
 #: ``EVALSHA`` and loaded by the pipeline's ``NoScript`` path when the server lacks them.
-_WINDOW_SCRIPTS = {_APPEND_SHA: _APPEND, _TRIM_SHA: _TRIM}
+_WINDOW_SCRIPTS = {_APPEND_SHA: _APPEND, _TRIM_SHA: _TRIM, _BOOK_SHA: _BOOK, _RECOUNT_SHA: _RECOUNT}
 #: Commands that only read: after a refused script they are sent again (they must see it).
-_READS = frozenset({"HMGET", "HGET", "GET", "XRANGE", "ZRANGE", "ZRANGEBYSCORE"})
+_READS = frozenset({"HMGET", "HGET", "GET", "XRANGE", "ZRANGE", "ZRANGEBYSCORE", "ZSCAN"})
 #: A Redis event id: the stream entry id, ``.``, and the task's tag (:meth:`RedisLedger._tag`).
 _EVENT_ID = re.compile(r"([0-9]{1,20}-[0-9]{1,20})\.([0-9a-f]{8})")
-#: At most this many windows are pruned per pipeline.
+#: At most about this many windows are pruned per pipeline (a ``ZSCAN`` step's ``COUNT``).
 PRUNE_CHUNK = 256
 
 
@@ -413,11 +483,13 @@ class RedisLedger:
         """The hash beside the task's stream: ``bytes``, the payload bytes of its entries."""
         return f"{self.prefix}:window:{upstream}:{task_id}"
 
-    def _windows_keys(self) -> tuple[str, str, str]:
+    def _windows_keys(self) -> tuple[str, str, str, str, str]:
         """The bookkeeping over all windows: the index (zset: window → ``at`` of its oldest
-        event), the counts (hash: window → its events) and the total (string: events in all
-        windows). Each is used by single-key commands only."""
-        return f"{self.prefix}:windows", f"{self.prefix}:windows:n", f"{self.prefix}:windows:total"
+        event), the counts (hash: window → its events), the sizes (hash: window → its payload
+        bytes), the event total and the byte total (strings). Changed only by the bookkeeping
+        scripts, which move a window's count and size and the totals together."""
+        p = self.prefix
+        return f"{p}:windows", f"{p}:windows:n", f"{p}:windows:b", f"{p}:windows:total", f"{p}:windows:bytes"
 
     @property
     def _redis(self) -> aioredis.Redis:
@@ -680,10 +752,10 @@ class RedisLedger:
         """``XADD`` the event to the task's stream and trim it (oldest first, to
         ``max_events_per_task`` entries and ``max_bytes_per_task`` payload bytes) in one
         script, sent in call order with ``put``/``get`` and in the same pipeline as the
-        bookkeeping over all windows; when the total is then over ``max_events_total``, drop
-        the oldest events of all windows before returning (approximate with several replicas:
-        docs/resume.md §2.3). One round trip unless the cap is met. See
-        :meth:`TaskLedger.append_event`.
+        bookkeeping script over all windows; when the totals are then over
+        ``max_events_total`` or ``max_bytes_total``, drop the oldest events of all windows
+        before returning (approximate with several replicas: docs/resume.md §2.3). One round
+        trip unless the cap is met. See :meth:`TaskLedger.append_event`.
 
         Returns:
             ``(event_id, lineage)``: ``ENTRYID.TAG`` (the stream entry id, ordered within the
@@ -695,98 +767,83 @@ class RedisLedger:
         """
         limits = self._window_limits
         member = orjson.dumps([upstream, task_id])
-        index, counts, total_key = self._windows_keys()
+        size = len(payload)
         # The script, and the bookkeeping of an append that trims nothing (the common case),
-        # in one pipeline; what the script did otherwise is put right by the commands after it.
-        script, count, indexed, total = await asyncio.gather(
+        # in one pipeline; what the script did otherwise is put right by a script after it.
+        script, book = await asyncio.gather(
             self._call("EVALSHA", _APPEND_SHA, 2, self._events_key(upstream, task_id),
                        self._window_key(upstream, task_id), lineage or "", payload, repr(at),
                        limits.max_events_per_task, limits.max_bytes_per_task,
                        max(1, int(limits.retention_seconds * 1000))),
-            self._call("HINCRBY", counts, member, 1),
-            self._call("ZADD", index, "NX", repr(at), member),
-            self._call("INCRBY", total_key, 1),
+            self._book(member, "add", 1, size, repr(at)),
             return_exceptions=True)
         if isinstance(script, BaseException):
-            if not isinstance(count, BaseException):  # counted an event that is not there
-                self._fire("HINCRBY", counts, member, -1)
-                self._fire("INCRBY", total_key, -1)
+            if not isinstance(book, BaseException):  # counted an event that is not there
+                self._book(member, "add", -1, -size, "").add_done_callback(_log_failure)
             raise script
-        for reply in (count, indexed, total):
-            if isinstance(reply, BaseException):
-                raise reply
-        entry, new, left, dropped, oldest = script
+        if isinstance(book, BaseException):
+            raise book
+        entry, new, left, dropped, oldest, kept_bytes, freed = script
+        total, total_bytes, count, count_bytes = book
         event_id = f"{entry.decode()}.{self._tag(upstream, task_id)}"
+        # Moved by differences, not set: the bookkeeping of appends called after this one (of
+        # the same window, maybe already counted) stands.
         if new:  # the count held the events of an earlier window of the task (expired): replace it
-            total += self._settle(member, left - count, left, repr(at))
-        elif dropped:
-            total += self._settle(member, -dropped, left, oldest.decode())
-        if total > limits.max_events_total:
+            moved, moved_bytes, front = left - count, kept_bytes - count_bytes, repr(at) if left else ""
+        else:
+            moved, moved_bytes, front = -dropped, -freed, oldest.decode()
+        if moved or moved_bytes or (new and count != 1):  # (count 1: nothing was held, ZADD NX set the score)
+            self._book(member, "move", moved, moved_bytes, front, left, kept_bytes).add_done_callback(_log_failure)
+            total, total_bytes = total + moved, total_bytes + moved_bytes
+        if total > limits.max_events_total or total_bytes > limits.max_bytes_total:
             await self._cap_total()
         return event_id, lineage or event_id
 
-    def _settle(self, member: bytes, delta: int, left: int, oldest: str) -> int:
-        """Queue the bookkeeping that puts a window right after the append script (in call
-        order: every later call sees it; nobody waits for its replies): its count moves by
-        ``delta``, to ``left`` events (0: gone), and its oldest event is at ``oldest``. Returns
-        ``delta``."""
-        index, counts, total = self._windows_keys()
-        if left <= 0:
-            self._fire("HDEL", counts, member)
-            self._fire("ZREM", index, member)
-        else:
-            if delta:
-                self._fire("HINCRBY", counts, member, delta)
-            self._fire("ZADD", index, oldest, member)
-        if delta:
-            self._fire("INCRBY", total, delta)
-        return delta
+    def _book(self, member: bytes, how: str, events: int, size: int, at: str,
+              left: int = 0, kept_bytes: int = 0) -> asyncio.Future[Any]:
+        """Queue the bookkeeping script (:data:`_BOOK`) on one window: ``how`` ``add``, ``move``
+        or ``set`` its count and size by or to ``events`` and ``size``, its oldest event at
+        ``at``; the totals move with them. Its reply: ``[event total, byte total, the window's
+        count, its size]``."""
+        return self._call("EVALSHA", _BOOK_SHA, 5, *self._windows_keys(), member, how, events,
+                          size, at, left, kept_bytes)
 
-    def _fire(self, *command: Any) -> None:
-        """Queue ``command`` without waiting for its reply (an error is logged)."""
-        self._call(*command).add_done_callback(_log_failure)
-
-    async def _trim_window(self, member: bytes, *args: Any) -> int:
-        """Run the front-trimming script on one window (``args``: its ``ARGV``) and set the
-        window's bookkeeping to what the script found: its count to the entries left (so a
-        count that drifted — overlapping calls, another replica, a process that died between a
-        script and its bookkeeping — is healed here), its score to its oldest entry; a window
-        that vanished (expired) leaves the bookkeeping. Returns the events the script dropped."""
+    async def _trim_window(self, member: bytes, *args: Any) -> tuple[int, int, int]:
+        """Run the front-trimming script on one window (``args``: its ``ARGV``), then set the
+        window's bookkeeping to what the script found left — its count and size (so a count
+        that drifted — overlapping calls, another replica, a process that died between a script
+        and its bookkeeping — is healed here), its score to its oldest entry; a window that
+        vanished (expired) leaves the bookkeeping. The totals move by the difference, in the
+        same bookkeeping script. Returns the events the script dropped and the totals after."""
         upstream, task_id = orjson.loads(member)
-        index, counts, total = self._windows_keys()
-        counted, (dropped, left, oldest) = await asyncio.gather(
-            self._call("HGET", counts, member),
-            self._call("EVALSHA", _TRIM_SHA, 2, self._events_key(upstream, task_id),
-                       self._window_key(upstream, task_id), *args))
-        delta = left - int(counted or 0)
-        if left <= 0:
-            calls = [self._call("HDEL", counts, member), self._call("ZREM", index, member)]
-        else:
-            calls = [self._call("HSET", counts, member, left), self._call("ZADD", index, oldest, member)]
-        if delta:
-            calls.append(self._call("INCRBY", total, delta))
-        await asyncio.gather(*calls)
-        return max(0, int(dropped))
+        dropped, left, oldest, kept_bytes = await self._call(
+            "EVALSHA", _TRIM_SHA, 2, self._events_key(upstream, task_id),
+            self._window_key(upstream, task_id), *args)
+        total, total_bytes, _, _ = await self._book(
+            member, "set", left, kept_bytes, oldest.decode() if isinstance(oldest, bytes) else oldest)
+        return max(0, int(dropped)), int(total), int(total_bytes)
 
     async def _cap_total(self) -> None:
-        """Drop the oldest events of all windows (by ``at``) until the total is within
-        ``max_events_total``: the window with the oldest event loses its events up to the
-        oldest event of the next window, and so on. One at a time per process."""
+        """Drop the oldest events of all windows (by ``at``) until the totals are within
+        ``max_events_total`` and ``max_bytes_total``: the window with the oldest event loses
+        its events up to the oldest event of the next window, and so on. One at a time per
+        process."""
         if self._cap_lock is None:
             self._cap_lock = asyncio.Lock()
-        index, _, total_key = self._windows_keys()
-        cap = self._window_limits.max_events_total
+        index, _, _, total_key, bytes_key = self._windows_keys()
+        cap, cap_bytes = self._window_limits.max_events_total, self._window_limits.max_bytes_total
         async with self._cap_lock:
-            total = int(await self._call("GET", total_key) or 0)
+            total, total_bytes = (int(v or 0) for v in await asyncio.gather(
+                self._call("GET", total_key), self._call("GET", bytes_key)))
             for _ in range(10_000):  # each round drops, forgets a vanished window or fixes a score
-                if total <= cap:
+                if total <= cap and total_bytes <= cap_bytes:
                     return
                 oldest = _pairs(await self._call("ZRANGE", index, 0, 1, "WITHSCORES"))
                 if not oldest:
-                    return  # nothing indexed: the total is off (another replica's bookkeeping)
+                    return  # nothing indexed: the totals are off (another replica's bookkeeping)
                 bound = repr(float(oldest[1][1])) if len(oldest) > 1 else ""
-                await self._trim_window(oldest[0][0], total - cap, bound, "")
-                total = int(await self._call("GET", total_key) or 0)
+                _, total, total_bytes = await self._trim_window(
+                    oldest[0][0], max(0, total - cap), max(0, total_bytes - cap_bytes), bound, "")
 
     async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
         """``XRANGE`` of the task's stream from the entry ``event_id`` names (sent in call
@@ -815,20 +872,32 @@ class RedisLedger:
         return Replay(True, lineage, tuple(later))
 
     async def prune_events(self, older_than: float) -> int:
-        """Trim every window whose oldest event is older than ``older_than``, from its front
-        while the events are older (a script per window, :data:`PRUNE_CHUNK` windows per
-        pipeline); a window that expired by itself is only taken out of the bookkeeping.
+        """Trim every window from its front while its events are older than ``older_than``, and
+        put the bookkeeping over all windows right: each window indexed (``ZSCAN``, about
+        :data:`PRUNE_CHUNK` per pipeline) gets a script that drops its old front (or only
+        measures it) and then the bookkeeping script that sets its count, size and score to what
+        its keys hold (a window that expired by itself is taken out); last, the totals are
+        recomputed from the counts and sizes (:data:`_RECOUNT`). So the cost is one pass over
+        the windows, and whatever the bookkeeping drifted by is put right (docs/resume.md §2.3).
 
         Returns how many events were deleted (not counting expired ones).
         """
-        index, _, _ = self._windows_keys()
+        index, counts, sizes, total_key, bytes_key = self._windows_keys()
         cutoff = repr(older_than)
-        deleted, seen = 0, set()
+        deleted, seen, cursor = 0, set(), 0
         while True:
-            members = await self._call("ZRANGEBYSCORE", index, "-inf", f"({cutoff}", "LIMIT", 0, PRUNE_CHUNK)
-            todo = [m for m in members if m not in seen]
-            if not todo:
-                return deleted
+            cursor, found = await self._call("ZSCAN", index, cursor, "COUNT", PRUNE_CHUNK)
+            cursor = int(cursor)
+            todo = [m for m, _ in _pairs(found) if m not in seen]
             seen.update(todo)
-            dropped = await asyncio.gather(*(self._trim_window(m, "", "", cutoff) for m in todo))
-            deleted += sum(dropped)
+            results = await asyncio.gather(*(self._trim_window(m, "", "", "", cutoff) for m in todo))
+            deleted += sum(dropped for dropped, _, _ in results)
+            if cursor == 0:
+                break
+        was_total, total, was_bytes, total_bytes = await self._call(
+            "EVALSHA", _RECOUNT_SHA, 4, counts, sizes, total_key, bytes_key)
+        if (was_total, was_bytes) != (total, total_bytes):
+            _log.warning("ledger_window_totals_recounted", extra={
+                "backend": "redis", "events_counted": was_total, "events": total,
+                "bytes_counted": was_bytes, "bytes": total_bytes})
+        return deleted

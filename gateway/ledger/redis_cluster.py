@@ -222,6 +222,14 @@ class RedisClusterLedger(RedisLedger):
         """The hash beside the task's stream (``bytes``), in the slot of its record."""
         return f"{self.prefix}:window:{task_tag(upstream, task_id)}"
 
+    def _windows_keys(self) -> tuple[str, str, str, str, str]:
+        """The bookkeeping over all windows, as :meth:`RedisLedger._windows_keys`, under one
+        hash tag of its own (``{windows}``): its scripts move several of these keys at once, and a
+        script may touch one slot only."""
+        p = self.prefix
+        return (f"{p}:{{windows}}", f"{p}:{{windows}}:n", f"{p}:{{windows}}:b", f"{p}:{{windows}}:total",
+                f"{p}:{{windows}}:bytes")
+
     # --- connecting -------------------------------------------------------------------------------
 
     def _connect(self, socket_timeout: float) -> Any:

@@ -34,7 +34,7 @@ Schema (created on open; ``PRAGMA user_version`` 2)::
         index (upstream, task_id, id), index (at)
     event_windows(upstream TEXT, task_id TEXT, n INTEGER, bytes INTEGER,
                   PRIMARY KEY (upstream, task_id))
-    event_total(one INTEGER PRIMARY KEY CHECK (one = 1), n INTEGER)
+    event_total(one INTEGER PRIMARY KEY CHECK (one = 1), n INTEGER, bytes INTEGER)
 
 ``task_counts`` holds the number of rows of ``tasks`` in each state, kept by three triggers on
 ``tasks`` (after an insert, a change of ``state``, a delete) in the transaction of the change
@@ -49,10 +49,10 @@ The replay window (docs/resume.md §2.2): ``events`` holds each task's window, o
 event; the event id is the row's ``AUTOINCREMENT`` id as decimal text, never reused, so it is
 valid for every process sharing the file and an id of a trimmed event is never another event's.
 ``event_windows`` (events and payload bytes per task, a row only while the task has events)
-and ``event_total`` (events of all tasks) are kept by two triggers on ``events``, like
-``task_counts``, so :meth:`SqliteLedger.append_event` judges its trims from two rows, deletes
-from the front of the task's index (per task) or of the table (the total cap, the smallest
-ids), and costs amortised O(1) however many events the ledger holds. An append is one write
+and ``event_total`` (events and payload bytes of all tasks) are kept by two triggers on
+``events``, like ``task_counts``, so :meth:`SqliteLedger.append_event` judges its trims from
+two rows, deletes from the front of the task's index (per task) or of the table (the total
+caps, the smallest ids), and costs amortised O(1) however many events the ledger holds. An append is one write
 operation under a savepoint: all of it is committed or none. Version 1 (and 0) databases gain
 the three tables at open, in the same one transaction as above.
 """
@@ -77,6 +77,8 @@ T = TypeVar("T")
 
 #: ``PRAGMA user_version`` of a database with every table and trigger of :data:`_SCHEMA`
 #: (1: ``task_counts``; 2: the replay window's ``events``, ``event_windows``, ``event_total``).
+#: Version 2 was not released before ``event_total`` gained ``bytes``, so it has no version of
+#: its own: a file a development build made at version 2 without it is not migrated (delete it).
 SCHEMA_VERSION = 2
 
 # Statements, not a script: they run inside the migration's own transaction (executescript
@@ -129,7 +131,8 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS events_task ON events (upstream, task_id, id)",
     "CREATE INDEX IF NOT EXISTS events_at ON events (at)",
     # Per task: its events and their payload bytes (a row only while it has events); and the
-    # events of all tasks (one row). Kept by triggers on events, like task_counts.
+    # events and payload bytes of all tasks (one row). Kept by triggers on events, like
+    # task_counts.
     """CREATE TABLE IF NOT EXISTS event_windows (
         upstream TEXT    NOT NULL,
         task_id  TEXT    NOT NULL,
@@ -138,27 +141,28 @@ _SCHEMA = (
         PRIMARY KEY (upstream, task_id)
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS event_total (
-        one INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
-        n   INTEGER NOT NULL
+        one   INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+        n     INTEGER NOT NULL,
+        bytes INTEGER NOT NULL
     )""",
     """CREATE TRIGGER IF NOT EXISTS events_window_insert AFTER INSERT ON events BEGIN
         INSERT INTO event_windows (upstream, task_id, n, bytes)
             VALUES (NEW.upstream, NEW.task_id, 1, NEW.size)
             ON CONFLICT (upstream, task_id) DO UPDATE SET n = n + 1, bytes = bytes + excluded.bytes;
-        UPDATE event_total SET n = n + 1;
+        UPDATE event_total SET n = n + 1, bytes = bytes + NEW.size;
     END""",
     """CREATE TRIGGER IF NOT EXISTS events_window_delete AFTER DELETE ON events BEGIN
         UPDATE event_windows SET n = n - 1, bytes = bytes - OLD.size
             WHERE upstream = OLD.upstream AND task_id = OLD.task_id;
         DELETE FROM event_windows WHERE upstream = OLD.upstream AND task_id = OLD.task_id AND n <= 0;
-        UPDATE event_total SET n = n - 1;
+        UPDATE event_total SET n = n - 1, bytes = bytes - OLD.size;
     END""",
     # Filled once, from the events the database already holds (none before version 2).
     "DELETE FROM event_windows",
     """INSERT INTO event_windows (upstream, task_id, n, bytes)
         SELECT upstream, task_id, COUNT(*), SUM(size) FROM events GROUP BY upstream, task_id""",
     "DELETE FROM event_total",
-    "INSERT INTO event_total (one, n) SELECT 1, COUNT(*) FROM events",
+    "INSERT INTO event_total (one, n, bytes) SELECT 1, COUNT(*), COALESCE(SUM(size), 0) FROM events",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
@@ -176,12 +180,12 @@ MAX_BATCH = 256
 
 _EVENT_INSERT = ("INSERT INTO events (upstream, task_id, lineage, at, size, payload) "
                  "VALUES (?, ?, ?, ?, ?, ?)")
-_EVENT_WINDOW = ("SELECT w.n, w.bytes, (SELECT n FROM event_total) FROM event_windows AS w "
+_EVENT_WINDOW = ("SELECT w.n, w.bytes, t.n, t.bytes FROM event_windows AS w, event_total AS t "
                  "WHERE w.upstream = ? AND w.task_id = ?")
 _EVENT_FRONT = "SELECT id, size FROM events WHERE upstream = ? AND task_id = ? ORDER BY id"
 _EVENT_DROP_FRONT = "DELETE FROM events WHERE upstream = ? AND task_id = ? AND id <= ?"
-_EVENT_DROP_OLDEST = "DELETE FROM events WHERE id IN (SELECT id FROM events ORDER BY id LIMIT ?)"
-_EVENT_TOTAL = "SELECT n FROM event_total"
+_EVENT_OLDEST = "SELECT id, size FROM events ORDER BY id"
+_EVENT_DROP_OLDEST = "DELETE FROM events WHERE id <= ?"
 _EVENT_LOOKUP = "SELECT lineage FROM events WHERE id = ? AND upstream = ? AND task_id = ?"
 # Later events of the lineage: a later event with lineage NULL starts a lineage of its own.
 _EVENT_LATER = ("SELECT id, payload FROM events WHERE upstream = ? AND task_id = ? AND id > ? "
@@ -205,6 +209,22 @@ def _event_number(event_id: str) -> int | None:
     return number
 
 
+def _last_to_drop(front: sqlite3.Cursor, n: int, size: int, max_n: int,
+                  max_bytes: int) -> tuple[int, int, int]:
+    """Of the rows ``front`` reads (``id, size``, oldest first; ``n`` rows of ``size`` bytes in
+    all), the id of the last one that must go for at most ``max_n`` rows and ``max_bytes``
+    bytes to be left, and how many rows and bytes it drops; the cursor is closed."""
+    last, dropped, freed = 0, 0, 0
+    try:
+        for old_id, old_size in front:
+            if n - dropped <= max_n and size - freed <= max_bytes:
+                break
+            last, dropped, freed = old_id, dropped + 1, freed + old_size
+    finally:
+        front.close()
+    return last, dropped, freed
+
+
 def _append_event(conn: sqlite3.Connection, limits: WindowLimits, upstream: str, task_id: str,
                   lineage: str | None, payload: bytes, at: float) -> tuple[str, str]:
     """Insert one event and trim its window, then all windows, to ``limits``; all of it or
@@ -214,18 +234,16 @@ def _append_event(conn: sqlite3.Connection, limits: WindowLimits, upstream: str,
         row_id = conn.execute(_EVENT_INSERT, (upstream, task_id, lineage, at, len(payload),
                                               payload)).lastrowid
         assert row_id is not None
-        n, size, total = conn.execute(_EVENT_WINDOW, (upstream, task_id)).fetchone()
+        n, size, total, total_bytes = conn.execute(_EVENT_WINDOW, (upstream, task_id)).fetchone()
         if n > limits.max_events_per_task or size > limits.max_bytes_per_task:
-            last = None
-            front = conn.execute(_EVENT_FRONT, (upstream, task_id))
-            for old_id, old_size in front:
-                if n <= limits.max_events_per_task and size <= limits.max_bytes_per_task:
-                    break
-                n, size, total, last = n - 1, size - old_size, total - 1, old_id
-            front.close()
+            last, dropped, freed = _last_to_drop(conn.execute(_EVENT_FRONT, (upstream, task_id)), n, size,
+                                                 limits.max_events_per_task, limits.max_bytes_per_task)
             conn.execute(_EVENT_DROP_FRONT, (upstream, task_id, last))
-        if total > limits.max_events_total:
-            conn.execute(_EVENT_DROP_OLDEST, (total - limits.max_events_total,))
+            total, total_bytes = total - dropped, total_bytes - freed
+        if total > limits.max_events_total or total_bytes > limits.max_bytes_total:
+            last, _, _ = _last_to_drop(conn.execute(_EVENT_OLDEST), total, total_bytes,
+                                       limits.max_events_total, limits.max_bytes_total)
+            conn.execute(_EVENT_DROP_OLDEST, (last,))
         conn.execute("RELEASE append_event")
     except BaseException:
         try:
@@ -581,7 +599,8 @@ class SqliteLedger:
                            payload: bytes, at: float) -> tuple[str, str]:
         """Insert the event and trim its task's window (oldest first, to
         ``max_events_per_task`` events and ``max_bytes_per_task`` payload bytes), then the whole
-        ledger (oldest first, whatever the task, to ``max_events_total``), as one write
+        ledger (oldest first, whatever the task, to ``max_events_total`` events and
+        ``max_bytes_total`` payload bytes), as one write
         operation: it keeps call order with ``put``/``get`` and returns after the ``COMMIT``
         of its batch. See :meth:`TaskLedger.append_event`.
 

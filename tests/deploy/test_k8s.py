@@ -7,6 +7,7 @@ Service on the traffic port), shutdown timing fits the config's grace."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -444,6 +445,35 @@ def test_shared_ha_replaces_the_single_redis_and_guards_the_ledger_pods(rendered
 def test_shared_ha_gateway_yaml_differs_from_shared_only_in_the_ledger() -> None:
     shared, ha = (yaml.safe_load((K8S / o / "gateway.yaml").read_text(encoding="utf-8")) for o in ("shared", "shared-ha"))
     assert {k: v for k, v in shared.items() if k != "ledger"} == {k: v for k, v in ha.items() if k != "ledger"}
+
+
+#: Redis' own cost of the replay window (docs/resume.md §2.3, measured with Redis 7.0): per window
+#: (a stream whose first node is preallocated at stream-node-max-bytes, its hash, the bookkeeping
+#: entries) and per event beside its payload.
+REDIS_BYTES_PER_WINDOW = 5 * 1024
+REDIS_BYTES_PER_EVENT = 100
+
+
+def _maxmemory(text: str) -> int:
+    """``maxmemory`` of a redis-server's arguments (``- --maxmemory`` then ``- 768mb``) or of a
+    redis.conf line (``maxmemory 768mb``), in bytes."""
+    found = re.search(r"(?:--maxmemory\s*\n\s*-\s*|^maxmemory\s+)(\d+)mb\b", text, flags=re.M)
+    assert found, "no maxmemory in mb"
+    return int(found[1]) * 1024 * 1024
+
+
+def test_shared_overlays_size_the_replay_window_inside_redis_maxmemory() -> None:
+    """The window's worst case in Redis (every event its own task's window, the byte total
+    full) takes at most a quarter of ``maxmemory``; the rest is the task records'."""
+    for overlay, redis_file in (("shared", "redis.yaml"), ("shared-ha", "redis-start.sh")):
+        redis_text = (K8S / overlay / redis_file).read_text(encoding="utf-8")
+        assert "noeviction" in redis_text
+        maxmemory = _maxmemory(redis_text)
+        window = parse_config(yaml.safe_load((K8S / overlay / "gateway.yaml").read_text(encoding="utf-8"))).replay_window
+        worst = (window.max_bytes_total
+                 + window.max_events_total * (REDIS_BYTES_PER_WINDOW + REDIS_BYTES_PER_EVENT))
+        assert worst <= maxmemory // 4, (overlay, worst, maxmemory)
+        assert window.max_bytes_per_task <= window.max_bytes_total
 
 
 def _run_start_script(name: str, tmp_path: Path, hostname: str, answers: dict[str, str]) -> tuple[str, list[str]]:

@@ -41,10 +41,12 @@ SETTINGS = settings(
 TASKS = [("w", "a"), ("w", "b"), ("v", "a")]
 MALFORMED = ["", "0", "-1", "x.1", "1-0", "1-0.00000000", "99999999999999999999", "1.5"]
 
-# small limits, each sometimes out of the way, so each trim is met alone and together
+# small limits, each sometimes out of the way, so each trim is met alone and together (a byte
+# total of 6 is under the largest payload: such an event empties the whole ledger)
 limits = st.builds(WindowLimits, max_events_per_task=st.sampled_from([4, 100, 3, 2, 1]),
                    max_bytes_per_task=st.sampled_from([40, 16, 10_000]),
                    max_events_total=st.sampled_from([8, 4, 10_000]),
+                   max_bytes_total=st.sampled_from([10**9, 30, 12, 6]),
                    retention_seconds=st.just(3600.0))
 # append: to a task, in a new lineage, in its newest lineage, or in the lineage of the k-th
 # append (maybe another task's: the ledger takes any lineage text), with a payload of n bytes
