@@ -25,7 +25,7 @@ from gateway.proxy.transport import AiohttpTransport, UpstreamClient, upstream_e
 HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
         b"transfer-encoding: chunked\r\n\r\n")
 EVENT = b'data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n'
-FAST = TimeoutConfig(connect=2.0, read=2.0, pool=2.0)
+FAST = TimeoutConfig(connect=2.0, read=2.0)
 
 
 def _chunk(data: bytes) -> bytes:
