@@ -21,8 +21,10 @@ their first event, so the listen backlog is never the bound — and posts one
 
 * **completed** — streams that got HTTP 200, all ``--events`` events and the end of the body
   (failed ones by status or error);
-* **RSS per open stream** — (the target's RSS with all N streams open − its RSS before the
-  first) / N, in kB (nginx: master and worker processes together);
+* **RSS per open stream** — (the target's RSS when the most streams were open at once, sampled
+  every 0.5 s − its RSS before the first) / the streams open then, in kB (nginx: master and
+  worker processes together); "open at peak" says how many that was (fewer than N when the
+  first streams end before the last ones open: the target could not keep up);
 * **descriptors per stream** — the same for its open descriptors (``/proc/<pid>/fd``);
 * **event delay p50 / p99** — the time from the worker's write of an event to this client's
   read of it, in ms, over every event of every stream (a loaded 2-core machine shows its
@@ -214,6 +216,17 @@ async def measure(port: int, pid: int, n: int, events: int, interval: float, ram
     tasks: list[asyncio.Task[None]] = []
     started = time.monotonic()
     deadline = started + events * interval + 60
+    peak = (0, rss0, fd0)  # (streams open, RSS, descriptors) when the most were open at once
+
+    async def sample() -> None:
+        nonlocal peak
+        while True:
+            await asyncio.sleep(0.5)
+            now_open = sum(1 for o in outcomes if o.events and not o.ended and not o.error)
+            if now_open >= peak[0]:
+                peak = (now_open, rss_kb(pids), fds(pids))
+
+    sampler = asyncio.ensure_future(sample())
     for base in range(0, n, ramp):
         firsts = []
         for i in range(base, min(n, base + ramp)):
@@ -224,12 +237,12 @@ async def measure(port: int, pid: int, n: int, events: int, interval: float, ram
             async with asyncio.timeout(max(1.0, deadline - time.monotonic())):
                 await asyncio.gather(*(f.wait() for f in firsts))
     opened = time.monotonic() - started
-    rss1, fd1 = rss_kb(pids), fds(pids)  # every stream has had its first event (or failed)
-    open_now = sum(1 for o in outcomes if o.events and not o.ended and not o.error)
     done, pending = await asyncio.wait(tasks, timeout=max(1.0, deadline - time.monotonic()))
+    sampler.cancel()
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
+    open_now, rss1, fd1 = peak
     delays = sorted(d for o in outcomes for d in o.delays)
     completed = sum(1 for o in outcomes if o.status == 200 and o.ended and o.events == events)
     failures: dict[str, int] = {}
@@ -261,7 +274,8 @@ def target(name: str, tmp: Path, worker_port: int, n: int):  # type: ignore[no-u
         ndir = tmp / f"nginx-{n}"
         ndir.mkdir()
         conf = nginx_conf(ndir, port, worker_port)
-        text = conf.read_text().replace("events { worker_connections 4096; }",
+        text = conf.read_text().replace(f"listen {HOST}:{port};", f"listen {HOST}:{port} backlog=4096;")
+        text = text.replace("events { worker_connections 4096; }",
                                         f"worker_rlimit_nofile {2 * n + 1024};\n"
                                         f"events {{ worker_connections {2 * n + 512}; }}")
         conf.write_text(text)
@@ -336,10 +350,10 @@ async def main_async(args: argparse.Namespace) -> list[str]:
              "client, paced worker and target share the cores; gateways with the default config "
              "(replay window on, pool 5 000 per upstream)",
              "",
-             f"{'target':<10}{'N':>6}{'completed':>11}{'RSS before':>12}{'RSS peak':>10}{'kB/stream':>11}"
+             f"{'target':<10}{'N':>6}{'completed':>11}{'open at peak':>14}{'RSS before':>12}{'RSS peak':>10}{'kB/stream':>11}"
              f"{'fds/stream':>12}{'delay p50':>11}{'delay p99':>11}{'ramp s':>8}  failures"]
     for r in rows:
-        lines.append(f"{r['target']:<10}{r['streams']:>6}{r['completed']:>11}{r['rss_before_mb']:>10}MB"
+        lines.append(f"{r['target']:<10}{r['streams']:>6}{r['completed']:>11}{r['open_at_peak']:>14}{r['rss_before_mb']:>10}MB"
                      f"{r['rss_peak_mb']:>8}MB{r['rss_per_stream_kb']:>11}{r['fds_per_stream']:>12}"
                      f"{str(r['delay_p50_ms']) + 'ms':>11}{str(r['delay_p99_ms']) + 'ms':>11}{r['ramp_s']:>8}  "
                      f"{r['failures'] or '-'}")
