@@ -76,15 +76,45 @@ class TimeoutConfig(_Frozen):
     a blocking ``SendMessage`` may legitimately take minutes (docs/protocol.md §11 pitfall 15),
     so may a ``GetTask`` long-poll (``currentGeneration``, A2A v1.1 draft) the worker holds
     until the task's generation moves (docs/resume.md §3.4), and a stream is bounded only by
-    this idle gap, not by an overall deadline. ``connect``
-    bounds the TCP connect, ``pool`` the wait for a pooled connection. ``write`` is accepted
-    but not enforced: the aiohttp transport has no per-write timeout (a stalled upstream is
-    caught by ``read``)."""
+    this idle gap, not by an overall deadline. ``connect`` bounds the TCP connect. ``write``
+    is accepted but not enforced: the aiohttp transport has no per-write timeout (a stalled
+    upstream is caught by ``read``). The wait for a pooled connection is
+    :attr:`PoolConfig.wait_seconds` (``upstreams[].pool``), not a timeout of the worker's."""
 
     connect: Seconds = 5.0
     read: Seconds = 300.0
     write: Seconds = 30.0
-    pool: Seconds = 5.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "pool" in data:
+            raise ValueError("pool: moved to upstreams[].pool.wait_seconds (the wait for a pooled "
+                             "connection is the gateway's capacity, not the worker's timeout)")
+        return data
+
+
+DEFAULT_POOL_CONNECTIONS = 5000
+"""The default of ``upstreams[].pool.max_connections``."""
+
+
+class PoolConfig(_Frozen):
+    """The gateway's connection pool to one upstream, per gateway process (each of
+    ``serve --workers N`` has its own).
+
+    ``max_connections``: open connections to the worker at most (idle pooled ones included).
+    A request holds one until its answer is read; an SSE stream holds one for as long as it
+    runs, so this bounds the streams open to the worker at once. ``0`` (unbounded) is refused:
+    the process's own bound (``listen.max_connections``) must stay the last one met, not the
+    first. ``wait_seconds``: how long a request waits for a free connection when all are in
+    use (a new connection's TCP connect, bounded by ``timeouts.connect``, counts in it too, as
+    aiohttp measures it); then the client gets "gateway at capacity" — HTTP 503 with
+    ``Retry-After``, in its binding's form — counted as
+    ``a2a_gateway_upstream_errors_total{reason="pool_exhausted"}``, never as a worker timeout.
+    """
+
+    max_connections: int = Field(default=DEFAULT_POOL_CONNECTIONS, gt=0)
+    wait_seconds: Seconds = 5.0
 
 
 class CardConfig(_Frozen):
@@ -140,6 +170,7 @@ class UpstreamConfig(_Frozen):
     prefix: str = "/"
     jsonrpc_path: str = "/"
     timeouts: TimeoutConfig = TimeoutConfig()
+    pool: PoolConfig = PoolConfig()
     card: CardConfig = CardConfig()
     heartbeat_seconds: Seconds = 30.0
     """Expected longest silence of a live task (unless the card declares one, see

@@ -44,14 +44,19 @@ class UpstreamError(GatewayError):
     """The worker failed at the transport level.
 
     ``reason`` is a metric label: ``connect``, ``timeout``, ``protocol``, ``status``,
-    ``invalid_response``, ``answer_too_large`` or ``nesting_too_deep``. ``http_status`` is what the
-    gateway answers (502 or 504).
+    ``invalid_response``, ``answer_too_large``, ``nesting_too_deep`` — or ``pool_exhausted``,
+    which is no failure of the worker: the gateway had no free pooled connection to it
+    ("gateway at capacity"). ``http_status`` is what the gateway answers (502, 504; 503 for
+    ``pool_exhausted``); ``retry_after`` the seconds of the answer's ``Retry-After`` header
+    (``None``: none).
     """
 
-    def __init__(self, reason: str, message: str, *, http_status: int = 502) -> None:
+    def __init__(self, reason: str, message: str, *, http_status: int = 502,
+                 retry_after: int | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.http_status = http_status
+        self.retry_after = retry_after
 
 
 class LedgerError(GatewayError):

@@ -12,8 +12,9 @@
   ``header_timeout_seconds`` and ``idle_timeout_seconds`` (:mod:`gateway.connections`); the
   admin listener under :data:`ADMIN_MAX_CONNECTIONS` of its own, so a flood on the traffic
   port never starves ``/healthz``. At start the soft ``RLIMIT_NOFILE`` is raised to the hard
-  limit (both logged: ``open_files_limit``), with a warning when ``max_connections`` is above
-  90% of it.
+  limit (both logged: ``open_files_limit``), with a warning when ``max_connections`` and the
+  upstream pools (``upstreams[].pool.max_connections``, a descriptor per pooled connection)
+  together are above 90% of it.
 * **Signals.** The traffic server handles SIGTERM / SIGINT: the runtime begins its drain
   (``/readyz`` turns 503, open streams are ended cleanly after
   ``listen.shutdown_grace_seconds``, README "Shutdown"), uvicorn waits for the requests in
@@ -64,7 +65,8 @@ def run(config: GatewayConfig, config_path: str | None = None) -> int:
         address cannot be bound (a ``listen_failed`` line).
     """
     log = get_logger()
-    raise_open_files_limit(config.listen.max_connections, log)
+    raise_open_files_limit(config.listen.max_connections, log,
+                           pooled=sum(u.pool.max_connections for u in config.upstreams))
     inherited = os.environ.get(LISTEN_FD_ENV)
     if inherited:  # a worker of serve --workers N: the supervisor bound both sockets
         # The supervisor forwards SIGHUP; before the app handles it, it must not kill.
@@ -168,11 +170,13 @@ def bind_listeners(config: GatewayConfig, log: logging.Logger) -> tuple[socket.s
         return None
 
 
-def raise_open_files_limit(max_connections: int, log: logging.Logger) -> int:
+def raise_open_files_limit(max_connections: int, log: logging.Logger, *, pooled: int = 0) -> int:
     """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit and log both
     (``open_files_limit``); warn (``max_connections_near_open_files_limit``) when
-    ``max_connections`` is above 90% of the result: past the limit, accepts fail unlogged.
-    Returns the soft limit in force (``resource.RLIM_INFINITY`` for none)."""
+    ``max_connections`` client connections and ``pooled`` worker connections (the upstream
+    pools' bounds, summed) together are above 90% of the result: past the limit, accepts and
+    connects fail (an accept unlogged), before either bound is reached. Returns the soft
+    limit in force (``resource.RLIM_INFINITY`` for none)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     limit = soft
     if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > soft):
@@ -185,12 +189,12 @@ def raise_open_files_limit(max_connections: int, log: logging.Logger) -> int:
         return "unlimited" if value == resource.RLIM_INFINITY else value
 
     log.info("open_files_limit", extra={"soft_before": shown(soft), "soft": shown(limit), "hard": shown(hard)})
-    if limit != resource.RLIM_INFINITY and max_connections > _NEAR_LIMIT * limit:
+    if limit != resource.RLIM_INFINITY and max_connections + pooled > _NEAR_LIMIT * limit:
         log.warning("max_connections_near_open_files_limit", extra={
-            "max_connections": max_connections, "open_files_limit": limit,
-            "hint": "lower listen.max_connections or raise the hard limit (ulimit -Hn, "
-                    "LimitNOFILE=, the container runtime's nofile): each connection in a "
-                    "request to a worker holds a second descriptor"})
+            "max_connections": max_connections, "pool_connections": pooled, "open_files_limit": limit,
+            "hint": "lower listen.max_connections or upstreams[].pool.max_connections, or raise "
+                    "the hard limit (ulimit -Hn, LimitNOFILE=, the container runtime's nofile): "
+                    "each connection in a request to a worker holds a second descriptor"})
     return limit
 
 

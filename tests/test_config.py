@@ -148,6 +148,25 @@ class TestErrors:
         lines = problems(one_upstream(timeouts={"read": 0}))
         assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams.0.timeouts.read"]
 
+    def test_an_unbounded_or_empty_pool_is_refused(self):
+        for bad in (0, -1):
+            lines = problems(one_upstream(pool={"max_connections": bad}))
+            assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams.0.pool.max_connections"]
+        lines = problems(one_upstream(pool={"wait_seconds": 0}))
+        assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams.0.pool.wait_seconds"]
+
+    def test_the_old_pool_timeout_says_where_it_moved(self):
+        lines = problems(one_upstream(timeouts={"pool": 5}))
+        assert len(lines) == 1 and lines[0].startswith("upstreams.0.timeouts: pool: moved to")
+        assert "upstreams[].pool.wait_seconds" in lines[0]
+
+    def test_the_pool_defaults_sit_below_the_process_bound(self):
+        config = parse_config(one_upstream())
+        pool = config.upstreams[0].pool
+        assert (pool.max_connections, pool.wait_seconds) == (5000, 5.0)
+        # the bound an operator meets first is the pool, not the process's connection cap
+        assert config.listen.max_connections >= 2 * pool.max_connections
+
     def test_every_problem_gets_its_own_line(self):
         data = {"listen": {"port": 70000, "hots": "x"}, "mode": "strict",
                 **one_upstream(name="bad name!")}

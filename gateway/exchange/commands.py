@@ -158,12 +158,15 @@ ENDED = _Marker("ENDED")
 class Respond:
     """Send one whole response. ``media`` is ``json``, ``sse`` or ``raw`` (the worker's own
     content type); ``relay`` is the worker's :class:`Answer` whose headers go along (hop-by-hop
-    and body headers removed), ``None`` for an answer of the gateway's own. Reply: ``None``."""
+    and body headers removed), ``None`` for an answer of the gateway's own; ``headers`` are
+    the gateway's own besides (lower-case name, value; e.g. ``Retry-After`` on "gateway at
+    capacity"). Reply: ``None``."""
 
     status: int
     body: bytes
     media: str = "json"
     relay: Answer | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
 @dataclass(slots=True)

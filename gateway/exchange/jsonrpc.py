@@ -29,7 +29,7 @@ from gateway.a2a.version import ProtocolVersion
 from gateway.errors import NestingTooDeepError, UpstreamError
 from gateway.exchange.commands import Answer, Found, Open, Post, Respond
 from gateway.exchange.model import Policy, Summary
-from gateway.exchange.request import CardRewrite, RequestExchange
+from gateway.exchange.request import CardRewrite, RequestExchange, error_message, retry_after
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import Exchange, Finding
 
@@ -131,8 +131,8 @@ class JsonRpcExchange(RequestExchange):
         return Respond(status, body, "json", relay)
 
     def transport_error(self, exc: UpstreamError) -> Respond:
-        doc = jsonrpc.error_response(self.req.reply_id, jsonrpc.INTERNAL_ERROR, f"upstream error: {exc}")
-        return Respond(exc.http_status, jsonrpc.dumps(doc))
+        doc = jsonrpc.error_response(self.req.reply_id, jsonrpc.INTERNAL_ERROR, error_message(exc))
+        return Respond(exc.http_status, jsonrpc.dumps(doc), headers=retry_after(exc))
 
     def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
         doc = decode_answer(answer, self.policy.max_json_depth)

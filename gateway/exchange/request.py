@@ -44,6 +44,25 @@ from gateway.invariants.model import Action, Exchange, Finding, Mode, TaskRecord
 CardRewrite = Callable[[dict[str, Any]], dict[str, Any]]
 """Rewrites an Agent Card for the client (its interface URLs to the gateway's); pure."""
 
+POOL_EXHAUSTED = "pool_exhausted"
+"""The :class:`~gateway.errors.UpstreamError` reason of "gateway at capacity": no pooled
+connection to the worker came free in time (``upstreams[].pool``)."""
+
+
+def error_message(exc: UpstreamError) -> str:
+    """The text a client reads for ``exc``: ``upstream error: …`` for a failure of the
+    worker's; the capacity message as it is for ``pool_exhausted`` (it starts with
+    ``gateway at capacity``: nothing went wrong upstream)."""
+    return str(exc) if exc.reason == POOL_EXHAUSTED else f"upstream error: {exc}"
+
+
+def retry_after(exc: UpstreamError) -> tuple[tuple[bytes, bytes], ...]:
+    """The ``Retry-After`` header of the answer to ``exc`` (:attr:`Respond.headers`), if it
+    has one (``pool_exhausted``)."""
+    if exc.retry_after is None:
+        return ()
+    return ((b"retry-after", str(exc.retry_after).encode()),)
+
 
 class RequestExchange:
     """One client request for an A2A operation, from admission to the last byte.
@@ -124,7 +143,9 @@ class RequestExchange:
         raise NotImplementedError
 
     def transport_error(self, exc: UpstreamError) -> Respond:
-        """The answer to a worker transport failure (HTTP 502/504)."""
+        """The answer to a worker transport failure (HTTP 502/504), or to "gateway at
+        capacity" (HTTP 503 with the ``Retry-After`` of :func:`retry_after`), with the text of
+        :func:`error_message`."""
         raise NotImplementedError
 
     def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
@@ -192,10 +213,15 @@ class RequestExchange:
     # --- answering ----------------------------------------------------------------------------
 
     def fail_upstream(self, exc: UpstreamError) -> Steps:
-        """Answer a worker transport failure: HTTP 502/504, counted and logged."""
-        self.summary.outcome = "upstream_error"
+        """Answer a worker transport failure: HTTP 502/504, counted
+        (``upstream_errors{reason}``) and logged (``upstream_request_failed``). No pooled
+        connection to the worker (``pool_exhausted``) is no failure of the worker's: "gateway
+        at capacity", HTTP 503 with ``Retry-After``, outcome ``at_capacity``, logged as
+        ``gateway_at_capacity``."""
+        at_capacity = exc.reason == POOL_EXHAUSTED
+        self.summary.outcome = "at_capacity" if at_capacity else "upstream_error"
         yield Count("upstream_errors", (exc.reason,))
-        yield Log("warning", "upstream_request_failed",
+        yield Log("warning", "gateway_at_capacity" if at_capacity else "upstream_request_failed",
                   (("upstream", self.policy.upstream), ("reason", exc.reason), ("error", str(exc))))
         yield self.transport_error(exc)
 

@@ -31,7 +31,7 @@ from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import NestingTooDeepError, UpstreamError
 from gateway.exchange.commands import Answer, Open, Post, Respond
 from gateway.exchange.model import Policy, Summary
-from gateway.exchange.request import CardRewrite, RequestExchange
+from gateway.exchange.request import CardRewrite, RequestExchange, error_message, retry_after
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import Exchange
 
@@ -101,12 +101,12 @@ class RestExchange(RequestExchange):
         return Respond(http, jsonrpc.dumps(body))
 
     def transport_error(self, exc: UpstreamError) -> Respond:
-        message = f"upstream error: {exc}"
+        message = error_message(exc)
         if self.ex.version is ProtocolVersion.V0_3:
             body = rest.error_body(jsonrpc.INTERNAL_ERROR, message, version=ProtocolVersion.V0_3)
         else:
             body = rest.transport_error_body(exc.http_status, message)
-        return Respond(exc.http_status, jsonrpc.dumps(body))
+        return Respond(exc.http_status, jsonrpc.dumps(body), headers=retry_after(exc))
 
     def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
         """HTTP 2xx: ``{"result": <body>}`` (``None`` for an empty body); HTTP 4xx with a JSON

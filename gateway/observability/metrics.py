@@ -33,6 +33,7 @@ metric                                                 labels
 ``a2a_gateway_ledger_conflicts_total``                 backend
 ``a2a_gateway_unchecked_total``                        upstream
 ``a2a_gateway_open_connections``                       (none)
+``a2a_gateway_open_streams``                           upstream
 ``a2a_gateway_connections_refused_total``              reason
 ``a2a_gateway_build_info``                             version
 =====================================================  =========================================
@@ -258,6 +259,15 @@ class Metrics:
             registry=registry,
             multiprocess_mode="livesum",  # serve --workers: the sum over the live workers
         )
+        self.open_streams = Labelled(Gauge(
+            "a2a_gateway_open_streams",
+            "SSE streams of A2A calls open to clients, by upstream (from the stream's head to its "
+            "end; each holds a pooled connection to the worker, upstreams[].pool.max_connections "
+            "bounds them per process)",
+            ["upstream"],
+            registry=registry,
+            multiprocess_mode="livesum",  # serve --workers: the sum over the live workers
+        ))
         self.connections_refused = Labelled(Counter(
             "a2a_gateway_connections_refused_total",
             "Client connections the traffic port closed at a bound, by reason "

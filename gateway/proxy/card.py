@@ -425,7 +425,7 @@ class CardCache:
 
     async def _get(self, path: str, headers: dict[str, str]) -> UpstreamAnswer:
         return await self.client.fetch("GET", self._url(path), headers=headers,
-                                          timeout=self.upstream.timeouts)
+                                       timeout=self.upstream.timeouts, upstream=self.upstream)
 
     def _build(self, doc: dict[str, Any], response: UpstreamAnswer, now: float) -> CachedCard:
         worker_etag = response.headers.get("etag")

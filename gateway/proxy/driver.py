@@ -13,8 +13,16 @@ exceptions) back in. What is left here is what is about time and sockets, never 
 * SSE frames are queued on :class:`Emit` and written on :class:`Flush`: the events of one
   upstream read go out in one write, or in several when the ledger is slow
   (:data:`FLUSH_AFTER`); frames are never held while the relay waits for the worker;
-* a keep-alive comment goes to the client after ``streams.keepalive_seconds`` of silence;
+* a keep-alive comment goes to the client after ``streams.keepalive_seconds`` of silence (a
+  timer per open stream, no task: a task exists only while a comment is being written);
+* an open client stream counts in ``a2a_gateway_open_streams{upstream}`` from its head to its
+  end;
 * report commands go to :class:`~gateway.observability.reporter.Reporter`.
+
+What a driver holds per open stream is small and bounded: the worker's response (aiohttp
+reads it in pieces of at most its ``read_bufsize``, 64 KiB), the frames of one upstream read
+not yet written, and one timer; the event being assembled is the exchange's (its SSE decoder,
+bounded by ``limits.max_event_bytes``).
 """
 
 from __future__ import annotations
@@ -83,6 +91,11 @@ _NO_HEADERS = httpx.Headers()
 class Driver:
     """Performs the commands of one exchange for one client request."""
 
+    __slots__ = ("rt", "route", "scope", "client_send", "reporter", "operation", "started", "ended",
+                 "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
+                 "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
+                 "_streaming")
+
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
                  operation: str) -> None:
         self.rt = rt
@@ -103,7 +116,9 @@ class Driver:
         self._out_since = 0.0  # monotonic time the oldest of them was queued
         self._last_load = 0.0  # monotonic time the last event's judging (or its read) began
         self._last_write = time.monotonic()
-        self._keepalive: asyncio.Future[None] | None = None
+        self._keepalive_timer: asyncio.TimerHandle | None = None
+        self._keepalive_send: asyncio.Future[None] | None = None  # a comment being written
+        self._streaming = False  # counted in a2a_gateway_open_streams
 
     async def run(self, gen: Generator[Any, Any, Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
@@ -142,14 +157,16 @@ class Driver:
                 return False
 
     async def aclose(self) -> None:
-        """Stop the keep-alive and close every upstream response."""
-        keepalive = self._keepalive
+        """Stop the keep-alive, close every upstream response and uncount the stream."""
+        sending = self._keepalive_send
         self._stop_keepalive()
-        if keepalive is not None:
+        self._uncount()
+        if sending is not None:
             with contextlib.suppress(asyncio.CancelledError):
-                await keepalive
+                await sending
         for response in self._responses:
             await response.aclose()
+        self._responses = []
 
     async def end_for_shutdown(self) -> None:
         """Shutdown: end the client's stream cleanly; it can resume with ``SubscribeToTask``."""
@@ -211,15 +228,18 @@ class Driver:
     async def _post(self, cmd: Post) -> Answer:
         url, headers, body = self._request(cmd)
         answer = await self.rt.client.fetch(cmd.method, url, headers=headers, content=body,
-                                            timeout=self.route.upstream.timeouts)
+                                            timeout=self.route.upstream.timeouts,
+                                            upstream=self.route.upstream)
         return _answer(answer.status_code, answer.content, answer.headers)
 
     async def _open(self, cmd: Open) -> Any:
         url, headers, body = self._request(cmd)
         for earlier in self._responses:  # a resubscribe: the cut stream is over
             await earlier.aclose()
+        self._responses = []
         response = await self.rt.client.send(cmd.method, url, headers=headers, content=body,
-                                             timeout=self.route.upstream.timeouts)
+                                             timeout=self.route.upstream.timeouts,
+                                             upstream=self.route.upstream)
         self._responses.append(response)
         if response.status_code >= 300 or not is_event_stream(response.headers):
             content = await self.rt.client.read(response)
@@ -257,6 +277,8 @@ class Driver:
             drop = _STREAM_HEADERS if sse else _BODY_HEADERS
             headers = client_response_headers(relayed, drop=drop)
             headers += SSE_HEADERS if sse else JSON_HEADERS
+        if cmd.headers:
+            headers += cmd.headers
         headers.append((b"content-length", str(len(cmd.body)).encode()))
         self.started = True
         await self.client_send({"type": "http.response.start", "status": cmd.status, "headers": headers})
@@ -269,7 +291,9 @@ class Driver:
         await self.client_send({"type": "http.response.start", "status": 200,
                                 "headers": [*relayed, *SSE_HEADERS]})
         self._last_write = time.monotonic()
-        self._keepalive = asyncio.ensure_future(self._keepalive_loop())
+        self._streaming = True
+        self.rt.metrics.open_streams.labels(self.route.upstream.name).inc()
+        self._arm_keepalive(self.rt.config.streams.keepalive_seconds)
 
     async def _flush(self, cmd: Flush | None) -> None:
         if self._out:
@@ -281,28 +305,52 @@ class Driver:
         self._stop_keepalive()
         body, self._out = b"".join(self._out), []
         self.ended = True
+        self._uncount()
         await self.client_send({"type": "http.response.body", "body": body, "more_body": False})
 
-    async def _keepalive_loop(self) -> None:
+    def _uncount(self) -> None:
+        if self._streaming:
+            self._streaming = False
+            self.rt.metrics.open_streams.labels(self.route.upstream.name).dec()
+
+    def _arm_keepalive(self, delay: float) -> None:
+        self._keepalive_timer = asyncio.get_running_loop().call_later(delay, self._keepalive_due)
+
+    def _keepalive_due(self) -> None:
         """An SSE comment to the client after ``streams.keepalive_seconds`` of silence, below
-        common proxy idle timeouts (F08); never while a read's events are being stored."""
+        common proxy idle timeouts (F08); never while a read's events are being stored (a
+        timer callback: the comment's write is the only task, and only while it runs)."""
+        self._keepalive_timer = None
+        if self.ended:
+            return
         interval = self.rt.config.streams.keepalive_seconds
-        while True:
-            wait = interval - (time.monotonic() - self._last_write)
-            if wait > 0:
-                await asyncio.sleep(wait)
-                continue
-            if self._out:  # a read's events are being stored; their write comes soon
-                await asyncio.sleep(interval)
-                continue
+        wait = interval - (time.monotonic() - self._last_write)
+        if wait > 0:
+            self._arm_keepalive(wait)
+        elif self._out or self._keepalive_send is not None:  # a read's events are being stored;
+            self._arm_keepalive(interval)  # their write comes soon
+        else:
             self._last_write = time.monotonic()
+            self._keepalive_send = asyncio.ensure_future(self._send_keepalive(interval))
+
+    async def _send_keepalive(self, interval: float) -> None:
+        try:
             await self.client_send({"type": "http.response.body", "body": encode_comment("keepalive"),
                                     "more_body": True})
+        except Exception:  # the client is gone: its disconnect ends the exchange
+            return
+        finally:
+            self._keepalive_send = None
+        if not self.ended and self._keepalive_timer is None and self._streaming:
+            self._arm_keepalive(interval)
 
     def _stop_keepalive(self) -> None:
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            self._keepalive = None
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+            self._keepalive_timer = None
+        if self._keepalive_send is not None:
+            self._keepalive_send.cancel()
+            self._keepalive_send = None
 
     # --- time and the card --------------------------------------------------------------------------
 

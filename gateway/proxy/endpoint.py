@@ -28,11 +28,12 @@ from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
 
 
-async def send_json(send: Send, status: int, doc: Any) -> None:
-    """Send a complete JSON response (``application/json``)."""
+async def send_json(send: Send, status: int, doc: Any, *,
+                    headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """Send a complete JSON response (``application/json``), ``headers`` besides."""
     body = jsonrpc.dumps(doc)
     await send({"type": "http.response.start", "status": status,
-                "headers": [*JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
+                "headers": [*JSON_HEADERS, *headers, (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
 

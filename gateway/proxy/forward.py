@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -228,6 +228,36 @@ WATCH_AFTER = 0.05
 """Seconds a request's work runs before :func:`until_disconnect` starts watching the client."""
 
 
+class Signal(asyncio.Event):
+    """An ``asyncio.Event`` that also calls back when set: :func:`until_disconnect` watches
+    one with a callback per request instead of a task per request (the shutdown deadline,
+    watched by every open stream)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: set[Callable[[], None]] = set()
+
+    def set(self) -> None:
+        """Set the flag, wake the waiters and call every callback once."""
+        if self.is_set():
+            return
+        super().set()
+        callbacks, self._callbacks = self._callbacks, set()
+        for callback in callbacks:
+            callback()
+
+    def add_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` when the flag is set (at once, if it is)."""
+        if self.is_set():
+            callback()
+        else:
+            self._callbacks.add(callback)
+
+    def remove_callback(self, callback: Callable[[], None]) -> None:
+        """Forget ``callback`` (no error when it was not added or was already called)."""
+        self._callbacks.discard(callback)
+
+
 async def until_disconnect(
     receive: Receive, work: Awaitable[T], *, stop: asyncio.Event | None = None
 ) -> tuple[bool, T | None]:
@@ -237,10 +267,11 @@ async def until_disconnect(
     finished, ``(False, None)`` otherwise (``work`` is then cancelled, so its ``finally`` blocks
     close the upstream response). ``stop`` is the gateway's drain signal at shutdown.
 
-    ``work`` runs in the calling task. Watchers (one task per signal) start only after
-    :data:`WATCH_AFTER` seconds, so the common quick exchange creates no task at all; a
-    disconnect is noticed at most that much later. A watcher that fires cancels ``work``. A
-    cancellation from anyone else propagates as usual.
+    ``work`` runs in the calling task. Watchers start only after :data:`WATCH_AFTER` seconds,
+    so the common quick exchange creates no task at all; a disconnect is noticed at most that
+    much later: one task waits for the client's disconnect, and ``stop`` is watched with a
+    callback when it is a :class:`Signal` (a task for a plain ``asyncio.Event``). A watcher
+    that fires cancels ``work``. A cancellation from anyone else propagates as usual.
     """
     current = asyncio.current_task()
     assert current is not None
@@ -251,6 +282,9 @@ async def until_disconnect(
         if watcher.cancelled():
             return
         watcher.exception()  # a receive() that failed counts as a disconnect; retrieved here
+        stopped()
+
+    def stopped() -> None:
         if not state["over"] and not state["fired"]:  # cancel once, even if both signals come
             state["fired"] = True
             current.cancel()
@@ -261,7 +295,9 @@ async def until_disconnect(
 
     def start() -> None:
         watchers.append(asyncio.ensure_future(watch()))
-        if stop is not None:
+        if isinstance(stop, Signal):
+            stop.add_callback(stopped)
+        elif stop is not None:
             watchers.append(asyncio.ensure_future(stop.wait()))
         for watcher in watchers:
             watcher.add_done_callback(fire)
@@ -276,6 +312,8 @@ async def until_disconnect(
     finally:
         state["over"] = True
         timer.cancel()
+        if isinstance(stop, Signal):
+            stop.remove_callback(stopped)
         for watcher in watchers:
             watcher.cancel()
     if state["fired"]:  # the signal came while ``work`` was finishing; it finished

@@ -15,6 +15,7 @@ from gateway.errors import BodyTooLargeError, ClientGoneError, UpstreamError
 from gateway.exchange.bridge import BridgedJsonRpcExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.jsonrpc import JsonRpcExchange
+from gateway.exchange.request import POOL_EXHAUSTED, error_message, retry_after
 from gateway.proxy.endpoint import ExchangeHandler, send_json
 from gateway.proxy.forward import client_response_headers, read_body, upstream_request_headers
 
@@ -66,12 +67,13 @@ class JsonRpcHandler(ExchangeHandler):
                                            trusted_proxies=self.rt.config.public.trusted_proxies)
         try:
             response = await self.rt.client.fetch("POST", url, headers=headers, content=body,
-                                                  timeout=self.route.upstream.timeouts)
+                                                  timeout=self.route.upstream.timeouts,
+                                                  upstream=self.route.upstream)
         except UpstreamError as exc:
-            self.summary.outcome = "upstream_error"
+            self.summary.outcome = "at_capacity" if exc.reason == POOL_EXHAUSTED else "upstream_error"
             self.reporter.report(Count("upstream_errors", (exc.reason,)))
-            doc = jsonrpc.error_response(req_id, jsonrpc.INTERNAL_ERROR, f"upstream error: {exc}")
-            await send_json(self.send, exc.http_status, doc)
+            doc = jsonrpc.error_response(req_id, jsonrpc.INTERNAL_ERROR, error_message(exc))
+            await send_json(self.send, exc.http_status, doc, headers=retry_after(exc))
             return
         headers_out = client_response_headers(response.headers, drop=("content-length", "content-encoding"))
         await self.send({"type": "http.response.start", "status": response.status_code,

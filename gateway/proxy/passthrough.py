@@ -18,6 +18,7 @@ import httpx
 import orjson
 
 from gateway.errors import BodyTooLargeError, ClientGoneError, UpstreamError
+from gateway.exchange.request import POOL_EXHAUSTED, error_message, retry_after
 from gateway.proxy.forward import (
     Route,
     client_response_headers,
@@ -31,7 +32,7 @@ from gateway.proxy.card import public_base
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
 
-_STATUS_NAMES = {413: "INVALID_ARGUMENT", 502: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+_STATUS_NAMES = {413: "INVALID_ARGUMENT", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
 
 
 def status_body(code: int, message: str) -> bytes:
@@ -91,6 +92,7 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
                                              trusted_proxies=rt.config.public.trusted_proxies),
             content=stream_body(receive, limit) if has_body else None,
             timeout=route.upstream.timeouts,
+            upstream=route.upstream,
         )
     except BodyTooLargeError:
         await _error(send, 413, f"request body exceeds {limit} bytes")
@@ -99,8 +101,8 @@ async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send
         return "client_disconnected"  # the upstream request was aborted, not sent truncated
     except UpstreamError as err:
         rt.metrics.upstream_errors.labels(route.upstream.name, err.reason).inc()
-        await _error(send, err.http_status, f"upstream error: {err}")
-        return "upstream_error"
+        await _error(send, err.http_status, error_message(err), retry_after(err))
+        return "at_capacity" if err.reason == POOL_EXHAUSTED else "upstream_error"
     try:
         headers = client_response_headers(response.headers)
         if "location" in response.headers:
@@ -132,9 +134,10 @@ async def _pipe(rt: Runtime, route: Route, response: httpx.Response, send: Send)
     return "ok" if response.status_code < 400 else "upstream_status"
 
 
-async def _error(send: Send, status: int, message: str) -> None:
+async def _error(send: Send, status: int, message: str,
+                 headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     body = status_body(status, message)
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
+                "headers": [(b"content-type", b"application/json"), *headers,
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -27,7 +27,7 @@ from gateway.ledger.base import TaskLedger
 from gateway.observability.metrics import Metrics
 from gateway.observability.reporter import Reporter
 from gateway.proxy.card import CardCache
-from gateway.proxy.forward import Router
+from gateway.proxy.forward import Router, Signal
 from gateway.proxy.transport import UpstreamClient
 
 T = TypeVar("T")
@@ -43,7 +43,9 @@ class Runtime:
     metrics: Metrics
     log: logging.Logger
     draining: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    drain_expired: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    drain_expired: Signal = dataclasses.field(default_factory=Signal)
+    """Set when ``listen.shutdown_grace_seconds`` ran out after SIGTERM: open streams end (a
+    :class:`~gateway.proxy.forward.Signal`: each stream watches it with a callback, no task)."""
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)

@@ -9,9 +9,10 @@ Layers, top to bottom:
   used: it always keeps a cookie jar (a proxy must never store a worker's ``Set-Cookie`` and
   replay it for other clients), merges default headers into built requests and costs CPU on
   every request for auth, redirect and event-hook machinery the proxy never uses.
-* :class:`AiohttpTransport` — the ``httpx.AsyncBaseTransport``: the pool lives here, and so do
-  the proxy rules and the error mapping (:func:`upstream_error`, the only place transport
-  failures are classified).
+* :class:`AiohttpTransport` — the ``httpx.AsyncBaseTransport``: one upstream's pool lives
+  here (``upstreams[].pool``: one transport per upstream, so a busy worker cannot take the
+  connections of another), and so do the proxy rules and the error mapping
+  (:func:`upstream_error`, the only place transport failures are classified).
 
 Why aiohttp's pool: httpx's own (httpcore on anyio) costs about 1.2 ms of CPU per proxied
 request on this project's 2-core machine and grows with the number of pooled connections (it
@@ -40,7 +41,15 @@ The transport behaves as a proxy must:
   undecodable ``Content-Encoding`` body — is raised as an :class:`UpstreamError` made by :func:`upstream_error`: ``reason`` ``connect``,
   ``timeout`` or ``protocol``, ``http_status`` 502 (504 on a timeout), a message that names the
   failure class only. The gateway's own request-body errors (``BodyTooLargeError``,
-  ``ClientGoneError``, raised by the body iterator) pass through unchanged.
+  ``ClientGoneError``, raised by the body iterator) pass through unchanged;
+* a request that found every pooled connection in use and got none within the pool's wait
+  (aiohttp's connector ``limit`` and its ``connect`` timeout) is not a worker failure: it is
+  raised as :func:`pool_exhausted` (``reason`` ``pool_exhausted``, HTTP 503 with
+  ``retry_after``), never as a timeout. Which wait ran out is known exactly: a request that
+  may have to queue (the pool's requests in flight reached its bound when it began) goes
+  through a session with aiohttp's ``on_connection_queued_start`` / ``_end`` trace signals,
+  one that cannot queue through the same connector without them (a trace costs ~10 µs of
+  CPU per request).
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ import aiohttp
 import httpx
 import yarl
 
-from gateway.config import TimeoutConfig
+from gateway.config import DEFAULT_POOL_CONNECTIONS, PoolConfig, TimeoutConfig, UpstreamConfig
 from gateway.errors import UpstreamError
 from gateway.errors import BodyTooLargeError, ClientGoneError
 
@@ -64,7 +73,9 @@ from gateway.errors import BodyTooLargeError, ClientGoneError
 # The failure classes, most specific first (the first match wins): the exception, the
 # ``reason`` label, and the class name the message gives (httpx's name for that failure).
 _CLASSES: tuple[tuple[type[BaseException], str, str], ...] = (
-    (aiohttp.ConnectionTimeoutError, "timeout", "ConnectTimeout"),  # pool wait or TCP connect
+    # the TCP connect (a request that ran out of time queued for a pooled connection is
+    # pool_exhausted instead: AiohttpTransport.handle_async_request)
+    (aiohttp.ConnectionTimeoutError, "timeout", "ConnectTimeout"),
     (aiohttp.ServerTimeoutError, "timeout", "ReadTimeout"),  # sock_read: idle gap in the answer
     (asyncio.TimeoutError, "timeout", "ReadTimeout"),
     (aiohttp.ClientConnectorError, "connect", "ConnectError"),  # refused, DNS, TLS handshake
@@ -104,6 +115,23 @@ def upstream_error(exc: BaseException) -> UpstreamError:
                 return UpstreamError(reason, "worker unreachable: connection failed")
             return UpstreamError(reason, f"worker connection failed ({name})")
     raise TypeError(f"not a transport failure: {type(exc).__name__}")
+
+
+RETRY_AFTER_SECONDS = 1
+"""The ``Retry-After`` of a "gateway at capacity" answer (as the process's own 503 at
+``listen.max_connections``): a pooled connection frees as soon as any request or stream to
+the worker ends."""
+
+
+def pool_exhausted(max_connections: int, wait_seconds: float) -> UpstreamError:
+    """The :class:`UpstreamError` for a request that got no pooled connection: every one of
+    the upstream's ``max_connections`` was in use for ``wait_seconds``. ``reason``
+    ``pool_exhausted``, ``http_status`` 503, ``retry_after`` :data:`RETRY_AFTER_SECONDS`."""
+    return UpstreamError(
+        "pool_exhausted",
+        f"gateway at capacity: all {max_connections} connections to the worker in use for "
+        f"{wait_seconds:g} s (upstreams[].pool.max_connections); retry later",
+        http_status=503, retry_after=RETRY_AFTER_SECONDS)
 
 
 def _own_error(exc: BaseException) -> BaseException | None:
@@ -282,41 +310,88 @@ class _Relayed(httpx.AsyncByteStream):
             self._owner = None
 
 
+class _Queued:
+    """Whether one request is queued for a pooled connection (aiohttp's trace signals)."""
+
+    __slots__ = ("waiting",)
+
+    def __init__(self) -> None:
+        self.waiting = False
+
+
+async def _queued_start(session: Any, ctx: Any, params: Any) -> None:
+    ctx.trace_request_ctx.waiting = True
+
+
+async def _queued_end(session: Any, ctx: Any, params: Any) -> None:
+    ctx.trace_request_ctx.waiting = False
+
+
+def _queue_trace() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_queued_start.append(_queued_start)
+    trace.on_connection_queued_end.append(_queued_end)
+    trace.freeze()
+    return trace
+
+
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """An ``httpx.AsyncBaseTransport`` over a pooled aiohttp session, for a proxy (see the
-    module docstring for what it does not do to a request).
+    module docstring for what it does not do to a request). One per upstream.
 
-    Request extensions read: ``timeout`` (httpx's dict: ``connect`` TCP connect, ``pool``
-    waiting for a pooled connection, ``read`` the idle gap between response chunks; ``write``
-    is not enforced) and ``target`` (the request-target bytes, sent as they are instead of
-    ``request.url``'s path and query).
+    Request extensions read: ``timeout`` (httpx's dict: ``connect`` TCP connect, ``read`` the
+    idle gap between response chunks; ``write`` is not enforced) and ``target`` (the
+    request-target bytes, sent as they are instead of ``request.url``'s path and query).
 
     Raises from :meth:`handle_async_request` and from the response body's iteration:
-    :class:`UpstreamError` only (:func:`upstream_error`), besides what the request-body
-    iterator itself raised.
+    :class:`UpstreamError` only (:func:`upstream_error`, :func:`pool_exhausted`), besides what
+    the request-body iterator itself raised.
 
     Args:
-        max_connections: the pool's bound on open connections to all upstreams.
+        max_connections: the pool's bound on open connections (> 0; idle pooled ones
+            included).
         keepalive_expiry: seconds an idle pooled connection is kept.
+        pool_wait: seconds a request waits for a free connection (and a new one's connect)
+            when all are in use; then :func:`pool_exhausted`.
     """
 
-    def __init__(self, max_connections: int = 1000, keepalive_expiry: float = 30.0) -> None:
-        self._max = max_connections
+    def __init__(self, max_connections: int = DEFAULT_POOL_CONNECTIONS, keepalive_expiry: float = 30.0,
+                 *, pool_wait: float = 5.0) -> None:
+        if max_connections <= 0:
+            raise ValueError("max_connections must be > 0 (an unbounded pool is refused)")
+        self.max_connections = max_connections
+        self.pool_wait = pool_wait
         self._keepalive = keepalive_expiry
         self._session: aiohttp.ClientSession | None = None
+        self._queueing: aiohttp.ClientSession | None = None  # the same pool, queue traced
         self._exact: httpx.AsyncHTTPTransport | None = None  # for headers aiohttp cannot write
         self.in_flight = 0
         """Requests sent or being sent whose response is not closed yet."""
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:  # created on first use: it binds to the running loop
-            connector = aiohttp.TCPConnector(limit=self._max, keepalive_timeout=self._keepalive)
-            self._session = aiohttp.ClientSession(
-                connector=connector, trust_env=False, auto_decompress=False,
-                cookie_jar=aiohttp.DummyCookieJar(),  # a proxy never keeps or replays cookies
-                skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
-            )
+            connector = aiohttp.TCPConnector(limit=self.max_connections, keepalive_timeout=self._keepalive)
+            self._session = self._new_session(connector, ())
         return self._session
+
+    def _queueing_client(self) -> aiohttp.ClientSession:
+        """The session for a request that may queue: the same connector (the same pool),
+        with the queue trace."""
+        if self._queueing is None:
+            connector = self._client().connector
+            assert connector is not None
+            self._queueing = self._new_session(connector, (_queue_trace(),), owner=False)
+        return self._queueing
+
+    @staticmethod
+    def _new_session(connector: aiohttp.BaseConnector, traces: tuple[aiohttp.TraceConfig, ...],
+                     owner: bool = True) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=connector, connector_owner=owner, trust_env=False, auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),  # a proxy never keeps or replays cookies
+            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
+            trace_configs=list(traces) or None,
+        )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         ext = request.extensions
@@ -327,15 +402,24 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         timeout = ext.get("timeout") or {}
         stream = request.stream
         data: Any = (b"".join(stream) or None) if isinstance(stream, httpx.ByteStream) else stream
+        # Fewer requests in flight than connections: this one cannot queue (every connection
+        # held belongs to one of them), so it needs no trace.
+        queued = _Queued() if self.in_flight >= self.max_connections else None
         self.in_flight += 1
         try:
-            response = await self._client().request(
-                request.method, url, headers=headers, data=data, allow_redirects=False,
-                compress=None, timeout=_client_timeout(
-                    timeout.get("connect"), timeout.get("read"), timeout.get("pool")),
-            )
+            client_timeout = _client_timeout(timeout.get("connect"), timeout.get("read"), self.pool_wait)
+            if queued is None:
+                response = await self._client().request(
+                    request.method, url, headers=headers, data=data, allow_redirects=False,
+                    compress=None, timeout=client_timeout)
+            else:
+                response = await self._queueing_client().request(
+                    request.method, url, headers=headers, data=data, allow_redirects=False,
+                    compress=None, timeout=client_timeout, trace_request_ctx=queued)
         except BaseException as exc:
             self.in_flight -= 1
+            if queued is not None and queued.waiting and isinstance(exc, aiohttp.ConnectionTimeoutError):
+                raise pool_exhausted(self.max_connections, self.pool_wait) from exc
             if isinstance(exc, Exception):
                 raise _failure(exc)  # (_failure sets the cause)
             raise
@@ -352,20 +436,24 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         as aiohttp adds them; errors are mapped as for aiohttp."""
         if self._exact is None:
             self._exact = httpx.AsyncHTTPTransport(retries=0, limits=httpx.Limits(
-                max_connections=100, max_keepalive_connections=10, keepalive_expiry=self._keepalive))
+                max_connections=_EXACT_CONNECTIONS, max_keepalive_connections=10, keepalive_expiry=self._keepalive))
         url = request.url
         host = b"[" + url.raw_host + b"]" if b":" in url.raw_host else url.raw_host  # IPv6
         host = host if url.port is None else host + b":%d" % url.port
         stream = request.stream
         framing = ((b"content-length", b"%d" % len(b"".join(stream)))
                    if isinstance(stream, httpx.ByteStream) else (b"transfer-encoding", b"chunked"))
+        extensions = {**request.extensions,
+                      "timeout": {**request.extensions.get("timeout", {}), "pool": self.pool_wait}}
         exact = httpx.Request(request.method, url, headers=[(b"host", host), framing, *request.headers.raw],
-                              stream=stream, extensions=request.extensions)
+                              stream=stream, extensions=extensions)
         self.in_flight += 1
         try:
             response = await self._exact.handle_async_request(exact)
         except BaseException as exc:
             self.in_flight -= 1
+            if isinstance(exc, httpx.PoolTimeout):
+                raise pool_exhausted(_EXACT_CONNECTIONS, self.pool_wait) from exc
             if isinstance(exc, Exception):
                 raise _failure(exc)
             raise
@@ -376,12 +464,19 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         """Close every pooled connection."""
+        if self._queueing is not None:
+            await self._queueing.close()  # not the connector's owner: closes nothing shared
+            self._queueing = None
         if self._session is not None:
             await self._session.close()
             self._session = None
         if self._exact is not None:
             await self._exact.aclose()
             self._exact = None
+
+
+_EXACT_CONNECTIONS = 100
+"""The pool of the byte-exact transport (requests with a header that is not UTF-8)."""
 
 
 def _yarl_url(url: httpx.URL, target: bytes | None) -> yarl.URL:
@@ -399,6 +494,8 @@ def _origin(scheme: str, raw_host: bytes, port: int | None) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _client_timeout(connect: float | None, read: float | None, pool: float | None) -> aiohttp.ClientTimeout:
+    """aiohttp's ``connect`` is the wait for a pooled connection with a new one's connect in
+    it; ``sock_connect`` the TCP connect alone."""
     return aiohttp.ClientTimeout(total=None, connect=pool, sock_connect=connect, sock_read=read)
 
 
@@ -417,7 +514,8 @@ MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class UpstreamClient:
-    """Sends one request to a worker through :class:`AiohttpTransport` and returns the answer
+    """Sends one request to a worker through the :class:`AiohttpTransport` of its upstream
+    (one pool per upstream, sized by ``upstreams[].pool``) and returns the answer
     (:meth:`fetch`) or the streaming ``httpx.Response`` (:meth:`send`) — nothing more.
 
     It follows no redirects, keeps no cookies and merges nothing into the request: what the
@@ -428,20 +526,49 @@ class UpstreamClient:
     ``aread``; the request-body iterator's own exceptions pass through unchanged.
 
     Args:
-        max_connections: the pool's bound on open connections to all upstreams.
+        pool: the pool of a request sent without an ``upstream`` (direct use, tests).
         max_answer_bytes: the bound on a whole answer read into memory (:meth:`fetch`,
             :meth:`read`), counted after ``Content-Encoding`` is undone, so a compressed body
             that inflates past it is cut off too (``limits.max_answer_bytes``).
     """
 
-    def __init__(self, max_connections: int = 1000, *, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
-        self.transport = AiohttpTransport(max_connections)
+    def __init__(self, pool: PoolConfig | None = None, *, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
+        pool = pool or PoolConfig()
+        self.transport = AiohttpTransport(pool.max_connections, pool_wait=pool.wait_seconds)
+        """The pool of requests sent without an ``upstream``."""
         self.max_answer_bytes = max_answer_bytes
+        self._pools: dict[str, AiohttpTransport] = {}
+        self._retired: list[AiohttpTransport] = []  # replaced by a reload, closed once idle
+
+    def pool(self, upstream: UpstreamConfig | None) -> AiohttpTransport:
+        """The transport (the pool) of ``upstream``, made on first use; ``None``: the default
+        one. A reload that changes an upstream's ``pool`` settings gets a new pool; the old
+        one serves the requests already on it and is closed once they are over."""
+        if upstream is None:
+            return self.transport
+        transport = self._pools.get(upstream.name)
+        cfg = upstream.pool
+        if transport is None or (transport.max_connections, transport.pool_wait) != (
+                cfg.max_connections, cfg.wait_seconds):
+            if transport is not None:
+                self._retired.append(transport)
+            transport = self._pools[upstream.name] = AiohttpTransport(
+                cfg.max_connections, pool_wait=cfg.wait_seconds)
+        if self._retired:
+            self._close_idle()
+        return transport
+
+    def _close_idle(self) -> None:
+        idle = [t for t in self._retired if t.in_flight == 0]
+        if idle:
+            self._retired = [t for t in self._retired if t.in_flight]
+            for transport in idle:
+                asyncio.ensure_future(transport.aclose())
 
     @property
     def in_flight(self) -> int:
-        """Requests sent or being sent whose response is not closed yet."""
-        return self.transport.in_flight
+        """Requests sent or being sent whose response is not closed yet (all pools)."""
+        return self.transport.in_flight + sum(t.in_flight for t in (*self._pools.values(), *self._retired))
 
     async def send(
         self,
@@ -451,6 +578,7 @@ class UpstreamClient:
         headers: list[tuple[bytes, bytes]] | dict[str, str],
         timeout: TimeoutConfig,
         content: bytes | AsyncIterator[bytes] | None = None,
+        upstream: UpstreamConfig | None = None,
     ) -> httpx.Response:
         """Send a request upstream and return as soon as the response head is in; the body
         still streams (``aiter_bytes``, ``aiter_raw``, ``aread``) — close the response.
@@ -458,14 +586,18 @@ class UpstreamClient:
         Args:
             url: the absolute upstream URL, already percent-encoded (sent as is).
             headers: raw ``(name, value)`` byte pairs, or a ``str`` mapping.
-            timeout: seconds: ``connect`` (TCP connect), ``pool`` (waiting for a pooled
-                connection), ``read`` (the idle gap between response chunks).
+            timeout: seconds: ``connect`` (TCP connect), ``read`` (the idle gap between
+                response chunks).
             content: the body, whole or as an async iterator of chunks (streamed).
+            upstream: whose pool the request goes through (:meth:`pool`); ``None``: the
+                default pool.
 
         Raises:
-            UpstreamError: the transport failed (also later, from the body's iteration).
+            UpstreamError: the transport failed (also later, from the body's iteration);
+                ``pool_exhausted`` (HTTP 503) when no pooled connection came free within the
+                pool's wait.
         """
-        return await self.transport.handle_async_request(_request(method, url, headers, timeout, content))
+        return await self.pool(upstream).handle_async_request(_request(method, url, headers, timeout, content))
 
     async def fetch(
         self,
@@ -475,15 +607,17 @@ class UpstreamClient:
         headers: list[tuple[bytes, bytes]] | dict[str, str],
         timeout: TimeoutConfig,
         content: bytes | None = None,
+        upstream: UpstreamConfig | None = None,
     ) -> UpstreamAnswer:
         """Send a request upstream and read the whole answer, decoded per its
         ``Content-Encoding`` (the connection goes back to the pool). Arguments as for
         :meth:`send`.
 
         Raises:
-            UpstreamError: the transport failed, or the body does not decode.
+            UpstreamError: the transport failed, or the body does not decode
+                (``pool_exhausted`` as for :meth:`send`).
         """
-        response = await self.transport.handle_async_request(_request(method, url, headers, timeout, content))
+        response = await self.pool(upstream).handle_async_request(_request(method, url, headers, timeout, content))
         return UpstreamAnswer(response.status_code, response.headers, await self.read(response))
 
     async def read(self, response: httpx.Response) -> bytes:
@@ -516,8 +650,10 @@ class UpstreamClient:
             await response.aclose()
 
     async def aclose(self) -> None:
-        """Close every pooled connection."""
-        await self.transport.aclose()
+        """Close every pooled connection (of every pool)."""
+        for transport in (self.transport, *self._pools.values(), *self._retired):
+            await transport.aclose()
+        self._pools, self._retired = {}, []
 
 
 def _too_large(limit: int) -> UpstreamError:
@@ -570,5 +706,4 @@ def _parse(url: str) -> tuple[httpx.URL, bytes]:
 
 @functools.lru_cache(maxsize=64)
 def _timeout_extension(timeout: TimeoutConfig) -> dict[str, float | None]:
-    return {"connect": timeout.connect, "read": timeout.read, "write": timeout.write,
-            "pool": timeout.pool}
+    return {"connect": timeout.connect, "read": timeout.read, "write": timeout.write}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from gateway.config import TimeoutConfig
+from gateway.config import PoolConfig, TimeoutConfig, UpstreamConfig
 from gateway.errors import UpstreamError
 from gateway.errors import BodyTooLargeError
 from gateway.proxy.transport import AiohttpTransport, UpstreamClient, upstream_error
@@ -25,7 +25,7 @@ from gateway.proxy.transport import AiohttpTransport, UpstreamClient, upstream_e
 HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
         b"transfer-encoding: chunked\r\n\r\n")
 EVENT = b'data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n'
-FAST = TimeoutConfig(connect=2.0, read=2.0, pool=2.0)
+FAST = TimeoutConfig(connect=2.0, read=2.0)
 
 
 def _chunk(data: bytes) -> bytes:
@@ -462,3 +462,65 @@ async def test_header_bytes_that_are_not_utf8_reach_the_worker_unchanged(client:
     with pytest.raises(UpstreamError) as info:
         await client.fetch("GET", "http://127.0.0.1:1/", headers=headers, timeout=FAST)
     assert info.value.reason == "connect"
+
+
+# --- the pool: one per upstream, and running out of it is "gateway at capacity" -------------------
+
+def _streaming(release: asyncio.Event) -> Callable[[Seen, asyncio.StreamWriter], Awaitable[None]]:
+    """An SSE answer whose body ends only once ``release`` is set (the connection stays held)."""
+    async def answer(_: Seen, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + _chunk(EVENT))
+        await writer.drain()
+        await release.wait()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    return answer
+
+
+def _upstream(name: str, url: str, max_connections: int, wait: float = 0.1) -> UpstreamConfig:
+    return UpstreamConfig(name=name, url=url, pool=PoolConfig(max_connections=max_connections, wait_seconds=wait))
+
+
+async def test_a_full_pool_is_pool_exhausted_503_not_a_timeout(worker_factory) -> None:  # type: ignore[no-untyped-def]
+    release = asyncio.Event()
+    w = await worker_factory(_streaming(release))
+    upstream = _upstream("w", w.url(), 1)
+    client = UpstreamClient()
+    try:
+        held = await client.send("POST", w.url(), headers=[], timeout=FAST, content=b"{}", upstream=upstream)
+        with pytest.raises(UpstreamError) as info:
+            await client.send("POST", w.url(), headers=[], timeout=FAST, content=b"{}", upstream=upstream)
+        err = info.value
+        assert (err.reason, err.http_status, err.retry_after) == ("pool_exhausted", 503, 1)
+        assert str(err).startswith("gateway at capacity: all 1 connections to the worker in use for 0.1 s")
+        assert client.in_flight == 1  # the refused request is not counted as in flight
+        release.set()
+        assert await client.read(held) == EVENT
+        again = await client.fetch("POST", w.url(), headers=[], timeout=FAST, content=b"{}", upstream=upstream)
+        assert again.content == EVENT  # the freed connection serves the next request
+        assert client.in_flight == 0
+    finally:
+        await client.aclose()
+
+
+async def test_each_upstream_has_its_own_pool(worker_factory) -> None:  # type: ignore[no-untyped-def]
+    release = asyncio.Event()
+    w = await worker_factory(_streaming(release))
+    busy, other = _upstream("busy", w.url(), 1), _upstream("other", w.url(), 1)
+    client = UpstreamClient()
+    try:
+        held = await client.send("POST", w.url(), headers=[], timeout=FAST, content=b"{}", upstream=busy)
+        second = await client.send("POST", w.url(), headers=[], timeout=FAST, content=b"{}", upstream=other)
+        assert client.pool(busy) is not client.pool(other)
+        assert client.pool(busy).in_flight == client.pool(other).in_flight == 1
+        release.set()
+        assert [await client.read(held), await client.read(second)] == [EVENT, EVENT]
+        resized = _upstream("busy", w.url(), 3)  # a reload changing the pool: a new one
+        assert client.pool(resized) is not client.pool(busy) and client.pool(resized).max_connections == 3
+    finally:
+        await client.aclose()
+
+
+def test_an_unbounded_pool_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_connections must be > 0"):
+        AiohttpTransport(0)
