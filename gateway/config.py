@@ -85,13 +85,6 @@ class TimeoutConfig(_Frozen):
     read: Seconds = 300.0
     write: Seconds = 30.0
 
-    @model_validator(mode="before")
-    @classmethod
-    def _moved(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "pool" in data:
-            raise ValueError("pool: moved to upstreams[].pool.wait_seconds (the wait for a pooled "
-                             "connection is the gateway's capacity, not the worker's timeout)")
-        return data
 
 
 DEFAULT_POOL_CONNECTIONS = 5000
@@ -172,6 +165,21 @@ class UpstreamConfig(_Frozen):
     timeouts: TimeoutConfig = TimeoutConfig()
     pool: PoolConfig = PoolConfig()
     card: CardConfig = CardConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_pool_timeout(cls, data: Any) -> Any:
+        """``timeouts.pool`` of earlier versions is ``pool.wait_seconds`` now (the wait for a
+        pooled connection is the gateway's capacity, not the worker's timeout): still read,
+        unless ``pool.wait_seconds`` is given too."""
+        if not isinstance(data, dict) or not isinstance(data.get("timeouts"), dict) or "pool" not in data["timeouts"]:
+            return data
+        timeouts = dict(data["timeouts"])
+        wait = timeouts.pop("pool")
+        pool = data.get("pool", {})
+        if isinstance(pool, dict):  # anything else is refused by the field's own validation
+            pool = {"wait_seconds": wait, **pool}
+        return {**data, "timeouts": timeouts, "pool": pool}
     heartbeat_seconds: Seconds = 30.0
     """Expected longest silence of a live task (unless the card declares one, see
     ``gateway.a2a.card.HEARTBEAT_EXTENSION``); past it an action on the task is preceded by a

@@ -155,10 +155,13 @@ class TestErrors:
         lines = problems(one_upstream(pool={"wait_seconds": 0}))
         assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams.0.pool.wait_seconds"]
 
-    def test_the_old_pool_timeout_says_where_it_moved(self):
-        lines = problems(one_upstream(timeouts={"pool": 5}))
-        assert len(lines) == 1 and lines[0].startswith("upstreams.0.timeouts: pool: moved to")
-        assert "upstreams[].pool.wait_seconds" in lines[0]
+    def test_the_old_pool_timeout_is_still_read_as_the_pool_wait(self):
+        """``timeouts.pool`` of earlier versions moved to ``pool.wait_seconds``: a file that
+        sets it keeps working, and the new name wins when both are given."""
+        assert parse_config(one_upstream(timeouts={"pool": 7})).upstreams[0].pool.wait_seconds == 7
+        both = one_upstream(timeouts={"pool": 7}, pool={"wait_seconds": 2})
+        assert parse_config(both).upstreams[0].pool.wait_seconds == 2
+        assert problems(one_upstream(timeouts={"pool": 0}))[0].startswith("upstreams.0.pool.wait_seconds")
 
     def test_the_pool_defaults_sit_below_the_process_bound(self):
         config = parse_config(one_upstream())
