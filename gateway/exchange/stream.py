@@ -254,12 +254,8 @@ class StreamExchange:
             self.stream = dataclasses.replace(self.stream, terminal=True)  # nothing more to send
             return
         terminal = record is not None and record.terminal
-        try:
-            result = self.owner.snapshot(task)
-            event_id = yield from self._append(result, terminal)
-            yield Emit(self.owner.result_frame(result, event_id))
-        except UnencodableError as exc:
-            yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker task refused: {exc}")
+        result = yield from self._emit_snapshot(task, terminal)
+        if result is None:
             self.stream = dataclasses.replace(self.stream, terminal=True)
             return
         self.summary.events += 1
@@ -272,6 +268,19 @@ class StreamExchange:
         generation = generation_of(task)
         if generation is not None:  # the live stream's snapshot is new only past this one
             self.stream = dataclasses.replace(self.stream, generation=generation)
+
+    def _emit_snapshot(self, task: dict[str, Any], terminal: bool) -> Generator[Any, Any, Any]:
+        """Send the worker's Task (judged) as one event of the gateway's own, in the window
+        first; its payload, or ``None`` when it could not be written (an error event went
+        instead)."""
+        try:
+            result = self.owner.snapshot(task)
+            event_id = yield from self._append(result, terminal)
+            yield Emit(self.owner.result_frame(result, event_id))
+        except UnencodableError as exc:
+            yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker task refused: {exc}")
+            return None
+        return result
 
     def _append(self, result: Any, terminal: bool) -> Generator[Any, Any, str | None]:
         """Add ``result`` (about to be delivered) to the task's replay window; its event id,
@@ -405,12 +414,7 @@ class StreamExchange:
             yield Count("forced_gets", ("upstream_eof",))
             task, record = yield from self.owner.probe_task(task_id)
             if record is not None and record.terminal and isinstance(task, dict):
-                try:
-                    result = self.owner.snapshot(task)
-                    event_id = yield from self._append(result, True)
-                    yield Emit(self.owner.result_frame(result, event_id))
-                except UnencodableError as exc:
-                    yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker task refused: {exc}")
+                yield from self._emit_snapshot(task, True)
                 self.stream = dataclasses.replace(self.stream, terminal=True)
                 yield from self._done_after_cut("terminal_snapshot")
                 return Next.CLOSE

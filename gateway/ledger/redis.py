@@ -208,7 +208,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     rest, _, query = rest.partition("?")
     userinfo, at, rest = rest.rpartition("@")
     hosts, _, path = rest.partition("/")
-    sentinels = tuple(_host_port(item, shown) for item in hosts.split(","))
+    sentinels = tuple(host_port(item, shown) for item in hosts.split(","))
     service, _, db_text = path.strip("/").partition("/")
     if not service:
         raise ValueError(f"{shown}: no Sentinel service name (…/SERVICE[/DB])")
@@ -229,7 +229,9 @@ def parse_sentinel_url(url: str) -> SentinelURL:
                        scheme.startswith("rediss"), options)
 
 
-def _host_port(item: str, shown: str) -> tuple[str, int]:
+def host_port(item: str, shown: str, *, what: str = "Sentinel", default_port: int = SENTINEL_PORT) -> tuple[str, int]:
+    """``(host, port)`` of one ``HOST[:PORT]`` / ``[IPv6][:PORT]`` of a URL's address list
+    (``what``: whose, for the error). Raises ValueError naming the URL as ``shown``."""
     item = item.strip()
     if item.startswith("["):
         host, _, tail = item[1:].partition("]")
@@ -237,10 +239,10 @@ def _host_port(item: str, shown: str) -> tuple[str, int]:
     else:
         host, _, port_text = item.partition(":")
     if not host:
-        raise ValueError(f"{shown}: a Sentinel address without a host")
+        raise ValueError(f"{shown}: a {what} address without a host")
     if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
-        raise ValueError(f"{shown}: bad Sentinel port {port_text!r}")
-    return host, int(port_text) if port_text else SENTINEL_PORT
+        raise ValueError(f"{shown}: bad {what} port {port_text!r}")
+    return host, int(port_text) if port_text else default_port
 
 
 def _read_secret(path: str) -> str:

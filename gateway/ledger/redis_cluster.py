@@ -58,7 +58,7 @@ from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec, redact
 from gateway.ledger.base import WindowLimits
-from gateway.ledger.redis import RedisLedger, RedisOptions, _read_secret
+from gateway.ledger.redis import RedisLedger, RedisOptions, _read_secret, host_port
 
 _log = logging.getLogger("a2a_gateway")
 
@@ -150,7 +150,8 @@ def parse_cluster_url(url: str) -> ClusterURL:
     hosts, _, path = rest.partition("/")
     if path.strip("/") not in ("", "0"):
         raise ValueError(f"{shown}: a Redis Cluster has only DB 0 (no path, or /0)")
-    nodes = tuple(_host_port(item, shown) for item in hosts.split(","))
+    nodes = tuple(host_port(item, shown, what="cluster node", default_port=CLUSTER_PORT)
+                  for item in hosts.split(","))
     options = dict(parse_url(("rediss" if tls else "redis") + "://x/?" + query))
     for key in ("host", "port", "connection_class"):
         options.pop(key, None)
@@ -164,20 +165,6 @@ def parse_cluster_url(url: str) -> ClusterURL:
         username = unquote(user) or username
         password = unquote(secret) if colon else password
     return ClusterURL(nodes, username, password, tls, options)
-
-
-def _host_port(item: str, shown: str) -> tuple[str, int]:
-    item = item.strip()
-    if item.startswith("["):
-        host, _, tail = item[1:].partition("]")
-        port_text = tail.removeprefix(":")
-    else:
-        host, _, port_text = item.partition(":")
-    if not host:
-        raise ValueError(f"{shown}: a cluster node address without a host")
-    if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
-        raise ValueError(f"{shown}: bad cluster node port {port_text!r}")
-    return host, int(port_text) if port_text else CLUSTER_PORT
 
 
 class RedisClusterLedger(RedisLedger):
