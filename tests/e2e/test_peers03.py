@@ -44,6 +44,9 @@ PEER_BOUND = 15.0  # seconds one peer process may take for its scenario
 #: (worker, client, transport) where the SDKs cannot stream to each other (see the docstring)
 NO_STREAMING = {("py03", "js03", "HTTP+JSON")}
 STREAM_BUG = "@a2a-js/sdk 0.3.14's REST client misparses a2a-sdk 0.3's multi-line SSE data and POSTs :subscribe"
+CANCEL_RACE = ("a2a-sdk 0.3's worker closes the task's event queue with immediate=True on its final event "
+               "(EventConsumer.consume_all), which clears what its tapped child queues still hold: under load a "
+               "resubscription can end before it dequeues the canceled update (seen once in a CI run, direct peers)")
 
 
 @pytest.fixture(scope="module", params=sorted(WORKERS), ids=lambda w: f"worker_{w}")
@@ -184,6 +187,8 @@ async def test_resubscribe_then_cancel_a_slow_task(request: pytest.FixtureReques
     resubscription ends with the final canceled update, the cancel answers the canceled task."""
     name, base = worker
     _xfail_no_streaming(request, name, client, transport)
+    if name == "py03" and (name, client, transport) not in NO_STREAMING:
+        request.applymarker(pytest.mark.xfail(strict=False, reason=CANCEL_RACE))
     started = await run(client, base, [{"op": "stream", "text": "slow one", "until": "working"}], transport)
     assert started.outcome(0) == "stopped", started.transcript()
     assert states(started, 0) == [("task", "submitted", None), ("status-update", "working", False)]
