@@ -142,9 +142,8 @@ class StreamExchange:
         self.lineage: str | None = None  # the replay window lineage of this client stream
         self.dialect = dialect_of(owner.ex.version, owner.ex.binding)
 
-    def run(self, replay: Steps | None = None) -> Steps:
-        """Open the upstream stream and relay it; answers JSON when the worker did.
-        ``replay`` (a resume's window events) goes out first, once the stream is open."""
+    def run(self) -> Steps:
+        """Open the upstream stream and relay it; answers JSON when the worker did."""
         try:
             reply = yield from self.owner.open_upstream()
         except UpstreamError as exc:
@@ -155,7 +154,7 @@ class StreamExchange:
             return
         self.summary.close_reason = "upstream_closed"
         yield StartStream()
-        nxt = yield from self._pump_upstreams(replay)
+        nxt = yield from self._pump_upstreams()
         yield EndStream()
         if nxt is Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
             yield from self._drain()
