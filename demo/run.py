@@ -480,9 +480,9 @@ def run(startup_timeout: float) -> int:
         f'admin: {{host: {HOST}, port: {admin_port}, tracked_refresh_seconds: 0.2}}\n'
         'mode: enforce\n'
         f'ledger: {{url: "sqlite:///{log_dir / "ledger.db"}"}}\n'
-        'upstreams:\n'
-        f'  - {{name: worker, url: "{worker_url}", prefix: /}}\n'
-        f'  - {{name: legacy, url: "{legacy_url}", prefix: /legacy}}\n'
+        'upstreams:\n'  # small pools: two default ones (5 000 each) would crowd the open-files limit
+        f'  - {{name: worker, url: "{worker_url}", prefix: /, pool: {{max_connections: 100}}}}\n'
+        f'  - {{name: legacy, url: "{legacy_url}", prefix: /legacy, pool: {{max_connections: 100}}}}\n'
     )
 
     _say('a2a-gateway demo')

@@ -40,6 +40,11 @@ class ConfigError(GatewayError):
         self.problems = problems
 
 
+POOL_EXHAUSTED = "pool_exhausted"
+"""The :class:`UpstreamError` reason of a request that got no pooled connection to its worker
+(the gateway at capacity, not a failure of the worker's)."""
+
+
 class UpstreamError(GatewayError):
     """The worker failed at the transport level.
 

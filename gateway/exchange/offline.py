@@ -32,7 +32,7 @@ import orjson
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.sse import Event, SSEDecoder, encode_event
-from gateway.errors import LedgerError, TranscriptError, UpstreamError, VersionConflictError
+from gateway.errors import POOL_EXHAUSTED, LedgerError, TranscriptError, UpstreamError, VersionConflictError
 from gateway.exchange.commands import (
     ENDED,
     OPENED,
@@ -231,6 +231,9 @@ class Offline:
             raise UpstreamError("timeout", "worker timed out (ReadTimeout)", http_status=504)
         if fail == "connect":
             raise UpstreamError("connect", "worker unreachable: connection failed")
+        if fail == "pool":  # the upstream's connection pool had none free (the gateway at capacity)
+            raise UpstreamError(POOL_EXHAUSTED, "gateway at capacity: all connections to the worker in use",
+                                http_status=503, retry_after=1)
         status = act.get("status", 200)
         if "answer" in act and kind is not Read and type(status) is int:
             return Answer(status, jsonrpc.dumps(act["answer"]))

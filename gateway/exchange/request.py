@@ -32,7 +32,7 @@ from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.payloads import locate
 from gateway.a2a.sse import Event
-from gateway.errors import LedgerError, UnencodableError, UpstreamError
+from gateway.errors import POOL_EXHAUSTED, LedgerError, UnencodableError, UpstreamError
 from gateway.exchange.commands import Answer, Count, Found, Loaded, Log, MarkCardStale, Open, Post, Respond
 from gateway.exchange.judge import Steps, clear_resync, judge, load
 from gateway.exchange.model import Policy, Summary
@@ -43,10 +43,6 @@ from gateway.invariants.model import Action, Exchange, Finding, Mode, TaskRecord
 
 CardRewrite = Callable[[dict[str, Any]], dict[str, Any]]
 """Rewrites an Agent Card for the client (its interface URLs to the gateway's); pure."""
-
-POOL_EXHAUSTED = "pool_exhausted"
-"""The :class:`~gateway.errors.UpstreamError` reason of "gateway at capacity": no pooled
-connection to the worker came free in time (``upstreams[].pool``)."""
 
 
 def error_message(exc: UpstreamError) -> str:

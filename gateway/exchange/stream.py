@@ -44,7 +44,14 @@ from gateway.a2a.payloads import Item, Kind, generation_of, locate
 from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment
 from gateway.a2a.states import TaskState, UnknownStateError, normalize_state
 from gateway.a2a.version import ProtocolVersion
-from gateway.errors import EventTooLargeError, LedgerError, NestingTooDeepError, UnencodableError, UpstreamError
+from gateway.errors import (
+    POOL_EXHAUSTED,
+    EventTooLargeError,
+    LedgerError,
+    NestingTooDeepError,
+    UnencodableError,
+    UpstreamError,
+)
 from gateway.exchange import window
 from gateway.exchange.commands import (
     ENDED,
@@ -318,6 +325,11 @@ class StreamExchange:
                 if self.stream.terminal or not live:
                     return Next.CLOSE
                 yield _FLUSH
+            if isinstance(refused, UpstreamError) and refused.reason == POOL_EXHAUSTED:
+                # nothing went wrong upstream: the gateway is at capacity; retrying would only wait
+                # on the pool again (the error event says so, as a refused request would)
+                yield self._error_event(jsonrpc.INTERNAL_ERROR, str(refused))
+                return Next.CLOSE
             if refused is not None:
                 self._cut_error = (f"upstream error: {refused}" if isinstance(refused, UpstreamError)
                                    else f"worker answered the subscription with HTTP {refused.status}")

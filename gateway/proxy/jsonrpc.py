@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.version import Binding
-from gateway.errors import BodyTooLargeError, ClientGoneError, UpstreamError
+from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, UpstreamError
 from gateway.exchange.bridge import BridgedJsonRpcExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.jsonrpc import JsonRpcExchange
-from gateway.exchange.request import POOL_EXHAUSTED, error_message, retry_after
+from gateway.exchange.request import error_message, retry_after
 from gateway.proxy.endpoint import ExchangeHandler, send_json
 from gateway.proxy.forward import client_response_headers, read_body, upstream_request_headers
 

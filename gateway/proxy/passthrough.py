@@ -17,8 +17,8 @@ import time
 import httpx
 import orjson
 
-from gateway.errors import BodyTooLargeError, ClientGoneError, UpstreamError
-from gateway.exchange.request import POOL_EXHAUSTED, error_message, retry_after
+from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, UpstreamError
+from gateway.exchange.request import error_message, retry_after
 from gateway.proxy.forward import (
     Route,
     client_response_headers,

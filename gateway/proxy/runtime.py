@@ -61,8 +61,9 @@ class Runtime:
         """
         old = getattr(self, "config", None)
         kept_keys = ("listen", "admin", "ledger", "replay_window")
-        if old is not None and any(getattr(old, key) != getattr(config, key) for key in kept_keys):
-            self.log.warning("config_needs_restart", extra={"keys": list(kept_keys)})
+        changed = [key for key in kept_keys if old is not None and getattr(old, key) != getattr(config, key)]
+        if changed:
+            self.log.warning("config_needs_restart", extra={"keys": changed})
             config = config.model_copy(update={key: getattr(old, key) for key in kept_keys})
         kept: set[str] = set()
         fresh: dict[str, CardCache] = {}

@@ -66,8 +66,7 @@ import httpx
 import yarl
 
 from gateway.config import DEFAULT_POOL_CONNECTIONS, PoolConfig, TimeoutConfig, UpstreamConfig
-from gateway.errors import UpstreamError
-from gateway.errors import BodyTooLargeError, ClientGoneError
+from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, UpstreamError
 
 
 # The failure classes, most specific first (the first match wins): the exception, the
@@ -128,7 +127,7 @@ def pool_exhausted(max_connections: int, wait_seconds: float) -> UpstreamError:
     the upstream's ``max_connections`` was in use for ``wait_seconds``. ``reason``
     ``pool_exhausted``, ``http_status`` 503, ``retry_after`` :data:`RETRY_AFTER_SECONDS`."""
     return UpstreamError(
-        "pool_exhausted",
+        POOL_EXHAUSTED,
         f"gateway at capacity: all {max_connections} connections to the worker in use for "
         f"{wait_seconds:g} s (upstreams[].pool.max_connections); retry later",
         http_status=503, retry_after=RETRY_AFTER_SECONDS)

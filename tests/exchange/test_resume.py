@@ -288,6 +288,19 @@ class TestWindowFailure:
         assert book.outputs[0].status == 503 and not any(type(c) is Open for c in book.commands)
 
 
+    def test_a_resume_that_finds_the_gateway_at_capacity_says_so_after_the_replay(self):
+        """No pooled connection for the live subscription: the window's events still go out,
+        then the capacity error at once — no GetTask, no resubscribes that would wait on the
+        pool again, and never "the stream was lost"."""
+        ledger = Ledger()
+        first_stream(ledger)
+        book = play("SubscribeToTask", {"id": "t-1"}, [{"fail": "pool"}], ledger=ledger, last_event_id="2")
+        got = frames(book)
+        assert [r for _, r in got[:2]] == [chunk("t-1", 2), chunk("t-1", 3)]
+        assert got[-1][1]["code"] == jsonrpc.INTERNAL_ERROR and got[-1][1]["message"].startswith("gateway at capacity")
+        assert not any(type(c) is Post for c in book.commands)
+
+
 class TestGapWithGenerations:
     def test_a_live_snapshot_past_the_gap_snapshots_generation_is_delivered(self):
         ledger = Ledger()
