@@ -29,6 +29,7 @@ import asyncio
 import os
 import re
 import signal
+from typing import Any
 
 ID_RE = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|null)')
 METHOD_RE = re.compile(rb'"method"\s*:\s*"([^"]*)"')
@@ -169,8 +170,13 @@ class Worker:
 
 
 async def serve(host: str, port: int) -> None:
-    worker = Worker(host, port)
-    server = await asyncio.start_server(worker.handle, host, port, backlog=1024)
+    await serve_until_signal(Worker(host, port).handle, host, port, backlog=1024)
+
+
+async def serve_until_signal(handle: Any, host: str, port: int, *, backlog: int) -> None:
+    """Serve ``handle`` (an ``asyncio.start_server`` callback) on ``host:port``, print ``ready``
+    once listening, and return on SIGTERM / SIGINT."""
+    server = await asyncio.start_server(handle, host, port, backlog=backlog)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

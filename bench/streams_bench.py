@@ -47,7 +47,6 @@ import os
 import platform
 import re
 import resource
-import signal
 import statistics
 import sys
 import tempfile
@@ -56,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import run_and_save
-from bench.canned_worker import ID_RE, METHOD_RE, SSE_HEAD, TS, Worker
+from bench.canned_worker import ID_RE, METHOD_RE, SSE_HEAD, TS, Worker, serve_until_signal
 from bench.run import HOST, PY, ROOT, Proc, child_env, free_port, nginx_conf, wait_port, wait_ready
 from gateway import __version__
 
@@ -114,15 +113,7 @@ class PacedWorker(Worker):
 
 
 async def serve_worker(port: int, events: int, interval: float) -> None:
-    worker = PacedWorker(HOST, port, events, interval)
-    server = await asyncio.start_server(worker.handle, HOST, port, backlog=8192)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print("ready", flush=True)
-    async with server:
-        await stop.wait()
+    await serve_until_signal(PacedWorker(HOST, port, events, interval).handle, HOST, port, backlog=8192)
 
 
 # --------------------------------------------------------------------------- the client

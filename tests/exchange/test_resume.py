@@ -202,7 +202,7 @@ class TestResume:
         again = play("SubscribeToTask", {"id": "t-1"}, [], ledger=ledger, last_event_id=got[-1][0])
         assert again.outputs[0].doc["error"]["code"] == jsonrpc.UNSUPPORTED_OPERATION  # that was the end
 
-    def test_the_id_of_the_last_event_of_a_terminal_task_is_answered_as_a_subscribe_without_it(self):
+    def test_f05_the_id_of_a_terminal_tasks_last_event_is_refused_as_a_subscribe_without_it(self):
         """Nothing is left to send: refused as any subscribe to a terminal task (F05), without
         asking the worker and without growing the window (an EventSource's reconnect ends)."""
         ledger = Ledger()
@@ -338,11 +338,11 @@ class TestSnapshotAfterACut:
             {"open": True}, {"events": [{"task": snapshot}, status("t-1", "TASK_STATE_COMPLETED")]}])
         return [r for _, r in frames(book)]
 
-    def test_a_snapshot_of_the_same_generation_is_dropped(self):
+    def test_f08ii_a_resubscribe_snapshot_of_the_same_generation_is_dropped(self):
         got = self._cut_then({**task("t-1", "TASK_STATE_WORKING"), "generation": 2})
         assert [next(iter(r)) for r in got] == ["task", "statusUpdate"]
 
-    def test_a_snapshot_whose_generation_moved_on_is_delivered(self):
+    def test_f08ii_a_resubscribe_snapshot_whose_generation_moved_on_is_delivered(self):
         got = self._cut_then({**task("t-1", "TASK_STATE_WORKING"), "generation": 5})
         assert [next(iter(r)) for r in got] == ["task", "task", "statusUpdate"]
         assert got[1]["task"]["generation"] == 5
