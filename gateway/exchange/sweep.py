@@ -19,7 +19,7 @@ arguments).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Container, Generator, Iterable, Mapping
+from collections.abc import Container, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from gateway.a2a.rest import RestCall
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import LedgerError, UpstreamError, VersionConflictError
 from gateway.exchange.bridge import BridgedJsonRpcExchange, BridgedRestExchange
-from gateway.exchange.commands import Count, Found, Load, Loaded, Log, Post
+from gateway.exchange.commands import Count, Found, Load, Loaded, Log, Post, Store
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.judge import judge
 from gateway.exchange.model import Policy
@@ -265,23 +265,25 @@ class SweepExchange:
                                                              ("code", jsonrpc.code_label(code))))
                 return result
             get_ex = dataclasses.replace(self.probe.ex, operation=Operation.GET, task_id=task_id)
-            outcome = yield from judge(self.policy, get_ex, None, doc["result"])
+            seen = _Stores()
+            outcome = yield from seen.watch(judge(self.policy, get_ex, None, doc["result"]))
             if outcome.action is not Action.FORWARD:
                 yield Log("warning", "sweep_get_failed", (*log, ("reason", "invalid_response")))
                 return result
-            current = (yield Load(task_id)).record
         except (LedgerError, VersionConflictError) as exc:
             yield Log("error", "sweep_ledger_error", (*log, ("error", str(exc))))
             result.outcome = "error"
             return result
-        result.state = current.state.value if current is not None else None
-        if current is not None and current.state is not record.state:
-            detail = (f"task {task_id} recorded {record.state.value}, worker says "
-                      f"{current.state.value} ({REASON})")
+        result.outcome = "unchanged"
+        if seen.stored is None:
+            return result
+        before, after = seen.stored
+        result.state = after.state.value
+        if before is not None and after.state is not before.state:  # this sweep recorded a new state
+            detail = (f"task {task_id} recorded {before.state.value}, worker says "
+                      f"{after.state.value} ({REASON})")
             yield Found((Finding("divergence", "stale_record", detail),), task_id)
             result.outcome, result.task = "changed", outcome.result
-        else:
-            result.outcome = "unchanged"
         return result
 
     def _still_due(self, record: TaskRecord | None, now: float) -> bool:
@@ -292,5 +294,32 @@ class SweepExchange:
         return now - record.observed_at > self.policy.heartbeat_seconds
 
 
-ProbeFactory = Callable[[LiveTask], RequestExchange]
-"""Builds the probe exchange of a task (:func:`probe_exchange` with the upstream's settings)."""
+class _Stores:
+    """Watches the commands of a judging generator for the store that won: ``stored`` is
+    ``(the record it replaced, the record stored)`` — the record as the last ``Load`` before
+    it read it — or ``None`` when nothing was stored. So a state a concurrent writer recorded
+    (the compare-and-set made the judge read again) is never taken for this sweep's."""
+
+    def __init__(self) -> None:
+        self.stored: tuple[TaskRecord | None, TaskRecord] | None = None
+
+    def watch(self, gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+        """Run ``gen``, passing its commands and their replies (or exceptions) through."""
+        loaded: TaskRecord | None = None
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                cmd = gen.throw(error) if error is not None else gen.send(reply)
+            except StopIteration as stop:
+                return stop.value
+            error = None
+            try:
+                reply = yield cmd
+            except Exception as exc:  # thrown in by the driver: the judge's to handle
+                error, reply = exc, None
+                continue
+            if type(cmd) is Load:
+                loaded = reply.record
+            elif type(cmd) is Store:
+                self.stored = (loaded, cmd.record)

@@ -94,7 +94,7 @@ class Driver:
     __slots__ = ("rt", "route", "scope", "client_send", "reporter", "operation", "started", "ended",
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
-                 "_streaming")
+                 "_streaming", "_stream_task", "_stream_key")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
                  operation: str, *, task_id: str | None = None) -> None:

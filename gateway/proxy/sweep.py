@@ -32,7 +32,7 @@ from gateway.proxy.runtime import Runtime
 _BODILESS = frozenset({"GET", "DELETE"})
 
 
-class SweepDriver(Driver):
+class SweepDriver(Driver):  # no __slots__ of its own: one per sweep, never on the hot path
     """:class:`~gateway.proxy.driver.Driver` for an exchange no client asked for: a ``Post``
     goes to ``target`` below the upstream's base URL with the gateway's own headers only
     (``Accept``, ``Content-Type`` with a body, ``A2A-Version`` when the command names one) —
@@ -134,7 +134,7 @@ class Sweeper:
         if road is None:
             if name not in self._no_route:
                 self._no_route.add(name)
-                rt.log.warning("sweep_no_card", extra={"upstream": name})
+                rt.log.info("sweep_waits_for_card", extra={"upstream": name})
             return
         self._no_route.discard(name)
         now = time.time()

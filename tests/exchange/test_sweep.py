@@ -196,3 +196,21 @@ def test_a_restart_flag_is_cleared_by_the_sweeps_observation() -> None:
     exchange = SweepExchange(listed, probe_exchange(ProbeRoute(JSONRPC, V10, "/"), listed, CARD, POLICY), POLICY)
     assert off.run(exchange.run())
     assert off.ledger.resync == set() and exchange.result.outcome == "unchanged"
+
+
+def test_a_state_a_concurrent_writer_recorded_meanwhile_wins_and_is_not_the_sweeps() -> None:
+    """While the GetTask is out, a client's exchange records the task completed: the judge
+    reads the record again, the terminal state stays, and the sweep reports no change of its
+    own (no stale_record, nothing for the push relay)."""
+    off = Offline(upstream="w", now=NOW)
+    off.ledger.records[("w", "t-1")] = record()
+    listed = task()
+    exchange = SweepExchange(listed, probe_exchange(ProbeRoute(JSONRPC, V10, "/"), listed, CARD, POLICY), POLICY)
+    gen = exchange.run()
+    assert not off.run(gen)  # waiting for the worker's answer
+    off.ledger.put(record(TaskState.COMPLETED, observed_at=NOW - 1), 1)  # the other writer
+    off.worker.append(answer("TASK_STATE_FAILED"))
+    assert off.resume(gen)
+    assert off.ledger.records[("w", "t-1")].state is TaskState.COMPLETED
+    assert exchange.result.outcome == "unchanged" and exchange.result.task is None
+    assert "stale_record" not in [f.kind for f in off.findings]
