@@ -400,9 +400,9 @@ class SweepConfig(_Frozen):
     ``heartbeat_seconds + interval_seconds`` while the rate keeps up (docs/sweep.md §2)."""
 
     enabled: bool = True
-    interval_seconds: Seconds = 5.0
+    interval_seconds: float = Field(default=5.0, gt=0, le=3600)
     batch_size: int = Field(default=100, gt=0, le=10_000)
-    requests_per_second: Seconds = 5.0
+    requests_per_second: float = Field(default=5.0, gt=0, le=10_000)
     max_in_flight: int = Field(default=4, gt=0, le=1000)
 
 
