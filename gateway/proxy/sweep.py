@@ -97,7 +97,10 @@ class Sweeper:
             while True:
                 cfg = self.rt.config.sweep
                 if cfg.enabled and not self.rt.draining.is_set():
-                    self.tick(cfg)
+                    try:
+                        self.tick(cfg)
+                    except Exception as exc:  # a bug must not end the loop: the next period tries again
+                        self.rt.log.error("sweep_round_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
                 await asyncio.sleep(cfg.interval_seconds)
         finally:
             rounds = [r for r in self._rounds.values() if not r.done()]
@@ -120,7 +123,15 @@ class Sweeper:
         for upstream in upstreams:
             running = self._rounds.get(upstream.name)
             if running is None or running.done():
-                self._rounds[upstream.name] = asyncio.ensure_future(self.round(upstream, cfg))
+                started = self._rounds[upstream.name] = asyncio.ensure_future(self.round(upstream, cfg))
+                started.add_done_callback(self._ended)
+
+    def _ended(self, round_: asyncio.Task[None]) -> None:
+        """Log a round that ended with an error of its own (a bug: ledger and worker failures
+        are outcomes, not errors)."""
+        if not round_.cancelled() and round_.exception() is not None:
+            exc = round_.exception()
+            self.rt.log.error("sweep_round_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
 
     async def round(self, upstream: UpstreamConfig, cfg: SweepConfig) -> None:
         """One page of ``upstream``'s live tasks observed before ``now - heartbeat``; a
