@@ -137,22 +137,22 @@ class ProbeRoute:
 
 
 def probe_route(speaks: Iterable[tuple[ProtocolVersion, Binding]], *, jsonrpc_path: str,
-                rest_paths: Mapping[tuple[ProtocolVersion, Binding], str] | None = None
-                ) -> ProbeRoute | None:
+                paths: Mapping[tuple[ProtocolVersion, Binding], str] | None = None) -> ProbeRoute | None:
     """The road of the sweep's ``GetTask`` to a worker that serves ``speaks`` (its card's
     versions and bindings, :meth:`gateway.proxy.card.CardCache.speaks`), in this order of
-    preference: JSON-RPC v1.0, JSON-RPC v0.3 (``tasks/get``), REST v1.0, REST v0.3 —
-    JSON-RPC to ``jsonrpc_path`` (the mount's, ``upstreams[].jsonrpc_path``), REST below the
-    path its card gives that interface (``rest_paths``, below the upstream URL; ``""`` when it
-    gives none). ``None`` when nothing is known of the worker (no card yet): the sweep then
-    sends nothing rather than guess (docs/sweep.md §2)."""
+    preference: JSON-RPC v1.0, JSON-RPC v0.3 (``tasks/get``), REST v1.0, REST v0.3. The path
+    is the one its card gives that interface (``paths``: below the upstream's URL), else —
+    for JSON-RPC — the mount's ``jsonrpc_path`` (``upstreams[].jsonrpc_path``) or — for REST
+    — none. ``None`` when nothing is known of the worker (no card yet): the sweep then sends
+    nothing rather than guess (docs/sweep.md §2)."""
     known = set(speaks)
     for version, binding in _PREFERENCE:
         if (version, binding) not in known:
             continue
+        advertised = (paths or {}).get((version, binding))
         if binding is Binding.JSONRPC:
-            return ProbeRoute(binding, version, jsonrpc_path)
-        path = (rest_paths or {}).get((version, binding), "").rstrip("/")
+            return ProbeRoute(binding, version, advertised or jsonrpc_path)
+        path = (advertised or "").rstrip("/")
         if version is ProtocolVersion.V0_3 and path.endswith("/v1"):
             path = path[:-3]
         return ProbeRoute(binding, version, path)

@@ -141,7 +141,7 @@ class Sweeper:
         rt, name = self.rt, upstream.name
         cache = rt.card_cache(upstream)
         heartbeat = cache.heartbeat_seconds()
-        road = probe_route(cache.speaks(), jsonrpc_path=upstream.jsonrpc_path, rest_paths=_rest_paths(cache, upstream))
+        road = probe_route(cache.speaks(), jsonrpc_path=upstream.jsonrpc_path, paths=_card_paths(cache, upstream))
         if road is None:
             if name not in self._no_route:
                 self._no_route.add(name)
@@ -215,17 +215,21 @@ class Sweeper:
                                         "error": f"{type(exc).__name__}: {exc}"})
 
 
-def _rest_paths(cache: Any, upstream: UpstreamConfig) -> dict[Any, str]:
-    """The paths below the upstream's URL of the REST interfaces its cached card advertises."""
+def _card_paths(cache: Any, upstream: UpstreamConfig) -> dict[Any, str]:
+    """The path below the upstream's URL of each interface its cached card advertises (by
+    version and binding), as the served card's rewrite reads it: only the path of a URL
+    counts (its host is often the worker's own name, docs/field-cases.md F11), and a URL not
+    below the upstream's path counts whole."""
     cached = cache.cached()
     if cached is None:
         return {}
     base = urlsplit(upstream.url).path.rstrip("/")
     out = {}
-    for (version, binding), url in card_endpoints(cached.doc).items():
-        if binding is Binding.REST:
-            path = urlsplit(url).path
-            out[(version, binding)] = path[len(base):] if base and path.startswith(base) else path
+    for key, url in card_endpoints(cached.doc).items():
+        path = urlsplit(url).path or "/"
+        if base and (path == base or path.startswith(base + "/")):
+            path = path[len(base):] or "/"
+        out[key] = path
     return out
 
 

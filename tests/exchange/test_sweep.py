@@ -67,15 +67,15 @@ def test_forget_before_names_only_entries_older_than_the_cutoff() -> None:
 
 
 @pytest.mark.parametrize("speaks,expected", [
-    ({(V10, JSONRPC), (V03, JSONRPC), (V10, REST)}, ProbeRoute(JSONRPC, V10, "/rpc")),
-    ({(V03, JSONRPC), (V10, REST)}, ProbeRoute(JSONRPC, V03, "/rpc")),  # JSON-RPC first, in its version
+    ({(V10, JSONRPC), (V03, JSONRPC), (V10, REST)}, ProbeRoute(JSONRPC, V10, "/a2a")),  # the card's path
+    ({(V03, JSONRPC), (V10, REST)}, ProbeRoute(JSONRPC, V03, "/rpc")),  # none in the card: the mount's
     ({(V10, REST), (V03, REST)}, ProbeRoute(REST, V10, "/api")),
     ({(V03, REST)}, ProbeRoute(REST, V03, "/legacy")),  # the card's /v1 is the version's, not the base
     (set(), None),  # nothing known of the worker: no guess
 ])
 def test_probe_route_prefers_json_rpc_then_the_newer_version(speaks: set[Any], expected: ProbeRoute | None) -> None:
-    paths = {(V10, REST): "/api/", (V03, REST): "/legacy/v1"}
-    assert probe_route(speaks, jsonrpc_path="/rpc", rest_paths=paths) == expected
+    paths = {(V10, JSONRPC): "/a2a", (V10, REST): "/api/", (V03, REST): "/legacy/v1"}
+    assert probe_route(speaks, jsonrpc_path="/rpc", paths=paths) == expected
 
 
 # --- the exchange, offline --------------------------------------------------------------------

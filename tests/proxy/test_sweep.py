@@ -17,7 +17,7 @@ from gateway.a2a.states import TaskState
 from gateway.invariants.model import TaskRecord
 from tests.proxy.conftest import Harness
 from tests.support.objects import task
-from tests.support.scripted_worker import Event, Gate, JsonError, JsonResult, ReceivedRequest
+from tests.support.scripted_worker import Event, Gate, JsonError, JsonResult, ReceivedRequest, default_card
 from tests.support.servers import free_port, wait_until
 
 V1 = {"A2A-Version": "1.0"}
@@ -30,8 +30,9 @@ def send_msg(req_id: Any, method: str = "SendMessage") -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": req_id, "method": method, "params": {"message": message}}
 
 
-def harness(make_harness: Any, *, upstream: dict[str, Any] | None = None, **sweep: Any) -> Harness:
-    return make_harness(upstream={"heartbeat_seconds": HEARTBEAT, **(upstream or {})},
+def harness(make_harness: Any, *, upstream: dict[str, Any] | None = None, card: Any = None,
+            **sweep: Any) -> Harness:
+    return make_harness(upstream={"heartbeat_seconds": HEARTBEAT, **(upstream or {})}, card=card,
                         sweep={"interval_seconds": PERIOD, **sweep})
 
 
@@ -225,3 +226,15 @@ def test_a_concurrent_writer_wins_and_the_sweep_rereads(make_harness: Any) -> No
     assert stored(h, "t-1").record.state is TaskState.COMPLETED  # terminal stays: not overwritten
     assert h.metric("a2a_gateway_sweep_total", outcome="changed") == 0  # the other writer's, not the sweep's
     assert h.divergences("stale_record") == 0
+
+
+def test_a_rest_only_worker_is_swept_below_the_rest_path_its_card_gives(make_harness: Any) -> None:
+    card = {**default_card(), "supportedInterfaces": [
+        {"url": "http://worker.internal:9/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}]}
+    h = harness(make_harness, card=card)
+    h.worker.on_path("GET", "/rest/tasks/t-1", json_body=task("t-1", "TASK_STATE_FAILED"), times=None)
+    put_live(h, "t-1")
+    wait_until(lambda: stored(h, "t-1").record.state is TaskState.FAILED, timeout=HEARTBEAT + PERIOD + 10)
+    [call] = h.worker.path_calls("GET", "/rest/tasks/t-1")
+    assert call.query == "historyLength=0" and call.headers.get("a2a-version") == "1.0"
+    assert h.worker.calls("GetTask") == []
