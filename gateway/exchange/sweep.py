@@ -42,7 +42,9 @@ REASON = "sweep"
 """The ``reason`` label of ``a2a_gateway_forced_get_total`` for a sweep's ``GetTask``."""
 
 OUTCOMES = ("unchanged", "changed", "not_found", "error", "not_due")
-"""The ``outcome`` label values of ``a2a_gateway_sweep_total`` (docs/sweep.md §3)."""
+"""What a :class:`SweepExchange` comes to: the ``outcome`` label values of
+``a2a_gateway_sweep_total``, besides ``open_stream`` for a listed task skipped for its open
+client stream (docs/sweep.md §3)."""
 
 SKIPS = ("open_stream", "recently_swept", "not_due")
 """Why :func:`due` passes over a listed task (``a2a_gateway_sweep_skipped_total{reason}``)."""

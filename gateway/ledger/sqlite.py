@@ -173,8 +173,10 @@ _GET = "SELECT record, version, resync FROM tasks WHERE upstream = ? AND task_id
 _LIVE_BEFORE = ("SELECT task_id, observed_at FROM tasks WHERE terminal = 0 AND observed_at < ? "
                 "AND upstream = ? ORDER BY observed_at, task_id LIMIT ?")
 _LIVE_AFTER = ("SELECT task_id, observed_at FROM tasks WHERE terminal = 0 AND observed_at < ? "
-               "AND upstream = ? AND (observed_at > ? OR (observed_at = ? AND task_id > ?)) "
+               "AND upstream = ? AND observed_at >= ? AND (observed_at, task_id) > (?, ?) "
                "ORDER BY observed_at, task_id LIMIT ?")
+#: (A row value, not ``observed_at > ? OR …``: with the OR, SQLite sorts every row after the
+#: cursor before the LIMIT; so it reads the index from the cursor on and sorts only ties.)
 _INSERT = ("INSERT INTO tasks (version, state, terminal, resync, observed_at, record, upstream, "
            "task_id) VALUES (?, ?, ?, 0, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
 _UPDATE = ("UPDATE tasks SET version = ?, state = ?, terminal = ?, resync = 0, observed_at = ?, "
