@@ -238,3 +238,31 @@ def test_a_rest_only_worker_is_swept_below_the_rest_path_its_card_gives(make_har
     [call] = h.worker.path_calls("GET", "/rest/tasks/t-1")
     assert call.query == "historyLength=0" and call.headers.get("a2a-version") == "1.0"
     assert h.worker.calls("GetTask") == []
+
+
+class RecordingPush:
+    """Stands in for the push relay (``rt.push``): notes each delivery; the first one fails."""
+
+    def __init__(self) -> None:
+        self.delivered: list[tuple[str, str, Any, str]] = []
+
+    async def deliver_observed(self, upstream: str, task_id: str, payload: Any, *, tenant: str = "") -> None:
+        self.delivered.append((upstream, task_id, payload, tenant))
+        if len(self.delivered) == 1:
+            raise RuntimeError("the relay is down")
+
+
+def test_a_state_the_sweep_records_is_handed_to_the_push_relay(make_harness: Any) -> None:
+    h = harness(make_harness)
+    push = h.runtime.push = RecordingPush()
+    h.worker.on("GetTask", handler=Answers({"t-1": "TASK_STATE_FAILED", "t-2": "TASK_STATE_CANCELED",
+                                            "t-3": "TASK_STATE_WORKING"}), times=None)
+    for tid in ("t-1", "t-2", "t-3"):
+        put_live(h, tid)
+    wait_until(lambda: h.metric("a2a_gateway_sweep_total", outcome="changed") == 2
+               and h.metric("a2a_gateway_sweep_total", outcome="unchanged") >= 1, timeout=HEARTBEAT + PERIOD + 10)
+    wait_until(lambda: len(push.delivered) == 2, message="both new states handed over")
+    got = {tid: (upstream, payload["task"]["status"]["state"], tenant) for upstream, tid, payload, tenant in push.delivered}
+    assert got == {"t-1": ("worker", "TASK_STATE_FAILED", ""), "t-2": ("worker", "TASK_STATE_CANCELED", "")}
+    # the relay's failure on the first did not stop the second, nor undo the record
+    assert {stored(h, t).record.state for t in ("t-1", "t-2")} == {TaskState.FAILED, TaskState.CANCELED}
