@@ -142,8 +142,8 @@ class Sweeper:
         cache = rt.card_cache(upstream)
         heartbeat = cache.heartbeat_seconds()
         road = probe_route(cache.speaks(), jsonrpc_path=upstream.jsonrpc_path, paths=_card_paths(cache, upstream))
-        if road is None:
-            if name not in self._no_route:
+        if road is None:  # said once, and not for the start-up fetch still in flight
+            if name not in self._no_route and cache.status()["card"] != "pending":
                 self._no_route.add(name)
                 rt.log.info("sweep_waits_for_card", extra={"upstream": name})
             return
