@@ -268,3 +268,14 @@ def test_a_state_the_sweep_records_is_handed_to_the_push_relay(make_harness: Any
     assert got == {"t-1": ("worker", "TASK_STATE_FAILED", ""), "t-2": ("worker", "TASK_STATE_CANCELED", "")}
     # the relay's failure on the first did not stop the second, nor undo the record
     assert {stored(h, t).record.state for t in ("t-1", "t-2")} == {TaskState.FAILED, TaskState.CANCELED}
+
+
+def test_a_draining_gateway_starts_no_sweep(make_harness: Any) -> None:
+    h = harness(make_harness)
+    h.worker.on("GetTask", json_result=task("t-1", "TASK_STATE_FAILED"), times=None)
+    h.gateway.loop.call_soon_threadsafe(h.runtime.draining.set)  # SIGTERM's first step
+    wait_until(lambda: h.http.get(h.admin.url + "/readyz").status_code == 503, message="draining")
+    put_live(h, "t-1")
+    with pytest.raises(AssertionError):  # a deadline of several heartbeats and periods passes
+        wait_until(lambda: h.worker.calls("GetTask"), timeout=4 * (HEARTBEAT + PERIOD))
+    assert h.metric("a2a_gateway_forced_get_total", reason="sweep") == 0
