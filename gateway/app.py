@@ -40,6 +40,7 @@ from gateway.proxy.forward import Route as ProxyRoute
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.rest import RestHandler
 from gateway.proxy.runtime import Runtime
+from gateway.proxy.sweep import Sweeper
 from gateway.proxy.tracked import refresh_tracked_forever
 from gateway.proxy.transport import UpstreamClient
 from gateway.proxy.types import ASGIApp, Receive, Scope, Send
@@ -252,6 +253,7 @@ def build_app(
         pruner = asyncio.ensure_future(_prune_forever(runtime))
         refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))  # fetches the cards
         counter = asyncio.ensure_future(refresh_tracked_forever(runtime, config.admin.tracked_refresh_seconds))
+        sweeper = asyncio.ensure_future(Sweeper(runtime).run())  # idle while sweep.enabled is false
         if config_path is not None:
             asyncio.get_running_loop().add_signal_handler(
                 signal.SIGHUP, lambda: asyncio.ensure_future(_reload(runtime, config_path)))
@@ -262,7 +264,7 @@ def build_app(
             if config_path is not None:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             ready["value"] = False
-            for task in (pruner, refresher, counter):
+            for task in (sweeper, pruner, refresher, counter):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

@@ -384,6 +384,28 @@ class ReplayWindowConfig(_Frozen):
                             retention_seconds=self.retention_seconds)
 
 
+class SweepConfig(_Frozen):
+    """The proactive sweep (docs/sweep.md): a background loop that sends one ``GetTask`` per
+    heartbeat gap to the worker of each live task the gateway has not observed for longer
+    than its upstream's heartbeat interval (``upstreams[].heartbeat_seconds``, or the card's)
+    and that has no client stream open through this process, so a task that moved on without
+    anyone asking (a worker restarted it as ``failed``) is noticed and recorded.
+
+    ``enabled``: ``false`` sends no such ``GetTask`` at all. ``interval_seconds``: the loop's
+    period; each period reads at most ``batch_size`` live tasks per upstream from the ledger
+    (the next period goes on from there). ``requests_per_second``: per upstream and per
+    gateway process, the most sweep ``GetTask`` requests sent (spaced evenly, no burst);
+    ``max_in_flight``: per upstream and process, the most awaiting their answer at once (each
+    bounded by the upstream's ``timeouts``). A task is noticed within about
+    ``heartbeat_seconds + interval_seconds`` while the rate keeps up (docs/sweep.md §2)."""
+
+    enabled: bool = True
+    interval_seconds: float = Field(default=5.0, gt=0, le=3600)
+    batch_size: int = Field(default=100, gt=0, le=10_000)
+    requests_per_second: float = Field(default=5.0, gt=0, le=10_000)
+    max_in_flight: int = Field(default=4, gt=0, le=1000)
+
+
 class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
@@ -399,6 +421,7 @@ class GatewayConfig(_Frozen):
     admission: AdmissionConfig = AdmissionConfig()
     bridge: BridgeConfig = BridgeConfig()
     replay_window: ReplayWindowConfig = ReplayWindowConfig()
+    sweep: SweepConfig = SweepConfig()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

@@ -364,3 +364,28 @@ class TestReplayWindowSettings:
         with pytest.raises(ConfigError) as info:
             load_config(path)
         assert info.value.problems[0].startswith("replay_window.retention_seconds: ")
+
+
+class TestSweep:
+    """The proactive sweep's section (docs/sweep.md §2)."""
+
+    def test_the_defaults_are_on_and_bounded(self):
+        sweep = parse_config(one_upstream()).sweep
+        assert (sweep.enabled, sweep.interval_seconds, sweep.batch_size, sweep.requests_per_second,
+                sweep.max_in_flight) == (True, 5.0, 100, 5.0, 4)
+
+    def test_it_can_be_turned_off_and_tuned(self):
+        sweep = parse_config({**one_upstream(), "sweep": {"enabled": False, "requests_per_second": 0.5,
+                                                          "max_in_flight": 1, "batch_size": 10}}).sweep
+        assert not sweep.enabled and sweep.requests_per_second == 0.5
+        assert (sweep.max_in_flight, sweep.batch_size) == (1, 10)
+
+    @pytest.mark.parametrize("field, value", [
+        ("interval_seconds", 0), ("interval_seconds", float("inf")), ("requests_per_second", 0),
+        ("requests_per_second", float("nan")), ("requests_per_second", float("inf")),
+        ("batch_size", 0), ("max_in_flight", 0), ("max_in_flight", 1.5), ("enabled", "sometimes"),
+        ("rate", 3),
+    ])
+    def test_a_bad_value_is_refused_naming_its_path(self, field, value):
+        (line,) = problems({**one_upstream(), "sweep": {field: value}})
+        assert line.startswith(f"sweep.{field}: "), line

@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.exchange.sweep import LiveTask
 from gateway.exchange.window import Replay, WindowEvent
 from gateway.invariants.model import TaskRecord
 
-__all__ = ["Replay", "Stored", "TaskLedger", "WindowEvent", "WindowLimits"]
+__all__ = ["LiveTask", "Replay", "Stored", "TaskLedger", "WindowEvent", "WindowLimits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,18 @@ class TaskLedger(Protocol):
         """Delete terminal tasks last observed before ``older_than`` (epoch seconds).
 
         Returns how many were deleted.
+        """
+        ...
+
+    async def live_before(self, upstream: str, before: float, *, limit: int,
+                          after: LiveTask | None = None) -> list[LiveTask]:
+        """Live (non-terminal) tasks of ``upstream`` last observed before ``before`` (epoch
+        seconds), oldest observation first, at most ``limit`` (> 0) of them; with ``after`` (a
+        task an earlier call returned), only those that come after it in that order — ties of
+        ``observed_at`` are broken in an order of the backend's own — so a caller pages through
+        them without reading a task twice (docs/sweep.md §5). Costs about ``limit`` entries of
+        an index, however many tasks the ledger holds (the memory backend: one pass over the
+        upstream's live tasks). ``tenant`` is ``""`` while the ledger keys no tenant.
         """
         ...
 

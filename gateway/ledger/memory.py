@@ -19,13 +19,14 @@ then a counter), so an id from before a restart is unknown.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 from collections import deque
 
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
-from gateway.ledger.base import Replay, Stored, WindowEvent, WindowLimits
+from gateway.ledger.base import LiveTask, Replay, Stored, WindowEvent, WindowLimits
 
 _log = logging.getLogger("a2a_gateway")
 Key = tuple[str, str]
@@ -51,6 +52,7 @@ class MemoryLedger:
         self._run = os.urandom(4).hex()  # ids of an earlier process are never this run's
         self._records: dict[Key, Stored] = {}
         self._terminal: dict[Key, None] = {}
+        self._live: dict[str, dict[str, None]] = {}  # upstream -> task ids not yet terminal (the sweep)
         self._counts: dict[str, int] = {}  # state value -> records in it (no zero entries)
         self._max = max_tasks
         self.evicted = 0
@@ -78,9 +80,13 @@ class MemoryLedger:
             self._uncount(current.record.state.value)
         state = record.state.value
         self._counts[state] = self._counts.get(state, 0) + 1
+        live = self._live.setdefault(record.upstream, {})
         if record.terminal:
             self._terminal.pop(key, None)
             self._terminal[key] = None
+            live.pop(record.task_id, None)
+        else:
+            live[record.task_id] = None
         if len(self._records) > self._max:
             self._evict()
         return version
@@ -92,6 +98,7 @@ class MemoryLedger:
         else:
             victim = next(iter(self._records))
         stored = self._records.pop(victim)
+        self._live.get(victim[0], {}).pop(victim[1], None)
         self._uncount(stored.record.state.value)
         self.evicted += 1
         _log.warning("ledger_evicted", extra={"upstream": victim[0], "task_id": victim[1],
@@ -121,6 +128,20 @@ class MemoryLedger:
             del self._terminal[key]
             self._uncount(self._records.pop(key).record.state.value)
         return len(doomed)
+
+    async def live_before(self, upstream: str, before: float, *, limit: int,
+                          after: LiveTask | None = None) -> list[LiveTask]:
+        """Live tasks of ``upstream`` observed before ``before``, by ``(observed_at, task_id)``;
+        one pass over the upstream's live tasks. See :meth:`TaskLedger.live_before`."""
+        floor = (after.observed_at, after.tenant, after.task_id) if after is not None else None
+        records = self._records
+        rows = []
+        for task_id in self._live.get(upstream, ()):
+            at = records[(upstream, task_id)].record.observed_at
+            if at < before and (floor is None or (at, "", task_id) > floor):
+                rows.append((at, "", task_id))
+        return [LiveTask(upstream, tenant, task_id, at)
+                for at, tenant, task_id in heapq.nsmallest(limit, rows)]
 
     async def append_event(self, upstream: str, task_id: str, lineage: str | None,
                            payload: bytes, at: float) -> tuple[str, str]:

@@ -7,6 +7,8 @@ Layout (``prefix`` defaults to ``a2agw``)::
     {prefix}:counts                    hash  state → number of tracked tasks
     {prefix}:live                      set   task keys not yet terminal (crash-recovery scan)
     {prefix}:terminal                  zset  task keys of terminal tasks, scored by observed_at
+    {prefix}:observed:{upstream}       zset  the upstream's live tasks, ``TENANT\\0TASKID``, scored
+                                             by observed_at (the sweep's page, docs/sweep.md §5)
     {prefix}:acks                      string  a counter the replica-acknowledgement barrier
                                              increments (its write is what ``WAIT`` waits for)
 
@@ -101,7 +103,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec, redact
-from gateway.ledger.base import Replay, Stored, WindowEvent, WindowLimits
+from gateway.ledger.base import LiveTask, Replay, Stored, WindowEvent, WindowLimits
 
 _log = logging.getLogger("a2a_gateway")
 
@@ -116,8 +118,10 @@ redis.call('HSET', KEYS[1], 'v', ARGV[2], 's', ARGV[3], 'term', ARGV[4], 'resync
 if ARGV[4] == '1' then
   redis.call('SREM', KEYS[3], KEYS[1])
   redis.call('ZADD', KEYS[4], ARGV[5], KEYS[1])
+  redis.call('ZREM', KEYS[5], ARGV[7])
 else
   redis.call('SADD', KEYS[3], KEYS[1])
+  redis.call('ZADD', KEYS[5], ARGV[5], ARGV[7])
 end
 return 1
 """
@@ -136,10 +140,19 @@ return #doomed
 _RESYNC = """
 local keys = redis.call('SMEMBERS', KEYS[1])
 local n = 0
+local skip = string.len(ARGV[1]) + 7  -- past '{prefix}:task:'
 for _, key in ipairs(keys) do
-  if redis.call('HGET', key, 'term') == '0' then
+  local term, oa = unpack(redis.call('HMGET', key, 'term', 'oa'))
+  if term == '0' then
     redis.call('HSET', key, 'resync', '1')
     n = n + 1
+    -- index it for the sweep (a task stored by a version before the index had none)
+    local rest = string.sub(key, skip)
+    local colon = string.find(rest, ':', 1, true)
+    if colon then
+      redis.call('ZADD', ARGV[1] .. ':observed:' .. string.sub(rest, 1, colon - 1), oa,
+                 '\\0' .. string.sub(rest, colon + 1))
+    end
   end
 end
 return n
@@ -477,6 +490,16 @@ class RedisLedger:
     def _key(self, upstream: str, task_id: str) -> str:
         return f"{self.prefix}:task:{upstream}:{task_id}"
 
+    def _observed_key(self, upstream: str) -> str:
+        """The sorted set of ``upstream``'s live tasks by ``observed_at`` (docs/sweep.md §5),
+        kept by the compare-and-set script (added while live, taken out once terminal)."""
+        return f"{self.prefix}:observed:{upstream}"
+
+    @staticmethod
+    def _observed_member(tenant: str, task_id: str) -> bytes:
+        """A task in :meth:`_observed_key`: ``TENANT\\0TASKID`` (no tenant yet: ``\\0TASKID``)."""
+        return f"{tenant}\x00{task_id}".encode("utf-8", "surrogatepass")
+
     def _events_key(self, upstream: str, task_id: str) -> str:
         """The stream of the task's replay window (docs/resume.md §2.3)."""
         return f"{self.prefix}:events:{upstream}:{task_id}"
@@ -634,10 +657,11 @@ class RedisLedger:
         version = expected_version + 1
         key = self._key(record.upstream, record.task_id)
         done = await self._call(
-            "EVALSHA", self._cas_sha, 4, key,
+            "EVALSHA", self._cas_sha, 5, key,
             f"{self.prefix}:counts", f"{self.prefix}:live", f"{self.prefix}:terminal",
+            self._observed_key(record.upstream),
             expected_version, version, record.state.value, int(record.terminal),
-            repr(record.observed_at), blob)
+            repr(record.observed_at), blob, self._observed_member("", record.task_id))
         if done != 1:
             raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
         if record.terminal and self.options.min_replica_acks > 0:
@@ -712,7 +736,7 @@ class RedisLedger:
 
     async def mark_resync(self) -> int:
         """Flag every non-terminal task ``needs_resync``."""
-        return int(await self._resync(keys=[f"{self.prefix}:live"]))
+        return int(await self._resync(keys=[f"{self.prefix}:live"], args=[self.prefix]))
 
     async def prune(self, older_than: float) -> int:
         """Delete terminal tasks last observed before ``older_than`` (in batches of 1000)."""
@@ -723,6 +747,32 @@ class RedisLedger:
             total += n
             if n < 1000:
                 return total
+
+    async def live_before(self, upstream: str, before: float, *, limit: int,
+                          after: LiveTask | None = None) -> list[LiveTask]:
+        """Live tasks of ``upstream`` observed before ``before`` from its
+        :meth:`_observed_key` sorted set (``ZRANGEBYSCORE … LIMIT``, sent in call order with
+        ``put``/``get``), by ``(observed_at, member)``; ``after`` resumes at its score and
+        skips the members up to it. See :meth:`TaskLedger.live_before`."""
+        key = self._observed_key(upstream)
+        low = repr(after.observed_at) if after is not None else "-inf"
+        floor = ((after.observed_at, self._observed_member(after.tenant, after.task_id))
+                 if after is not None else None)
+        out: list[LiveTask] = []
+        offset = 0
+        while len(out) < limit:
+            page = _pairs(await self._call("ZRANGEBYSCORE", key, low, f"({before!r}", "WITHSCORES",
+                                           "LIMIT", offset, limit))
+            for member, score in page:
+                at = float(score)
+                if floor is not None and (at, member) <= floor:
+                    continue  # ties of the cursor's score, up to the cursor itself
+                tenant, _, task_id = member.decode("utf-8", "surrogatepass").partition("\x00")
+                out.append(LiveTask(upstream, tenant, task_id, at))
+            if len(page) < limit:
+                break
+            offset += len(page)
+        return out[:limit]
 
     async def close(self) -> None:
         """Wait for the queued calls and held terminal puts, then close the connection pools

@@ -57,7 +57,7 @@ from redis.asyncio.connection import parse_url
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec, redact
-from gateway.ledger.base import WindowLimits
+from gateway.ledger.base import LiveTask, WindowLimits
 from gateway.ledger.redis import RedisLedger, RedisOptions, _read_secret, host_port
 
 _log = logging.getLogger("a2a_gateway")
@@ -76,14 +76,14 @@ redis.call('HSET', KEYS[1], 'v', ARGV[2], 's', ARGV[3], 'term', ARGV[4], 'resync
 return {1, old or ''}
 """
 
-# KEYS[1]: a task's hash named in the live set. Answers {1, ''} flagged (live), {0, oa} terminal
+# KEYS[1]: a task's hash named in the live set. Answers {1, oa} flagged (live), {0, oa} terminal
 # (to be indexed and taken out of live), {-1, ''} gone.
 _RESYNC_ONE = """
 local term = redis.call('HGET', KEYS[1], 'term')
 if term == false then return {-1, ''} end
 if term == '0' then
   redis.call('HSET', KEYS[1], 'resync', '1')
-  return {1, ''}
+  return {1, redis.call('HGET', KEYS[1], 'oa')}
 end
 return {0, redis.call('HGET', KEYS[1], 'oa')}
 """
@@ -109,6 +109,21 @@ of the URL overrides it)."""
 
 def _escape(part: str) -> str:
     return part.replace("%", "%25").replace("{", "%7B").replace("}", "%7D").replace(":", "%3A")
+
+
+def _unescape(part: str) -> str:
+    return part.replace("%3A", ":").replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+
+
+def untag(key: bytes | str, prefix: str) -> tuple[str, str] | None:
+    """``(upstream, task_id)`` of a task hash's key ``{prefix}:task:{TAG}`` (the inverse of
+    :func:`task_tag`), or ``None`` for a key of another shape."""
+    text = key.decode("utf-8", "surrogatepass") if isinstance(key, bytes) else key
+    head = f"{prefix}:task:{{"
+    if not (text.startswith(head) and text.endswith("}")):
+        return None
+    upstream, colon, task_id = text[len(head):-1].partition(":")
+    return (_unescape(upstream), _unescape(task_id)) if colon else None
 
 
 def task_tag(upstream: str, task_id: str) -> str:
@@ -297,13 +312,43 @@ class RedisClusterLedger(RedisLedger):
             if old:
                 calls.append(self._call("HINCRBY", counts, old, -1))
             calls.append(self._call("HINCRBY", counts, state, 1))
+        observed, member = self._observed_key(record.upstream), self._observed_member("", record.task_id)
         if record.terminal:
             calls.append(self._call("ZADD", terminal, repr(record.observed_at), key))
             calls.append(self._call("SREM", live, key))
+            calls.append(self._call("ZREM", observed, member))
+        else:
+            calls.append(self._call("ZADD", observed, repr(record.observed_at), member))
         await asyncio.gather(*calls)
         return version
 
     # --- the scans over all tasks -----------------------------------------------------------------
+
+    async def live_before(self, upstream: str, before: float, *, limit: int,
+                          after: LiveTask | None = None) -> list[LiveTask]:
+        """As :meth:`RedisLedger.live_before`, each task then checked on its own hash: the
+        sorted set is moved by plain commands after the compare-and-set, so it may lag (two
+        processes' puts of one task answered out of order, a process that died between the
+        script and them). A listed task that is gone or terminal is taken out of the set, one
+        whose ``observed_at`` differs gets its real score; neither is returned (the next page
+        meets it where it belongs)."""
+        page = await super().live_before(upstream, before, limit=limit, after=after)
+        if not page:
+            return page
+        client = self._redis
+        rows = await asyncio.gather(*(client.hmget(self._key(upstream, t.task_id), "term", "oa") for t in page))
+        observed = self._observed_key(upstream)
+        out, fixes = [], []
+        for task, (term, oa) in zip(page, rows):
+            member = self._observed_member(task.tenant, task.task_id)
+            if term != b"0":
+                fixes.append(client.zrem(observed, member))
+            elif float(oa) != task.observed_at:
+                fixes.append(client.zadd(observed, {member: float(oa)}))
+            else:
+                out.append(task)
+        await asyncio.gather(*fixes)
+        return out
 
     async def mark_resync(self) -> int:
         """Flag every non-terminal task of the live set ``needs_resync`` (``SSCAN``, then a
@@ -325,6 +370,10 @@ class RedisClusterLedger(RedisLedger):
             for member, (code, oa) in zip(todo, replies):
                 if code == 1:
                     flagged += 1
+                    named = untag(member, self.prefix)
+                    if named is not None:  # indexed for the sweep (heals a lost ZADD)
+                        fixes.append(client.zadd(self._observed_key(named[0]),
+                                                 {self._observed_member("", named[1]): float(oa)}))
                     continue
                 if code == 0:
                     fixes.append(client.zadd(terminal, {member: float(oa)}))

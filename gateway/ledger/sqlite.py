@@ -71,7 +71,7 @@ from typing import Any, TypeVar
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
-from gateway.ledger.base import Replay, Stored, WindowEvent, WindowLimits
+from gateway.ledger.base import LiveTask, Replay, Stored, WindowEvent, WindowLimits
 
 T = TypeVar("T")
 
@@ -168,6 +168,15 @@ _SCHEMA = (
 
 _GET = "SELECT record, version, resync FROM tasks WHERE upstream = ? AND task_id = ?"
 # A put clears the restart flag (resync = 0): see TaskLedger.put.
+#: The sweep's page (docs/sweep.md §5), on the ``(terminal, observed_at)`` index; ties of
+#: ``observed_at`` in ``task_id`` order.
+_LIVE_BEFORE = ("SELECT task_id, observed_at FROM tasks WHERE terminal = 0 AND observed_at < ? "
+                "AND upstream = ? ORDER BY observed_at, task_id LIMIT ?")
+_LIVE_AFTER = ("SELECT task_id, observed_at FROM tasks WHERE terminal = 0 AND observed_at < ? "
+               "AND upstream = ? AND observed_at >= ? AND (observed_at, task_id) > (?, ?) "
+               "ORDER BY observed_at, task_id LIMIT ?")
+#: (A row value, not ``observed_at > ? OR …``: with the OR, SQLite sorts every row after the
+#: cursor before the LIMIT; so it reads the index from the cursor on and sorts only ties.)
 _INSERT = ("INSERT INTO tasks (version, state, terminal, resync, observed_at, record, upstream, "
            "task_id) VALUES (?, ?, ?, 0, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
 _UPDATE = ("UPDATE tasks SET version = ?, state = ?, terminal = ?, resync = 0, observed_at = ?, "
@@ -582,6 +591,19 @@ class SqliteLedger:
             ).rowcount,
             write=True,
         )
+
+    async def live_before(self, upstream: str, before: float, *, limit: int,
+                          after: LiveTask | None = None) -> list[LiveTask]:
+        """Live tasks of ``upstream`` observed before ``before``, by ``(observed_at,
+        task_id)``, read on the ``(terminal, observed_at)`` index. See
+        :meth:`TaskLedger.live_before`."""
+        if after is None:
+            sql, params = _LIVE_BEFORE, (before, upstream, limit)
+        else:
+            sql = _LIVE_AFTER
+            params = (before, upstream, after.observed_at, after.observed_at, after.task_id, limit)
+        rows = await self._submit(lambda c: c.execute(sql, params).fetchall(), write=False)
+        return [LiveTask(upstream, "", task_id, at) for task_id, at in rows]
 
     async def close(self) -> None:
         """Run what is queued, close the connection and stop the worker thread."""

@@ -17,6 +17,7 @@ metric                                                 labels
 ``a2a_gateway_local_rejections_total``                 upstream, method, reason, action
 ``a2a_gateway_error_rewrites_total``                   upstream, from_code, to_code
 ``a2a_gateway_forced_get_total``                       upstream, reason
+``a2a_gateway_sweep_total``                            upstream, outcome
 ``a2a_gateway_card_fetches_total``                     upstream, outcome
 ``a2a_gateway_upstream_degraded``                      upstream, reason
 ``a2a_gateway_card_local_urls_total``                  upstream
@@ -149,6 +150,13 @@ class Metrics:
             "a2a_gateway_forced_get_total",
             "GetTask calls the gateway sent to a worker before acting on a task, by reason",
             ["upstream", "reason"],
+            registry=registry,
+        ))
+        self.sweeps = Labelled(Counter(
+            "a2a_gateway_sweep_total",
+            "Live tasks the proactive sweep took up, by outcome (unchanged, changed, not_found, "
+            "error, not_due, open_stream; docs/sweep.md §3)",
+            ["upstream", "outcome"],
             registry=registry,
         ))
         self.card_fetches = Labelled(Counter(

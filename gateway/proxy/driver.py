@@ -16,7 +16,7 @@ exceptions) back in. What is left here is what is about time and sockets, never 
 * a keep-alive comment goes to the client after ``streams.keepalive_seconds`` of silence (a
   timer per open stream, no task: a task exists only while a comment is being written);
 * an open client stream counts in ``a2a_gateway_open_streams{upstream}`` from its head to its
-  end;
+  end, and its task in :attr:`Runtime.streams` (the sweep skips it, docs/sweep.md §2);
 * report commands go to :class:`~gateway.observability.reporter.Reporter`.
 
 What a driver holds per open stream is small and bounded: the worker's response (aiohttp
@@ -94,10 +94,10 @@ class Driver:
     __slots__ = ("rt", "route", "scope", "client_send", "reporter", "operation", "started", "ended",
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
-                 "_streaming")
+                 "_streaming", "_stream_task", "_stream_key")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
-                 operation: str) -> None:
+                 operation: str, *, task_id: str | None = None) -> None:
         self.rt = rt
         self.route = route
         self.scope = scope
@@ -119,6 +119,8 @@ class Driver:
         self._keepalive_timer: asyncio.TimerHandle | None = None
         self._keepalive_send: asyncio.Future[None] | None = None  # a comment being written
         self._streaming = False  # counted in a2a_gateway_open_streams
+        self._stream_task = task_id  # the task the request names (None: learnt from the stream)
+        self._stream_key: tuple[str, str, str] | None = None  # in rt.streams while streaming
 
     async def run(self, gen: Generator[Any, Any, Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
@@ -184,6 +186,8 @@ class Driver:
         task_id = cmd.task_id
         if task_id is None:
             return Loaded(None, Clock(time.time()))
+        if self._streaming and self._stream_key is None:  # a new task's stream: its first event
+            self._open_stream_of(task_id)
         ledger, upstream = self.rt.ledger, self.route.upstream.name
         stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id))
         if stored is None:
@@ -293,6 +297,8 @@ class Driver:
         self._last_write = time.monotonic()
         self._streaming = True
         self.rt.metrics.open_streams.labels(self.route.upstream.name).inc()
+        if self._stream_task is not None:
+            self._open_stream_of(self._stream_task)
         self._arm_keepalive(self.rt.config.streams.keepalive_seconds)
 
     async def _flush(self, cmd: Flush | None) -> None:
@@ -312,6 +318,15 @@ class Driver:
         if self._streaming:
             self._streaming = False
             self.rt.metrics.open_streams.labels(self.route.upstream.name).dec()
+        if self._stream_key is not None:
+            self.rt.streams.closed(self._stream_key)
+            self._stream_key = None
+
+    def _open_stream_of(self, task_id: str) -> None:
+        """The open client stream is ``task_id``'s: the sweep passes over the task until the
+        stream ends (docs/sweep.md §2). No tenant yet: the key's tenant is ``""``."""
+        self._stream_key = (self.route.upstream.name, "", task_id)
+        self.rt.streams.opened(self._stream_key)
 
     def _arm_keepalive(self, delay: float) -> None:
         self._keepalive_timer = asyncio.get_running_loop().call_later(delay, self._keepalive_due)

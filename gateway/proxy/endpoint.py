@@ -117,7 +117,8 @@ class ExchangeHandler:
         if streaming:  # an empty Last-Event-ID means none, as in an EventSource's first request
             exchange.last_event_id = (self.header(b"last-event-id") or "").strip() or None
         driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter,
-                        exchange.ex.operation)  # a StrEnum: the v1.0 method name
+                        exchange.ex.operation,  # a StrEnum: the v1.0 method name
+                        task_id=exchange.ex.task_id)
         gen = exchange.run()
         stop = self.rt.drain_expired if streaming else None
         try:

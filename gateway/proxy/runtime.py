@@ -33,6 +33,35 @@ from gateway.proxy.transport import UpstreamClient
 T = TypeVar("T")
 
 
+class OpenStreams:
+    """The tasks with a client stream open through this process, as ``(upstream, tenant,
+    task_id)`` keys with how many streams each (the driver opens and closes them; the sweep
+    passes over them: docs/sweep.md §2). Bounded by the open streams themselves."""
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str, str], int] = {}
+
+    def opened(self, key: tuple[str, str, str]) -> None:
+        """A client stream of ``key``'s task is open (its head is sent)."""
+        self._open[key] = self._open.get(key, 0) + 1
+
+    def closed(self, key: tuple[str, str, str]) -> None:
+        """One client stream of ``key``'s task ended."""
+        left = self._open.get(key, 0) - 1
+        if left > 0:
+            self._open[key] = left
+        else:
+            self._open.pop(key, None)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._open
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
 @dataclass
 class Runtime:
     """Shared state of one gateway process."""
@@ -47,6 +76,8 @@ class Runtime:
     """Set when ``listen.shutdown_grace_seconds`` ran out after SIGTERM: open streams end (a
     :class:`~gateway.proxy.forward.Signal`: each stream watches it with a callback, no task)."""
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
+    streams: OpenStreams = dataclasses.field(default_factory=OpenStreams)
+    """The tasks with a client stream open through this process (the sweep skips them)."""
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)

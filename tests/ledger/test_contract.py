@@ -19,7 +19,7 @@ from gateway.a2a.states import TaskState
 from gateway.invariants.model import ArtifactRecord, TaskRecord
 from gateway.ledger import codec, ledger_from_url, sqlite_path
 from gateway.errors import VersionConflictError
-from gateway.ledger.base import Stored, TaskLedger
+from gateway.ledger.base import LiveTask, Stored, TaskLedger
 from gateway.ledger.memory import MemoryLedger
 from gateway.ledger.sqlite import SCHEMA_VERSION, SqliteLedger
 from tests.ledger.conftest import BACKENDS
@@ -541,5 +541,126 @@ async def test_redis_lost_script_resends_puts_and_the_reads_after_them(redis_url
             led.put(rec("t-0", state=TaskState.COMPLETED), 1))
         assert first == 1 and seen is not None and seen.version == 1
         assert done == 2 and (await led.get("w", "t-0")).record.state is TaskState.COMPLETED
+    finally:
+        await led.close()
+
+
+# --- live_before: the sweep's scan (docs/sweep.md §5) ---------------------------------------------
+
+
+async def _all_pages(ledger: TaskLedger, upstream: str, before: float, limit: int) -> list[LiveTask]:
+    out: list[LiveTask] = []
+    after = None
+    for _ in range(1000):
+        page = await ledger.live_before(upstream, before, limit=limit, after=after)
+        assert len(page) <= limit
+        out += page
+        if len(page) < limit:
+            return out
+        after = page[-1]
+    raise AssertionError("paging did not end")
+
+
+async def test_live_before_lists_live_tasks_observed_before_the_time_oldest_first(ledger: TaskLedger) -> None:
+    """Terminal tasks, tasks observed at or after ``before`` and other upstreams' tasks are
+    never listed; the rest come oldest observation first, each with its key and time."""
+    await ledger.put(rec("t-new", observed_at=900.0), 0)
+    await ledger.put(rec("t-old", observed_at=100.0), 0)
+    await ledger.put(rec("t-mid", TaskState.INPUT_REQUIRED, observed_at=500.0), 0)
+    await ledger.put(rec("t-done", TaskState.FAILED, observed_at=50.0), 0)
+    await ledger.put(rec("t-other", upstream="x", observed_at=60.0), 0)
+    await ledger.put(rec("t-edge", observed_at=700.0), 0)
+    page = await ledger.live_before("w", 700.0, limit=10)
+    assert page == [LiveTask("w", "", "t-old", 100.0), LiveTask("w", "", "t-mid", 500.0)]
+    assert await ledger.live_before("x", 700.0, limit=10) == [LiveTask("x", "", "t-other", 60.0)]
+    assert await ledger.live_before("nobody", 1e12, limit=10) == []
+    assert [t.task_id for t in await ledger.live_before("w", 1e12, limit=2)] == ["t-old", "t-mid"]
+
+
+async def test_live_before_follows_the_record_through_puts(ledger: TaskLedger) -> None:
+    """A task observed again moves to its new time; once terminal it is never listed again."""
+    v_a = await ledger.put(rec("t-a", observed_at=100.0), 0)
+    await ledger.put(rec("t-b", observed_at=200.0), 0)
+    await ledger.put(rec("t-a", observed_at=300.0), v_a)
+    assert [t.task_id for t in await ledger.live_before("w", 1e12, limit=10)] == ["t-b", "t-a"]
+    assert [t.task_id for t in await ledger.live_before("w", 250.0, limit=10)] == ["t-b"]
+    stored = await ledger.get("w", "t-b")
+    assert stored is not None
+    await ledger.put(rec("t-b", TaskState.FAILED, observed_at=400.0), stored.version)
+    assert [t.task_id for t in await ledger.live_before("w", 1e12, limit=10)] == ["t-a"]
+    assert await ledger.prune(older_than=1e12) == 1  # the terminal one goes; the live one stays
+    assert [t.task_id for t in await ledger.live_before("w", 1e12, limit=10)] == ["t-a"]
+
+
+async def test_live_before_pages_through_ties_reading_each_task_once(ledger: TaskLedger) -> None:
+    """Paging with ``after`` (the last task of the previous page) lists every matching task
+    exactly once, in non-decreasing ``observed_at``, ties of one time included."""
+    times = [100.0, 100.0, 100.0, 200.0, 200.0, 300.0, 300.0, 300.0, 300.0, 400.0, 1e3 + 0.25]
+    ids = [f"t-{i:02d}-{random.randrange(10**6)}" for i in range(len(times))]
+    for task_id, at in zip(ids, times):
+        await ledger.put(rec(task_id, observed_at=at), 0)
+    for limit in (1, 2, 3, 4, 20):
+        listed = await _all_pages(ledger, "w", 1e12, limit)
+        assert sorted(t.task_id for t in listed) == sorted(ids), limit
+        assert [t.observed_at for t in listed] == sorted(times), limit
+        assert all(t.observed_at == dict(zip(ids, times))[t.task_id] for t in listed)
+    assert {t.task_id for t in await _all_pages(ledger, "w", 300.0, 2)} == set(ids[:5])
+
+
+async def test_live_before_lists_the_same_after_a_resync(ledger: TaskLedger) -> None:
+    """The restart flag moves nothing the scan orders by."""
+    await ledger.put(rec("t-a", observed_at=100.0), 0)
+    await ledger.put(rec("t-b", TaskState.COMPLETED, observed_at=50.0), 0)
+    before = await ledger.live_before("w", 1e12, limit=10)
+    await ledger.mark_resync()
+    assert await ledger.live_before("w", 1e12, limit=10) == before == [LiveTask("w", "", "t-a", 100.0)]
+
+
+async def test_memory_live_before_forgets_evicted_tasks() -> None:
+    led = MemoryLedger(max_tasks=2)
+    await led.put(rec("t-1", observed_at=1.0), 0)
+    await led.put(rec("t-2", observed_at=2.0), 0)
+    await led.put(rec("t-3", observed_at=3.0), 0)  # evicts t-1, the least recently updated
+    assert [t.task_id for t in await led.live_before("w", 1e12, limit=10)] == ["t-2", "t-3"]
+
+
+@pytest.mark.parametrize("backend", ["redis", pytest.param("redis-cluster", marks=pytest.mark.slow)])
+async def test_redis_resync_indexes_live_tasks_a_sweep_index_never_held(backend: str,
+                                                                        request: pytest.FixtureRequest) -> None:
+    """Tasks stored before the sweep's sorted set existed (here: the set deleted) are indexed
+    again by the start-up resync scan."""
+    import redis.asyncio as aioredis
+
+    url = request.getfixturevalue("redis_url" if backend == "redis" else "redis_cluster_url")
+    led = ledger_from_url(url)
+    led.prefix = f"t{uuid.uuid4().hex[:12]}"  # type: ignore[attr-defined]
+    await led.open()
+    try:
+        await led.put(rec("t-a", observed_at=100.0), 0)
+        await led.put(rec("t-b", TaskState.COMPLETED, observed_at=50.0), 0)
+        await led._redis.delete(led._observed_key("w"))  # type: ignore[attr-defined]
+        assert await led.live_before("w", 1e12, limit=10) == []
+        assert await led.mark_resync() == 1
+        assert await led.live_before("w", 1e12, limit=10) == [LiveTask("w", "", "t-a", 100.0)]
+    finally:
+        await led.close()
+
+
+@pytest.mark.slow
+async def test_redis_cluster_live_before_heals_a_lagging_index(request: pytest.FixtureRequest) -> None:
+    """The cluster's sorted set is moved after the compare-and-set: an entry that lags the
+    task (a lost ZREM of a terminal task, a stale score) is put right when it is listed."""
+    led = ledger_from_url(request.getfixturevalue("redis_cluster_url"))
+    led.prefix = f"t{uuid.uuid4().hex[:12]}"  # type: ignore[attr-defined]
+    await led.open()
+    try:
+        await led.put(rec("t-done", TaskState.COMPLETED, observed_at=10.0), 0)
+        await led.put(rec("t-live", observed_at=500.0), 0)
+        client, key = led._redis, led._observed_key("w")  # type: ignore[attr-defined]
+        await client.zadd(key, {led._observed_member("", "t-done"): 10.0,  # type: ignore[attr-defined]
+                                led._observed_member("", "t-live"): 20.0})  # type: ignore[attr-defined]
+        assert await led.live_before("w", 100.0, limit=10) == []
+        assert await client.zscore(key, led._observed_member("", "t-done")) is None  # type: ignore[attr-defined]
+        assert await led.live_before("w", 1e12, limit=10) == [LiveTask("w", "", "t-live", 500.0)]
     finally:
         await led.close()

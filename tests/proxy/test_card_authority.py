@@ -343,7 +343,8 @@ def test_changed_card_etag_forces_get_task_before_a_task_action(make_harness: An
     assert h.divergences("stale_record") == 1
 
 
-def test_heartbeat_gap_forces_get_task_then_forwards(h: Harness) -> None:
+def test_heartbeat_gap_forces_get_task_then_forwards(make_harness: Any) -> None:
+    h = make_harness(sweep={"enabled": False})  # the aged task is the client's to find, not the sweep's
     working(h, "t-1")
     ledger = h.runtime.ledger
     stored = h.on_gateway_loop(ledger.get("worker", "t-1"))
