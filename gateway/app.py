@@ -28,6 +28,7 @@ from gateway.config import GatewayConfig, load_config
 from gateway.errors import ConfigError, LedgerError
 from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
+from gateway.observability import access
 from gateway.observability.logging import get_logger
 from gateway.observability.metrics import Metrics
 from gateway.a2a import rest
@@ -42,7 +43,7 @@ from gateway.proxy.rest import RestHandler
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.tracked import refresh_tracked_forever
 from gateway.proxy.transport import UpstreamClient
-from gateway.proxy.types import ASGIApp, Receive, Scope, Send
+from gateway.proxy.types import ASGIApp, Message, Receive, Scope, Send
 
 
 _REST_METHODS = frozenset({"GET", "POST", "DELETE"})
@@ -69,13 +70,28 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        line = access.begin(scope)
+
+        async def sent(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                line.status = message["status"]
+            await send(message)
+
+        try:
+            await self._route(scope, receive, sent)
+        finally:  # every request the traffic listener answers or relays: one request line
+            self.rt.log.info("request", extra=line.fields())
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             route = self.rt.router.match(scope["path"], scope.get("raw_path"))
         except BadPathError as exc:
+            access.line_of(scope).outcome = "malformed"
             await JSONResponse({"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                           "message": str(exc)}}, 400)(scope, receive, send)
             return
         if route is None:
+            access.line_of(scope).outcome = "no_route"
             await JSONResponse({"error": "no upstream is mounted at this path"}, 404)(scope, receive, send)
             return
         if scope["method"] in ("GET", "HEAD") and route.path in WELL_KNOWN_PATHS:

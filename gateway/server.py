@@ -43,7 +43,7 @@ from gateway.connections import ConnectionBounds, uvicorn_options
 from gateway.errors import ConfigError
 from gateway.observability.logging import get_logger
 from gateway.proxy.runtime import Runtime
-from gateway.workers import ADMIN_FD_ENV, LISTEN_FD_ENV, watch_supervisor
+from gateway.workers import ADMIN_FD_ENV, LISTEN_FD_ENV, WORKER_INDEX_ENV, watch_supervisor
 
 ADMIN_MAX_CONNECTIONS = 64
 """Open connections the admin listener accepts (probes and scrapes need few)."""
@@ -65,6 +65,9 @@ def run(config: GatewayConfig, config_path: str | None = None) -> int:
         address cannot be bound (a ``listen_failed`` line).
     """
     log = get_logger()
+    worker = os.environ.get(WORKER_INDEX_ENV)
+    log.info("worker_started", extra={"worker": int(worker) if worker else None,
+                                      "supervisor_pid": os.getppid() if worker else None})
     raise_open_files_limit(config.listen.max_connections, log,
                            pooled=sum(u.pool.max_connections for u in config.upstreams))
     inherited = os.environ.get(LISTEN_FD_ENV)

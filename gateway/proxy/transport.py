@@ -56,6 +56,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
+import ssl
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -114,6 +116,30 @@ def upstream_error(exc: BaseException) -> UpstreamError:
                 return UpstreamError(reason, "worker unreachable: connection failed")
             return UpstreamError(reason, f"worker connection failed ({name})")
     raise TypeError(f"not a transport failure: {type(exc).__name__}")
+
+
+def failure_cause(exc: UpstreamError) -> str:
+    """What an :class:`UpstreamError` came of, for people (logs): ``dns`` (the worker's host
+    does not resolve), ``connection_refused``, ``tls`` (the handshake or the worker's
+    certificate failed), ``timeout``, ``connection_reset``, else the error's ``reason``."""
+    if exc.reason == "timeout":
+        return "timeout"
+    seen: BaseException | None = exc.__cause__
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, aiohttp.ClientConnectorDNSError | socket.gaierror):
+            return "dns"
+        if isinstance(seen, aiohttp.ClientSSLError | ssl.SSLError):
+            return "tls"
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection_refused"
+        if isinstance(seen, ConnectionResetError):
+            return "connection_reset"
+        inner = getattr(seen, "os_error", None)  # aiohttp.ClientConnectorError's own cause
+        seen = inner if isinstance(inner, BaseException) and inner is not seen else (
+            seen.__cause__ or seen.__context__)
+    return exc.reason
 
 
 RETRY_AFTER_SECONDS = 1

@@ -171,7 +171,7 @@ def test_a_worker_that_dies_at_start_stops_the_gateway(
         assert proc.wait(timeout=20) == 1
         stderr = proc.stderr_text()
     exited = [orjson.loads(line) for line in stderr.splitlines() if '"worker_exited"' in line]
-    assert exited and exited[0]["pid"] == victim and exited[0]["restart"] is False
+    assert exited and exited[0]["worker_pid"] == victim and exited[0]["restart"] is False
 
 
 def test_kill_9_of_the_supervisor_takes_the_workers_with_it_and_a_restart_works(
