@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
@@ -192,15 +192,19 @@ async def _prune_forever(rt: Runtime) -> None:
                                                 "events_deleted": events})
 
 
-async def _reload(rt: Runtime, path: str) -> bool:
+async def _reload(rt: Runtime, path: str, load: Callable[[], GatewayConfig] | None = None) -> bool:
     """Re-read the config file and apply it (SIGHUP). An invalid file is refused, logged and
-    counted, and the config in force stays. Returns True when applied."""
+    counted, and the config in force stays. ``load``: how to read it (``serve`` re-applies its
+    flags and environment over the file); default :func:`~gateway.config.load_config`.
+    Returns True when applied."""
     try:
-        new = load_config(path)
+        new = load() if load is not None else load_config(path)
     except ConfigError as err:
         rt.metrics.config_reloads.labels("refused").inc()
         rt.log.error("config_reload_refused", extra={"path": path, "problems": err.problems})
         return False
+    for hook in rt.reload_hooks:  # e.g. the listener's TLS certificate (gateway.server)
+        hook(new)
     kept = rt.apply_config(new)
     await asyncio.gather(*(rt.cards[name].refresh() for name in rt.cards if name not in kept))
     rt.metrics.config_reloads.labels("applied").inc()
@@ -230,6 +234,7 @@ def build_app(
     registry: CollectorRegistry | None = None,
     config_path: str | None = None,
     resync_on_open: bool = True,
+    reload_config: Callable[[], GatewayConfig] | None = None,
 ) -> GatewayApp:
     """Build the gateway application.
 
@@ -243,6 +248,9 @@ def build_app(
             ``listen``, ``admin``, ``ledger`` and ``replay_window`` need a restart).
         resync_on_open: flag the ledger's live tasks for a resync at start-up (``False`` in
             the workers of ``serve --workers N``: the supervisor did it once for all).
+        reload_config: how SIGHUP reads the new config (default: ``load_config(config_path)``).
+            Without ``config_path`` a SIGHUP is logged (``config_reload_skipped``) and changes
+            nothing.
 
     Returns:
         The traffic ASGI app (:class:`GatewayApp`); ``app.state.runtime`` is the shared
@@ -268,15 +276,20 @@ def build_app(
         pruner = asyncio.ensure_future(_prune_forever(runtime))
         refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))  # fetches the cards
         counter = asyncio.ensure_future(refresh_tracked_forever(runtime, config.admin.tracked_refresh_seconds))
+        loop = asyncio.get_running_loop()
         if config_path is not None:
-            asyncio.get_running_loop().add_signal_handler(
-                signal.SIGHUP, lambda: asyncio.ensure_future(_reload(runtime, config_path)))
+            loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
+                _reload(runtime, config_path, reload_config)))
+        else:
+            loop.add_signal_handler(signal.SIGHUP, lambda: runtime.log.warning(
+                "config_reload_skipped", extra={"reason": "no config file to re-read: started "
+                                                "without --config (the sidecar form); restart "
+                                                "to change settings"}))
         ready["value"] = True
         try:
             yield
         finally:
-            if config_path is not None:
-                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             ready["value"] = False
             for task in (pruner, refresher, counter):
                 task.cancel()

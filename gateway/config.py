@@ -1,17 +1,31 @@
 """Gateway configuration: YAML → validated, frozen pydantic models.
 
-Validation errors carry the YAML path of the offending key (``upstreams.0.url: …``).
+Validation errors carry the YAML path of the offending key (``upstreams[0].url: …``), all of
+them at once, with a did-you-mean hint for an unknown key. ``docs/configuration.md`` is the
+reference of every key, generated from these models (``python -m gateway.config_reference``).
 See ``config/gateway.example.yaml`` for an annotated example of every key.
 """
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gateway.errors import ConfigError
 
@@ -22,14 +36,89 @@ TEN_YEARS = 10 * 365 * 24 * 3600
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # use_attribute_docstrings: a field's docstring is its description (docs/configuration.md
+    # is generated from them: python -m gateway.config_reference)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def check_host(value: str) -> str:
+    """``value`` if it is an IP address literal or a host name by RFC 1123 (dot-separated
+    labels of letters, digits and inner hyphens, 1-63 characters each, 253 in all).
+
+    Raises:
+        ValueError: anything else (an empty string, spaces, a URL, a port).
+    """
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    name = value[:-1] if value.endswith(".") else value
+    if not name or len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.split(".")):
+        raise ValueError(f"{value!r} is not an IP address or a host name (RFC 1123); "
+                         "0.0.0.0 or :: listens on every address")
+    return value
+
+
+Host = Annotated[str, AfterValidator(check_host)]
+
+
+class ListenTlsConfig(_Frozen):
+    """TLS on the traffic listener (HTTPS). Both files are PEM; they are read at start and
+    again on SIGHUP (a new certificate serves new connections; open ones keep theirs; a
+    reload whose files do not load is refused and the old certificate stays)."""
+
+    cert_file: str
+    """The server certificate chain (leaf first)."""
+    key_file: str
+    """The private key of ``cert_file``."""
+    client_ca_file: str | None = None
+    """CA certificates a client certificate must chain to (mutual TLS); needed by
+    ``client_cert: optional | required``."""
+    client_cert: Literal["none", "optional", "required"] = "none"
+    """Whether clients are asked for a certificate: ``none``; ``optional`` (one that is sent
+    must verify); ``required`` (a handshake without one fails)."""
+
+    @model_validator(mode="after")
+    def _ca_for_clients(self) -> ListenTlsConfig:
+        if self.client_cert != "none" and not self.client_ca_file:
+            raise ValueError("client_ca_file: needed by client_cert: optional or required")
+        return self
+
+
+class UpstreamTlsConfig(_Frozen):
+    """TLS towards one upstream (an ``https://`` URL), for its requests and its Agent Card
+    fetches alike. PEM files, read at start and when a reload changes these settings."""
+
+    ca_file: str | None = None
+    """CA certificates the worker's certificate must chain to, instead of the system's."""
+    cert_file: str | None = None
+    """A client certificate (chain) the gateway presents to the worker (mutual TLS)."""
+    key_file: str | None = None
+    """The private key of ``cert_file`` (default: inside ``cert_file``)."""
+    verify: bool = True
+    """``false`` accepts any worker certificate (testing only: anyone on the path can then
+    impersonate the worker)."""
+
+    @model_validator(mode="after")
+    def _key_needs_cert(self) -> UpstreamTlsConfig:
+        if self.key_file and not self.cert_file:
+            raise ValueError("key_file: needs cert_file")
+        return self
 
 
 class ListenConfig(_Frozen):
     """Where the gateway listens."""
 
-    host: str = "127.0.0.1"
+    host: Host = "127.0.0.1"
+    """The listen address: an IP literal or a host name (``0.0.0.0`` / ``::``: every address)."""
     port: int = Field(default=8080, ge=0, le=65535)
+    """The listen port (``0``: a free one, logged as ``listening``)."""
+    tls: ListenTlsConfig | None = None
+    """HTTPS on this listener (``None``: plain HTTP)."""
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     """After SIGTERM, in-flight requests and open streams get this long to finish; streams
     still open then are closed cleanly (an SSE comment, then the end of the body)."""
@@ -64,11 +153,17 @@ class AdminConfig(_Frozen):
     is refreshed from the ledger in the background (a scrape never waits on the ledger)."""
 
     enabled: bool = True
-    host: str = "127.0.0.1"
+    """Run the admin listener (``false``: none; probes then need ``listen.probes``)."""
+    host: Host = "127.0.0.1"
+    """The admin listener's address."""
     port: int = Field(default=8081, ge=0, le=65535)
+    """The admin listener's port (``0``: a free one, logged as ``admin_listening``)."""
     token_file: str | None = None
+    """A file whose content (stripped) every admin request must present as a bearer token."""
     protect_probes: bool = False
+    """Ask the token of ``/healthz`` and ``/readyz`` too."""
     tracked_refresh_seconds: Seconds = 15.0
+    """How often the tracked-task gauge is refreshed from the ledger."""
 
 
 class TimeoutConfig(_Frozen):
@@ -165,6 +260,8 @@ class UpstreamConfig(_Frozen):
     timeouts: TimeoutConfig = TimeoutConfig()
     pool: PoolConfig = PoolConfig()
     card: CardConfig = CardConfig()
+    tls: UpstreamTlsConfig = UpstreamTlsConfig()
+    """TLS settings towards this worker (an ``https://`` URL): CA, client certificate."""
 
     @model_validator(mode="before")
     @classmethod
@@ -221,7 +318,28 @@ class LimitsConfig(_Frozen):
     recursive code reads the body."""
 
 
-DEFAULT_LEDGER_URL = "sqlite:.a2a-gateway/ledger.db"
+STATE_DIR_ENV = "A2A_GATEWAY_STATE_DIR"
+"""Environment variable naming the gateway's state directory (:func:`state_dir`)."""
+
+
+def state_dir() -> Path:
+    """The directory of the default SQLite ledger (``ledger.db``, its pid file beside it):
+    ``$A2A_GATEWAY_STATE_DIR``, else ``$XDG_STATE_HOME/a2a-gateway``, else
+    ``~/.local/state/a2a-gateway`` (the XDG Base Directory default) — absolute, so ``serve``
+    and ``ledger`` run from any working directory find the same file. The Docker image sets
+    ``A2A_GATEWAY_STATE_DIR=/var/lib/a2a-gateway``. ``serve`` creates it (mode 0700) when it
+    is missing."""
+    given = os.environ.get(STATE_DIR_ENV) or None
+    if given:
+        return Path(given).expanduser().absolute()
+    xdg = os.environ.get("XDG_STATE_HOME") or None
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return (base / "a2a-gateway").absolute()
+
+
+def default_ledger_url() -> str:
+    """The default ``ledger.url``: ``sqlite:///<state dir>/ledger.db`` (:func:`state_dir`)."""
+    return f"sqlite://{state_dir() / 'ledger.db'}"
 
 
 class PublicConfig(_Frozen):
@@ -256,8 +374,8 @@ class AdmissionConfig(_Frozen):
 class LedgerConfig(_Frozen):
     """The task ledger.
 
-    ``url``: ``memory``, ``sqlite:///ABS/PATH.db`` / ``sqlite:REL/PATH.db`` (default: SQLite in
-    ``.a2a-gateway/`` under the working directory), ``redis://[USER:PASSWORD@]HOST:PORT/DB``
+    ``url``: ``memory``, ``sqlite:///ABS/PATH.db`` / ``sqlite:REL/PATH.db`` (default:
+    ``ledger.db`` in the state directory, :func:`state_dir`), ``redis://[USER:PASSWORD@]HOST:PORT/DB``
     (``rediss://`` with TLS: ``?ssl_ca_certs=CA.pem&ssl_certfile=CERT.pem&ssl_keyfile=KEY.pem``)
     or ``redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/SERVICE/DB`` (the primary found
     through Sentinels; ``rediss+sentinel://`` with TLS) or
@@ -269,7 +387,7 @@ class LedgerConfig(_Frozen):
     ``forward`` (relay unchecked, counted) when the ledger cannot be read or written.
     """
 
-    url: str = DEFAULT_LEDGER_URL
+    url: str = Field(default_factory=default_ledger_url)
     max_tasks: int = Field(default=100_000, gt=0)
     retention_seconds: float = Field(default=7 * 24 * 3600, gt=0)
     prune_interval_seconds: float = Field(default=300, gt=0)
@@ -414,34 +532,126 @@ class GatewayConfig(_Frozen):
         return self
 
 
+def yaml_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """A location as a YAML path: ``("upstreams", 1, "name")`` → ``upstreams[1].name``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The config model at a location (``("upstreams", 0, "card")`` → :class:`CardConfig`)."""
+    model: Any = GatewayConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+            return None
+        model = _inner_model(model.model_fields[part].annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    """The model inside ``list[X]``, ``X | None`` or ``X``; else the annotation itself."""
+    for arg in (*getattr(annotation, "__args__", ()), annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+        inner = getattr(arg, "__args__", ())
+        if inner and arg is not annotation:
+            found = _inner_model(arg)
+            if isinstance(found, type):
+                return found
+    return annotation
+
+
+def _unknown_key(loc: tuple[Any, ...]) -> str:
+    """An unknown key's problem, with the closest known keys as a hint (``difflib``)."""
+    model = _model_at(loc[:-1])
+    known = list(model.model_fields) if model is not None else []
+    key = str(loc[-1])
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6) or [
+        k for k in known if k.startswith(key) or key.startswith(k)][:3]
+    if close:
+        return "unknown key; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return "unknown key" + (f" (known here: {', '.join(known)})" if known else "")
+
+
 def _format_errors(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
-        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        message = str(e["msg"]).removeprefix("Value error, ")
-        lines.append(f"{path}: {message}")
+        loc = tuple(e["loc"])
+        if e["type"] == "extra_forbidden":
+            message = _unknown_key(loc)
+        else:
+            message = str(e["msg"]).removeprefix("Value error, ")
+        lines.append(f"{yaml_path(loc)}: {message}")
+    return lines
+
+
+def _normal_prefix(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    return "/" + value.strip("/") if value != "/" else "/"
+
+
+def _cross_problems(data: dict[str, Any]) -> list[str]:
+    """The checks across keys (duplicate upstream names and prefixes, the admin port equal
+    to the listen port), read from the raw document so they are reported together with every
+    other problem, each at the path of the offending key (``upstreams[1].name``)."""
+    lines: list[str] = []
+    upstreams = data.get("upstreams")
+    if isinstance(upstreams, list):
+        for key, norm in (("name", lambda v: v), ("prefix", _normal_prefix)):
+            first: dict[Any, int] = {}
+            for i, upstream in enumerate(upstreams):
+                if not isinstance(upstream, dict) or key not in upstream and key != "prefix":
+                    continue
+                value = norm(upstream.get(key, "/"))
+                try:
+                    seen = first.setdefault(value, i)
+                except TypeError:  # not hashable: its own type error is reported
+                    continue
+                if seen != i:
+                    lines.append(f"upstreams[{i}].{key}: duplicate {key} {value} "
+                                 f"(also upstreams[{seen}].{key})")
+    listen, admin = data.get("listen", {}), data.get("admin", {})
+    if isinstance(listen, dict) and isinstance(admin, dict):
+        port = listen.get("port", ListenConfig.model_fields["port"].default)
+        admin_port = admin.get("port", AdminConfig.model_fields["port"].default)
+        if admin.get("enabled", True) and admin_port and admin_port == port:
+            lines.append("admin.port: must differ from listen.port (the admin listener is apart "
+                         "from the traffic port; admin.enabled: false to have none)")
     return lines
 
 
 def parse_config(data: Any) -> GatewayConfig:
-    """Validate a parsed YAML document.
+    """Validate a parsed YAML document; every problem is reported at once.
 
     Raises:
-        ConfigError: with one ``path: problem`` line per error in ``.problems``.
+        ConfigError: with one ``path: problem`` line per error in ``.problems`` (paths as
+            :func:`yaml_path` writes them; an unknown key with a did-you-mean hint).
     """
     if not isinstance(data, dict):
         raise ConfigError(["(top level): expected a mapping"])
+    cross = _cross_problems(data)
     try:
-        return GatewayConfig.model_validate(data)
+        config = GatewayConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_errors(err)) from None
+        lines = _format_errors(err)
+        if cross:  # the model's own check of the same: reported once, at its key's path
+            lines = [ln for ln in lines if not ln.startswith("(top level): ")]
+        raise ConfigError(cross + lines) from None
+    if cross:
+        raise ConfigError(cross)
+    return config
 
 
-def load_config(path: str | Path) -> GatewayConfig:
-    """Read and validate a YAML config file.
+def read_document(path: str | Path) -> Any:
+    """A config file's YAML document, not yet validated (:func:`parse_config` does that).
 
     Raises:
-        ConfigError: unreadable file, invalid YAML (with line and column) or invalid values.
+        ConfigError: unreadable file, not UTF-8, invalid YAML (with line and column).
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -450,12 +660,21 @@ def load_config(path: str | Path) -> GatewayConfig:
     except UnicodeDecodeError as err:
         raise ConfigError([f"{path}: not UTF-8 text (byte {err.start})"]) from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError([f"{path}: invalid YAML: {err}"]) from None
     except RecursionError:
         raise ConfigError([f"{path}: invalid YAML: nested too deeply"]) from None
-    return parse_config(data)
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate a YAML config file.
+
+    Raises:
+        ConfigError: unreadable file, invalid YAML (with line and column) or invalid values
+            (every one at once).
+    """
+    return parse_config(read_document(path))
 
 
 def sidecar_config(
@@ -465,7 +684,7 @@ def sidecar_config(
     port: int,
     mode: str,
     name: str = "worker",
-    ledger: str = DEFAULT_LEDGER_URL,
+    ledger: str | None = None,
     heartbeat_seconds: float = 30.0,
     card_ttl_seconds: float = 300.0,
 ) -> GatewayConfig:
@@ -481,6 +700,6 @@ def sidecar_config(
             "upstreams": [{"name": name, "url": upstream, "prefix": "/",
                            "heartbeat_seconds": heartbeat_seconds,
                            "card": {"ttl_seconds": card_ttl_seconds}}],
-            "ledger": {"url": ledger},
+            **({"ledger": {"url": ledger}} if ledger is not None else {}),
         }
     )

@@ -48,6 +48,9 @@ class Runtime:
     :class:`~gateway.proxy.forward.Signal`: each stream watches it with a callback, no task)."""
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
+    reload_hooks: list[Callable[[GatewayConfig], None]] = dataclasses.field(default_factory=list)
+    """Called with the new config on every reload (SIGHUP) before it is applied (the
+    listener's TLS certificate is re-read by one, :mod:`gateway.server`)."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
