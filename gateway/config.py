@@ -510,7 +510,7 @@ class GatewayConfig(_Frozen):
     mode: Literal["enforce", "observe"] = "enforce"
     upstreams: list[UpstreamConfig] = Field(min_length=1)
     limits: LimitsConfig = LimitsConfig()
-    ledger: LedgerConfig = LedgerConfig()
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)  # its url: the state directory at use
     log: LogConfig = LogConfig()
     public: PublicConfig = PublicConfig()
     streams: StreamsConfig = StreamsConfig()
