@@ -358,6 +358,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = serve_config(given)
         if config.admin.enabled:
             read_token(config.admin)  # an unreadable or empty token file: exit 2 now
+        check_tls_files(config)
     except UsageError as err:
         print(f"a2a-gateway serve: {err}", file=sys.stderr)
         return 2
@@ -418,6 +419,21 @@ def _serve(args: argparse.Namespace) -> int:
 
     # a reload (SIGHUP) re-reads the file under the same flags and variables
     return run(config, args.config, reload=(lambda: serve_config(given)) if args.config else None)
+
+
+def check_tls_files(config: GatewayConfig) -> None:
+    """Load ``listen.tls`` and every ``upstreams[].tls`` once, so unusable files are a
+    configuration error (exit 2) before anything starts.
+
+    Raises:
+        ConfigError: a file cannot be read, is not PEM, or a key does not match.
+    """
+    from gateway.tls import client_context, server_context
+
+    if config.listen.tls is not None:
+        server_context(config.listen.tls)
+    for upstream in config.upstreams:
+        client_context(upstream.tls, upstream.name)
 
 
 def sqlite_directory(url: str) -> str | None:
