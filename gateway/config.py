@@ -177,8 +177,12 @@ class TimeoutConfig(_Frozen):
     :attr:`PoolConfig.wait_seconds` (``upstreams[].pool``), not a timeout of the worker's."""
 
     connect: Seconds = 5.0
+    """Seconds a TCP connect (and TLS handshake) to the worker may take."""
     read: Seconds = 300.0
+    """Seconds of silence allowed between chunks of a worker's answer (the idle gap; no overall
+    deadline for streams)."""
     write: Seconds = 30.0
+    """Accepted, not enforced (the aiohttp transport has no per-write timeout)."""
 
 
 
@@ -202,7 +206,11 @@ class PoolConfig(_Frozen):
     """
 
     max_connections: int = Field(default=DEFAULT_POOL_CONNECTIONS, gt=0)
+    """Open connections to the worker at most, idle pooled ones included (0, unbounded, is
+    refused)."""
     wait_seconds: Seconds = 5.0
+    """How long a request waits for a free pooled connection, then "gateway at capacity" (HTTP 503,
+    ``Retry-After``)."""
 
 
 class CardConfig(_Frozen):
@@ -233,14 +241,28 @@ class CardConfig(_Frozen):
     """
 
     path: str = "/.well-known/agent-card.json"
+    """Where the worker serves its Agent Card (the legacy ``/.well-known/agent.json`` is tried
+    after a 404)."""
     ttl_seconds: Seconds = 300.0
+    """Card freshness when the worker sends no ``Cache-Control: max-age``."""
     on_unreachable: Literal["reject", "allow_stale"] = "reject"
+    """While the card cannot be fetched: ``reject`` new tasks, or ``allow_stale`` (admit against
+    the last good card)."""
     signed: Literal["verbatim", "strip"] = "verbatim"
+    """A signed card (non-empty ``signatures``): served ``verbatim`` (its URLs name the worker;
+    warned) or ``strip``ped and rewritten."""
     unguarded_interfaces: Literal["drop", "keep"] = "drop"
+    """Interfaces of bindings the gateway does not guard (gRPC, custom): ``drop`` them from the
+    served card, or ``keep`` them as written (warned)."""
     required_skill: str | None = None
+    """A skill id the card must advertise for new tasks to be admitted."""
     retry_backoff_seconds: Seconds = 1.0
+    """After a failed fetch, no new fetch for this long, doubling per further failure."""
     retry_max_seconds: Seconds = 60.0
+    """The back-off's cap (never beyond ``ttl_seconds``)."""
     fetch_wait_seconds: Seconds = 5.0
+    """The longest a request waits for a card fetch in flight before it is answered from the cache
+    as it is."""
 
 
 class UpstreamConfig(_Frozen):
@@ -254,12 +276,21 @@ class UpstreamConfig(_Frozen):
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """The upstream's name: the ``upstream`` metric label and part of the ledger key;
+    ``[A-Za-z0-9_.-]``, 1-64 characters, unique."""
     url: str
+    """The worker's base URL (``http://`` or ``https://``); a request's path below ``prefix`` is
+    appended to it."""
     prefix: str = "/"
+    """The path prefix the worker is mounted at (``/`` for a sidecar); unique."""
     jsonrpc_path: str = "/"
+    """Where below the mount POSTs are A2A JSON-RPC (relative to the mount)."""
     timeouts: TimeoutConfig = TimeoutConfig()
+    """Timeouts of requests to this worker."""
     pool: PoolConfig = PoolConfig()
+    """The connection pool to this worker (per gateway process)."""
     card: CardConfig = CardConfig()
+    """How the worker's Agent Card is fetched and served."""
     tls: UpstreamTlsConfig = UpstreamTlsConfig()
     """TLS settings towards this worker (an ``https://`` URL): CA, client certificate."""
 
@@ -307,11 +338,14 @@ class LimitsConfig(_Frozen):
     """Size and time limits. Bytes and seconds."""
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    """A client request body larger than this is refused (HTTP 413)."""
     max_event_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    """One SSE event from a worker larger than this ends the stream with an error."""
     max_answer_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     """A worker answer read whole (unary answers, Agent Cards), counted after decompression;
     past it the client gets a transport-class error (HTTP 502). Read at start-up."""
     post_terminal_drain_seconds: float = Field(default=2.0, ge=0)
+    """After a terminal event, how long the worker's stream is read on to count late events."""
     max_json_depth: int = Field(default=128, ge=8, le=512)
     """Deepest nesting of objects and arrays accepted in a JSON body, from a client (refused
     as -32600 / HTTP 400) or a worker (a transport-class error); checked before any
@@ -351,7 +385,9 @@ class PublicConfig(_Frozen):
     """
 
     url: str | None = None
+    """The public origin (``https://gw.example.net``); unset: each request's own ``Host``."""
     trusted_proxies: list[str] = Field(default_factory=list)
+    """Addresses whose ``Forwarded`` / ``X-Forwarded-Host`` / ``-Proto`` headers are believed."""
 
 
 class StreamsConfig(_Frozen):
@@ -360,8 +396,11 @@ class StreamsConfig(_Frozen):
     with what first delay, doubling) a stream cut before its task ended is resumed upstream."""
 
     keepalive_seconds: Seconds = 15.0
+    """After this much silence the gateway sends the client an SSE comment of its own."""
     resubscribe_attempts: int = Field(default=3, ge=0)
+    """How often a worker stream cut before its task ended is resumed upstream."""
     resubscribe_backoff_seconds: float = Field(default=0.2, ge=0)
+    """The first delay before a resubscribe, doubling."""
 
 
 class AdmissionConfig(_Frozen):
@@ -369,6 +408,7 @@ class AdmissionConfig(_Frozen):
     task wants; the card must advertise it."""
 
     skill_metadata_key: str | None = None
+    """A message ``metadata`` key naming the skill a new task wants (the card must advertise it)."""
 
 
 class LedgerConfig(_Frozen):
@@ -388,21 +428,31 @@ class LedgerConfig(_Frozen):
     """
 
     url: str = Field(default_factory=default_ledger_url)
+    """The ledger: ``memory``, ``sqlite:///ABS/PATH.db``, ``sqlite:REL/PATH.db``, ``redis://…``,
+    ``redis+sentinel://…`` or ``redis+cluster://…`` (see above); default ``ledger.db`` in the
+    state directory."""
     max_tasks: int = Field(default=100_000, gt=0)
+    """The memory backend's bound on tasks (the oldest terminal ones go first)."""
     retention_seconds: float = Field(default=7 * 24 * 3600, gt=0)
+    """How long terminal tasks are kept before they are pruned (default 7 days)."""
     prune_interval_seconds: float = Field(default=300, gt=0)
+    """How often terminal tasks past ``retention_seconds`` are pruned."""
     on_unavailable: Literal["reject", "forward"] = "reject"
+    """When the ledger cannot be read or written: ``reject`` (fail closed, a transport-class error)
+    or ``forward`` (relay unchecked, counted)."""
     min_replica_acks: int = Field(default=0, ge=0)
     """Redis only, not ``redis+cluster://``: a terminal state is stored only once this many
     replicas acknowledged it (``WAIT``), so a failover cannot lose it; fewer within
     ``replica_ack_timeout_seconds`` fails the write (the event is not forwarded, the client gets
     the ledger error). 0 (the default): acknowledged by the primary alone (docs/resume.md §4.4)."""
     replica_ack_timeout_seconds: Seconds = 1.0
+    """How long a terminal state waits for ``min_replica_acks`` acknowledgements."""
     password_file: str | None = None
     """Redis only: a file holding the password of the Redis servers (a mounted Kubernetes
     Secret; one trailing newline is dropped), read at start; the URL may name the ACL user but
     then no password."""
     sentinel_username: str | None = None
+    """``redis+sentinel://`` only: the user the Sentinels themselves want (none by default)."""
     sentinel_password_file: str | None = None
     """``redis+sentinel://`` only: the user and password file the Sentinels themselves want
     (their ``requirepass`` / ACL); apart from the servers' (the URL's or ``password_file``),
@@ -454,7 +504,10 @@ class LogConfig(_Frozen):
     may be written (batched)."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """The lowest level written."""
     format: Literal["json", "text"] = "json"
+    """``json``: one object per line on stderr; ``text``: ``<ts> <LEVEL> <event> key=value …``, the
+    same fields."""
     flush_seconds: Annotated[float, Field(ge=0)] = 1.0
     """INFO/DEBUG lines are written in batches at most this late (one write per batch, not
     per request); WARNING and above at once; 0 writes every line at once."""
@@ -474,6 +527,8 @@ class BridgeConfig(_Frozen):
     back. ``false``: cards and calls go on in the worker's version only, as before the bridge."""
 
     enabled: bool = True
+    """Bridge a client of a version the worker does not speak (``false``: the worker's version
+    only)."""
 
 
 class ReplayWindowConfig(_Frozen):
@@ -485,11 +540,18 @@ class ReplayWindowConfig(_Frozen):
     event is kept (finite, at most ten years: the Redis keys' expiry is in milliseconds)."""
 
     enabled: bool = True
+    """Issue gateway event ids and keep delivered events (``false``: the worker's own ids, nothing
+    kept)."""
     max_events_per_task: int = Field(default=1000, gt=0)
+    """Events kept per task (the oldest go first)."""
     max_bytes_per_task: int = Field(default=1024 * 1024, gt=0)
+    """Payload bytes kept per task."""
     max_events_total: int = Field(default=100_000, gt=0)
+    """Events kept over all tasks."""
     max_bytes_total: int = Field(default=256 * 1024 * 1024, gt=0)
+    """Payload bytes kept over all tasks (default 256 MiB)."""
     retention_seconds: float = Field(default=3600.0, gt=0, le=TEN_YEARS)
+    """Seconds an event is kept (at most ten years)."""
 
     def limits(self) -> Any:
         """The bounds as the ledger takes them (:class:`~gateway.ledger.base.WindowLimits`)."""
@@ -506,17 +568,31 @@ class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
     listen: ListenConfig = ListenConfig()
+    """The traffic listener: address, TLS, connection bounds."""
     admin: AdminConfig = AdminConfig()
+    """The admin listener: ``/metrics``, ``/healthz``, ``/readyz``."""
     mode: Literal["enforce", "observe"] = "enforce"
+    """``enforce``: verdicts are applied (terminal tasks stay terminal, late events are not
+    delivered, unknown states refused with -32006); ``observe``: every verdict and metric is
+    computed, traffic goes on unchanged."""
     upstreams: list[UpstreamConfig] = Field(min_length=1)
+    """The A2A workers, each mounted at a path prefix (longest prefix wins); at least one."""
     limits: LimitsConfig = LimitsConfig()
+    """Size and time bounds of bodies, events and answers."""
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)  # its url: the state directory at use
+    """The task ledger (where task states are kept)."""
     log: LogConfig = LogConfig()
+    """Log lines: level, format, batching, repeats."""
     public: PublicConfig = PublicConfig()
+    """How the gateway names itself in the Agent Cards it serves."""
     streams: StreamsConfig = StreamsConfig()
+    """SSE relaying: keep-alives and resubscribes."""
     admission: AdmissionConfig = AdmissionConfig()
+    """Admission of new tasks against the Agent Card."""
     bridge: BridgeConfig = BridgeConfig()
+    """The version bridge between v0.3 and v1.0 peers."""
     replay_window: ReplayWindowConfig = ReplayWindowConfig()
+    """The replay window behind ``Last-Event-ID``."""
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
