@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -277,10 +278,12 @@ def build_app(
         refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))  # fetches the cards
         counter = asyncio.ensure_future(refresh_tracked_forever(runtime, config.admin.tracked_refresh_seconds))
         loop = asyncio.get_running_loop()
-        if config_path is not None:
+        # signals reach the main thread only (an app served in a thread, as tests do, has none)
+        on_hup = threading.current_thread() is threading.main_thread()
+        if on_hup and config_path is not None:
             loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
                 _reload(runtime, config_path, reload_config)))
-        else:
+        elif on_hup:
             loop.add_signal_handler(signal.SIGHUP, lambda: runtime.log.warning(
                 "config_reload_skipped", extra={"reason": "no config file to re-read: started "
                                                 "without --config (the sidecar form); restart "
@@ -289,7 +292,8 @@ def build_app(
         try:
             yield
         finally:
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            if on_hup:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             ready["value"] = False
             for task in (pruner, refresher, counter):
                 task.cancel()
