@@ -89,14 +89,17 @@ LEDGER_SETTINGS = tuple(s for s in SERVE_SETTINGS if s.dest in ("config", "ledge
 """The settings the ``ledger`` subcommands read, by the same rule."""
 
 
+_KEY_OF = {"config": "(the file itself)", "upstream": "upstreams[0].url",
+           "heartbeat_interval": "upstreams[].heartbeat_seconds", "card_ttl": "upstreams[].card.ttl_seconds"}
+"""The config key of the settings without a ``path`` (``--help``)."""
+
+
 def _environment_help(settings: Sequence[Setting] = SERVE_SETTINGS) -> str:
     """The environment section of ``--help``: every variable, its flag and config key."""
     lines = ["environment (a flag wins over its variable, a variable over the config file, the "
              "file over the default):"]
     for s in settings:
-        key = ".".join(s.path) if s.path else {"config": "(the file itself)", "heartbeat_interval": "upstreams[].heartbeat_seconds",
-                                               "card_ttl": "upstreams[].card.ttl_seconds",
-                                               "upstream": "upstreams[0].url"}.get(s.dest, "-")
+        key = ".".join(s.path) if s.path else _KEY_OF.get(s.dest, "-")
         lines.append(f"  {s.env:32} {s.flag:22} {key}")
     lines.append(f"  {STATE_DIR_ENV:32} {'':22} the state directory of the default SQLite "
                  "ledger (else $XDG_STATE_HOME/a2a-gateway, else ~/.local/state/a2a-gateway)")
@@ -346,10 +349,10 @@ def _serve(args: argparse.Namespace) -> int:
     import atexit
 
     from gateway.admin import read_token
+    from gateway.config import state_dir
     from gateway.errors import PidFileHeldError
     from gateway.ledger import redact
     from gateway.observability.logging import configure_logging, get_logger
-    from gateway.config import state_dir
     from gateway.pidfile import PidFile, default_pid_file
     from gateway.workers import LISTEN_FD_ENV
 
