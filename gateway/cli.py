@@ -148,7 +148,9 @@ def resolve(args: argparse.Namespace, settings: Sequence[Setting] = SERVE_SETTIN
         try:
             value = s.kind(raw)
         except ValueError:
-            raise UsageError(f"{s.env}: invalid {s.kind.__name__} value {raw!r}") from None
+            hint = (" (a Kubernetes service link of a Service named a2a-gateway? set "
+                    "enableServiceLinks: false)") if raw.startswith("tcp://") else ""
+            raise UsageError(f"{s.env}: invalid {s.kind.__name__} value {raw!r}{hint}") from None
         if s.choices and value not in s.choices:
             raise UsageError(f"{s.env}: invalid choice {raw!r} (choose from {', '.join(s.choices)})")
         out[s.dest] = (value, s.env)

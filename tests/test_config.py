@@ -515,6 +515,8 @@ class TestPrecedence:
         args = _parser().parse_args(["serve", "--upstream", "http://w:1/"])
         with pytest.raises(UsageError, match=r"^A2A_GATEWAY_PORT: invalid int value 'x'$"):
             resolve(args, environ={"A2A_GATEWAY_PORT": "x"})
+        with pytest.raises(UsageError, match=r"enableServiceLinks: false"):
+            resolve(args, environ={"A2A_GATEWAY_PORT": "tcp://10.96.0.12:8080"})
         with pytest.raises(UsageError, match=r"^A2A_GATEWAY_MODE: invalid choice 'strict'"):
             resolve(args, environ={"A2A_GATEWAY_MODE": "strict"})
         with pytest.raises(ConfigError) as info:
