@@ -188,7 +188,12 @@ def parse_text_line(line: str) -> dict[str, object]:
     """A text line read back as the JSON line's object: ``ts``, ``level``, ``event``, then
     each ``key=value`` (a quoted value is a JSON string; a bare one JSON if it reads as JSON,
     else the string itself)."""
-    ts, level, event, rest = (line.split(" ", 3) + [""])[:4]
+    ts, level, rest = line.split(" ", 2)
+    if rest.startswith('"'):  # a quoted event (uvicorn's sentences)
+        event, end = json.JSONDecoder().raw_decode(rest)
+        rest = rest[end:]
+    else:
+        event, _, rest = rest.partition(" ")
     doc: dict[str, object] = {"ts": ts, "level": level.lower(), "event": event}
     for key, token in _PAIR.findall(rest):
         if token.startswith('"'):
@@ -251,6 +256,10 @@ def test_text_and_json_lines_of_the_same_requests_carry_the_same_fields(tmp_path
     assert all(doc["pid"] == json_pid for doc in as_json)
     assert all(doc["pid"] == text_pid for doc in as_text)
     assert any(doc["event"] == "worker_started" for doc in as_text)
+    def events(docs: list[dict[str, object]]) -> list[str]:  # uvicorn's sentences (with pids) too
+        return sorted(re.sub(r"\d+", "N", str(d["event"])) for d in docs)
+
+    assert events(as_json) == events(as_text)
     requests = [[d for d in docs if d["event"] == "request"] for docs in (as_json, as_text)]
     assert len(requests[0]) == len(requests[1]) == 5
     for j, t in zip(*requests, strict=True):

@@ -93,11 +93,15 @@ def _numeric(text: str) -> bool:
 
 class TextFormatter(_Formatter):
     """Formats a record as ``<ts> <LEVEL> <event> key=value …`` — the fields of the JSON
-    line, in the same order, each value as :func:`text_value` writes it."""
+    line, in the same order, each value as :func:`text_value` writes it; an event that is not
+    one bare word (uvicorn's ``Started server process [12]``) is JSON-quoted."""
 
     def format(self, record: logging.LogRecord) -> str:
         pairs = " ".join(f"{key}={text_value(value)}" for key, value in self.fields(record).items())
-        return f"{self.stamp(record)} {record.levelname} {record.getMessage()} {pairs}"
+        event = record.getMessage()
+        if not _BARE.fullmatch(event):  # uvicorn's own sentences: one token all the same
+            event = orjson.dumps(event).decode()
+        return f"{self.stamp(record)} {record.levelname} {event} {pairs}"
 
 
 class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
