@@ -1,5 +1,8 @@
-"""Command line: ``a2a-gateway serve | check-config | replay``. Parses arguments only; the
-work is done by :mod:`gateway.app`, :mod:`gateway.config` and :mod:`gateway.replay`.
+"""Command line: ``a2a-gateway serve | check-config | replay | ledger``. Parses arguments and
+applies the one precedence rule of every setting (:data:`SERVE_SETTINGS`: a flag, else its
+``A2A_GATEWAY_*`` variable, else the config file, else the default; :func:`resolve`,
+:func:`serve_config`); the work is done by :mod:`gateway.app`, :mod:`gateway.config` and
+:mod:`gateway.replay`.
 
 Exit codes: 0 success, 1 runtime failure (ledger cannot be opened, task not found, ``replay
 --strict`` found divergences, the pid file cannot be opened), 2 invalid configuration or usage
