@@ -80,6 +80,9 @@ class ProxyApp:
 
         try:
             await self._route(scope, receive, sent)
+        except Exception:  # a bug: uvicorn answers 500 and logs the traceback; the line says so
+            line.outcome = "internal_error"
+            raise
         finally:  # every request the traffic listener answers or relays: one request line
             self.rt.log.info("request", extra=line.fields())
 
