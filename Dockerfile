@@ -5,8 +5,11 @@
 #             -v a2a-gateway-data:/var/lib/a2a-gateway a2a-gateway
 # Overrides: arguments after the image name replace CMD, e.g.
 #             docker run a2a-gateway serve --config /etc/a2a-gateway/gateway.yaml --ledger redis://redis:6379/0
-#           (--host, --port, --admin-host, --admin-port, --mode and --ledger override the
-#           config file). 8080 is client traffic, 8081 the admin listener (/metrics, probes). Lint: hadolint Dockerfile (tests/deploy/test_image.py).
+#           and the environment works too: every serve flag has an A2A_GATEWAY_* variable
+#           (docker run a2a-gateway --help lists them), e.g. -e A2A_GATEWAY_UPSTREAM=http://worker:9000/
+#           replaces the baked config's one upstream URL. A flag wins over its variable, a
+#           variable over the config file. 8080 is client traffic, 8081 the admin listener
+#           (/metrics, probes). Lint: hadolint Dockerfile (tests/deploy/test_image.py).
 
 # ---- build: install the package and its dependencies into /install ------------------------
 FROM python:3.11-slim-bookworm AS build
@@ -22,8 +25,10 @@ LABEL org.opencontainers.image.title="a2a-gateway" \
       org.opencontainers.image.description="ASGI gateway for the A2A (Agent2Agent) protocol" \
       org.opencontainers.image.licenses="Apache-2.0"
 # No .pyc writes at run time (the root filesystem may be read-only); logs leave unbuffered.
+# The state directory (the default SQLite ledger's, logged at start as state_dir) is the volume.
 ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    A2A_GATEWAY_STATE_DIR=/var/lib/a2a-gateway
 COPY --from=build /install /usr/local
 RUN groupadd --system --gid 10001 gateway \
     && useradd --system --no-log-init --uid 10001 --gid 10001 --no-create-home \

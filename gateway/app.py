@@ -16,8 +16,9 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
@@ -28,6 +29,7 @@ from gateway.config import GatewayConfig, load_config
 from gateway.errors import ConfigError, LedgerError
 from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
+from gateway.observability import access
 from gateway.observability.logging import get_logger
 from gateway.observability.metrics import Metrics
 from gateway.a2a import rest
@@ -43,7 +45,7 @@ from gateway.proxy.runtime import Runtime
 from gateway.proxy.sweep import Sweeper
 from gateway.proxy.tracked import refresh_tracked_forever
 from gateway.proxy.transport import UpstreamClient
-from gateway.proxy.types import ASGIApp, Receive, Scope, Send
+from gateway.proxy.types import ASGIApp, Message, Receive, Scope, Send
 
 
 _REST_METHODS = frozenset({"GET", "POST", "DELETE"})
@@ -70,13 +72,31 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        line = access.begin(scope)
+
+        async def sent(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                line.status = message["status"]
+            await send(message)
+
+        try:
+            await self._route(scope, receive, sent)
+        except Exception:  # a bug: uvicorn answers 500 and logs the traceback; the line says so
+            line.outcome = "internal_error"
+            raise
+        finally:  # every request the traffic listener answers or relays: one request line
+            self.rt.log.info("request", extra=line.fields())
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             route = self.rt.router.match(scope["path"], scope.get("raw_path"))
         except BadPathError as exc:
+            access.line_of(scope).outcome = "malformed"
             await JSONResponse({"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                           "message": str(exc)}}, 400)(scope, receive, send)
             return
         if route is None:
+            access.line_of(scope).outcome = "no_route"
             await JSONResponse({"error": "no upstream is mounted at this path"}, 404)(scope, receive, send)
             return
         if scope["method"] in ("GET", "HEAD") and route.path in WELL_KNOWN_PATHS:
@@ -177,15 +197,19 @@ async def _prune_forever(rt: Runtime) -> None:
                                                 "events_deleted": events})
 
 
-async def _reload(rt: Runtime, path: str) -> bool:
+async def _reload(rt: Runtime, path: str, load: Callable[[], GatewayConfig] | None = None) -> bool:
     """Re-read the config file and apply it (SIGHUP). An invalid file is refused, logged and
-    counted, and the config in force stays. Returns True when applied."""
+    counted, and the config in force stays. ``load``: how to read it (``serve`` re-applies its
+    flags and environment over the file); default :func:`~gateway.config.load_config`.
+    Returns True when applied."""
     try:
-        new = load_config(path)
+        new = load() if load is not None else load_config(path)
     except ConfigError as err:
         rt.metrics.config_reloads.labels("refused").inc()
         rt.log.error("config_reload_refused", extra={"path": path, "problems": err.problems})
         return False
+    for hook in rt.reload_hooks:  # e.g. the listener's TLS certificate (gateway.server)
+        hook(new)
     kept = rt.apply_config(new)
     await asyncio.gather(*(rt.cards[name].refresh() for name in rt.cards if name not in kept))
     rt.metrics.config_reloads.labels("applied").inc()
@@ -215,6 +239,7 @@ def build_app(
     registry: CollectorRegistry | None = None,
     config_path: str | None = None,
     resync_on_open: bool = True,
+    reload_config: Callable[[], GatewayConfig] | None = None,
 ) -> GatewayApp:
     """Build the gateway application.
 
@@ -228,6 +253,9 @@ def build_app(
             ``listen``, ``admin``, ``ledger`` and ``replay_window`` need a restart).
         resync_on_open: flag the ledger's live tasks for a resync at start-up (``False`` in
             the workers of ``serve --workers N``: the supervisor did it once for all).
+        reload_config: how SIGHUP reads the new config (default: ``load_config(config_path)``).
+            Without ``config_path`` a SIGHUP is logged (``config_reload_skipped``) and changes
+            nothing.
 
     Returns:
         The traffic ASGI app (:class:`GatewayApp`); ``app.state.runtime`` is the shared
@@ -254,14 +282,22 @@ def build_app(
         refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))  # fetches the cards
         counter = asyncio.ensure_future(refresh_tracked_forever(runtime, config.admin.tracked_refresh_seconds))
         sweeper = asyncio.ensure_future(Sweeper(runtime).run())  # idle while sweep.enabled is false
-        if config_path is not None:
-            asyncio.get_running_loop().add_signal_handler(
-                signal.SIGHUP, lambda: asyncio.ensure_future(_reload(runtime, config_path)))
+        loop = asyncio.get_running_loop()
+        # signals reach the main thread only (an app served in a thread, as tests do, has none)
+        on_hup = threading.current_thread() is threading.main_thread()
+        if on_hup and config_path is not None:
+            loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
+                _reload(runtime, config_path, reload_config)))
+        elif on_hup:
+            loop.add_signal_handler(signal.SIGHUP, lambda: runtime.log.warning(
+                "config_reload_skipped", extra={"reason": "no config file to re-read: started "
+                                                "without --config (the sidecar form); restart "
+                                                "to change settings"}))
         ready["value"] = True
         try:
             yield
         finally:
-            if config_path is not None:
+            if on_hup:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             ready["value"] = False
             for task in (sweeper, pruner, refresher, counter):

@@ -1,5 +1,8 @@
-"""Command line: ``a2a-gateway serve | check-config | replay``. Parses arguments only; the
-work is done by :mod:`gateway.app`, :mod:`gateway.config` and :mod:`gateway.replay`.
+"""Command line: ``a2a-gateway serve | check-config | replay | ledger``. Parses arguments and
+applies the one precedence rule of every setting (:data:`SERVE_SETTINGS`: a flag, else its
+``A2A_GATEWAY_*`` variable, else the config file, else the default; :func:`resolve`,
+:func:`serve_config`); the work is done by :mod:`gateway.app`, :mod:`gateway.config` and
+:mod:`gateway.replay`.
 
 Exit codes: 0 success, 1 runtime failure (ledger cannot be opened, task not found, ``replay
 --strict`` found divergences, the pid file cannot be opened), 2 invalid configuration or usage
@@ -11,10 +14,12 @@ the admin address in use, the pid file held by another gateway). ``serve`` runs
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -22,18 +27,94 @@ from gateway import __version__
 from gateway.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gateway.config import LedgerConfig
+    from gateway.config import GatewayConfig, LedgerConfig
     from gateway.ledger.base import Stored
 
-EXAMPLES = """\
-environment: A2A_GATEWAY_CONFIG, _UPSTREAM, _HOST, _PORT, _ADMIN_HOST, _ADMIN_PORT, _MODE, _LEDGER,
-_SHUTDOWN_GRACE, _HEARTBEAT_INTERVAL, _CARD_TTL, _WORKERS and _PID_FILE set the serve flags of the
-same name (a flag given on the command line wins; both win over the config file).
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One ``serve`` setting: its flag, its environment variable and the config key it sets
+    (``path``; ``None``: no key, or a rule of its own). Precedence, for every one: the flag,
+    else the variable, else the config file, else the default."""
 
+    dest: str
+    env: str
+    kind: type
+    path: tuple[str, ...] | None
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.dest.replace("_", "-")
+
+
+SERVE_SETTINGS = (
+    Setting("config", "A2A_GATEWAY_CONFIG", str, None, "YAML configuration file", "FILE"),
+    Setting("upstream", "A2A_GATEWAY_UPSTREAM", str, None,
+            "the worker's base URL. Without a config file: the sidecar form (one upstream "
+            "'worker' mounted at /); with one: the url of its only upstream (a file with "
+            "several upstreams is refused)", "URL"),
+    Setting("host", "A2A_GATEWAY_HOST", str, ("listen", "host"), "listen address (default 127.0.0.1)"),
+    Setting("port", "A2A_GATEWAY_PORT", int, ("listen", "port"), "listen port (default 8080)"),
+    Setting("admin_host", "A2A_GATEWAY_ADMIN_HOST", str, ("admin", "host"),
+            "admin listener address: /metrics, /healthz, /readyz (default 127.0.0.1)", "HOST"),
+    Setting("admin_port", "A2A_GATEWAY_ADMIN_PORT", int, ("admin", "port"),
+            "admin listener port, 0 for a free one (logged as admin_listening; default 8081)", "PORT"),
+    Setting("mode", "A2A_GATEWAY_MODE", str, ("mode",),
+            "enforce (default) applies verdicts; observe only counts them", None, ("enforce", "observe")),
+    Setting("ledger", "A2A_GATEWAY_LEDGER", str, ("ledger", "url"),
+            "task ledger: memory, sqlite:///PATH, sqlite:REL/PATH, redis://HOST:PORT/DB, "
+            "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB or redis+cluster://HOST:PORT,HOST:PORT "
+            "(default sqlite:///$A2A_GATEWAY_STATE_DIR/ledger.db; the other ledger.* settings "
+            "still come from the config)", "URL"),
+    Setting("shutdown_grace", "A2A_GATEWAY_SHUTDOWN_GRACE", float, ("listen", "shutdown_grace_seconds"),
+            "after SIGTERM, how long requests and open streams may run on before streams are "
+            "closed cleanly (default 30)", "SECONDS"),
+    Setting("heartbeat_interval", "A2A_GATEWAY_HEARTBEAT_INTERVAL", float, None,
+            "longest expected silence of a live task before an action on it is preceded by a "
+            "forced GetTask; sets upstreams[].heartbeat_seconds of every upstream (default 30)", "SECONDS"),
+    Setting("card_ttl", "A2A_GATEWAY_CARD_TTL", float, None,
+            "Agent Card freshness when the worker sends no max-age; sets "
+            "upstreams[].card.ttl_seconds of every upstream (default 300)", "SECONDS"),
+    Setting("workers", "A2A_GATEWAY_WORKERS", int, None,
+            "gateway processes sharing the listen and admin sockets, one per core (default 1); "
+            "more than 1 needs a shared ledger (sqlite or redis); they drain and exit when this "
+            "process dies, even by kill -9", "N"),
+    Setting("pid_file", "A2A_GATEWAY_PID_FILE", str, ("listen", "pid_file"),
+            "a file this process holds locked (flock) while it runs, its pid inside; a second "
+            "gateway given the same file exits 3 (default <db path>.pid beside a SQLite ledger; "
+            "none for memory or redis)", "PATH"),
+)
+"""Every ``serve`` setting with a flag and an environment variable."""
+
+LEDGER_SETTINGS = tuple(s for s in SERVE_SETTINGS if s.dest in ("config", "ledger"))
+"""The settings the ``ledger`` subcommands read, by the same rule."""
+
+
+_KEY_OF = {"config": "(the file itself)", "upstream": "upstreams[0].url",
+           "heartbeat_interval": "upstreams[].heartbeat_seconds", "card_ttl": "upstreams[].card.ttl_seconds"}
+"""The config key of the settings without a ``path`` (``--help``)."""
+
+
+def _environment_help(settings: Sequence[Setting] = SERVE_SETTINGS) -> str:
+    """The environment section of ``--help``: every variable, its flag and config key."""
+    lines = ["environment (a flag wins over its variable, a variable over the config file, the "
+             "file over the default):"]
+    for s in settings:
+        key = ".".join(s.path) if s.path else _KEY_OF.get(s.dest, "-")
+        lines.append(f"  {s.env:32} {s.flag:22} {key}")
+    lines.append(f"  {STATE_DIR_ENV:32} {'':22} the state directory of the default SQLite "
+                 "ledger (else $XDG_STATE_HOME/a2a-gateway, else ~/.local/state/a2a-gateway)")
+    return "\n".join(lines) + "\n"
+
+
+EXAMPLES = """\
 examples:
   a2a-gateway serve --upstream http://127.0.0.1:9999/ --port 8080 --admin-port 8081
   a2a-gateway serve --upstream http://127.0.0.1:9999/ --ledger redis://127.0.0.1:6379/0
   a2a-gateway serve --config config/gateway.example.yaml
+  A2A_GATEWAY_PORT=9090 a2a-gateway serve --config config/gateway.example.yaml
   a2a-gateway check-config config/gateway.example.yaml
   a2a-gateway replay tests/fixtures/transcripts/f04_cancel_then_completed.jsonl
   a2a-gateway ledger stats
@@ -41,107 +122,173 @@ examples:
 """
 
 
-def _env(name: str) -> str | None:
-    """A ``serve`` flag's default from ``A2A_GATEWAY_<NAME>`` (flags win over the environment;
-    both win over the config file)."""
-    return os.environ.get(f"A2A_GATEWAY_{name}") or None
+STATE_DIR_ENV = "A2A_GATEWAY_STATE_DIR"  # gateway.config.STATE_DIR_ENV (not imported: --help stays fast)
+
+
+class UsageError(Exception):
+    """A setting's value that cannot be used: one line naming where it came from."""
+
+
+def resolve(args: argparse.Namespace, settings: Sequence[Setting] = SERVE_SETTINGS,
+            environ: Mapping[str, str] | None = None) -> dict[str, tuple[Any, str]]:
+    """Each setting given by a flag or an environment variable: ``dest -> (value, source)``,
+    ``source`` the flag (``--port``) or the variable (``A2A_GATEWAY_PORT``); the flag wins.
+
+    Raises:
+        UsageError: a variable's value is not of the setting's type or choices
+            (``A2A_GATEWAY_PORT: invalid int value 'x'``).
+    """
+    environ = os.environ if environ is None else environ
+    out: dict[str, tuple[Any, str]] = {}
+    for s in settings:
+        given = getattr(args, s.dest, None)
+        if given is not None:
+            out[s.dest] = (given, s.flag)
+            continue
+        raw = environ.get(s.env) or None
+        if raw is None:
+            continue
+        try:
+            value = s.kind(raw)
+        except ValueError:
+            hint = (" (a Kubernetes service link of a Service named a2a-gateway? set "
+                    "enableServiceLinks: false)") if raw.startswith("tcp://") else ""
+            raise UsageError(f"{s.env}: invalid {s.kind.__name__} value {raw!r}{hint}") from None
+        if s.choices and value not in s.choices:
+            raise UsageError(f"{s.env}: invalid choice {raw!r} (choose from {', '.join(s.choices)})")
+        out[s.dest] = (value, s.env)
+    return out
+
+
+def serve_config(given: Mapping[str, tuple[Any, str]]) -> GatewayConfig:
+    """The configuration ``serve`` runs: the config file (if one is given), then every
+    setting ``given`` (:func:`resolve`) on top of it. ``upstream`` without a file is the
+    sidecar form (one upstream ``worker`` at ``/``); with a file it replaces the url of the
+    file's only upstream.
+
+    Raises:
+        ConfigError: an unreadable or invalid file, a value that does not validate (its line
+            names the flag or variable: ``listen.port (from --port): …``), neither a file
+            nor an upstream, or an upstream URL for a file of several upstreams.
+    """
+    from gateway.config import parse_config, read_document
+
+    config_file = given.get("config", (None, ""))[0]
+    upstream = given.get("upstream")
+    if config_file:
+        data = read_document(config_file)
+        if not isinstance(data, dict):
+            raise ConfigError([f"{config_file}: (top level): expected a mapping"])
+        data = copy.deepcopy(data)
+    elif upstream:
+        data = {"upstreams": [{"name": "worker", "url": upstream[0], "prefix": "/"}]}
+    else:
+        raise ConfigError(["a2a-gateway serve: give --config FILE or --upstream URL "
+                           "(or A2A_GATEWAY_CONFIG / A2A_GATEWAY_UPSTREAM)"])
+    sources: dict[str, str] = {}
+    upstreams = data.get("upstreams")
+    if config_file and upstream:
+        if not (isinstance(upstreams, list) and len(upstreams) == 1 and isinstance(upstreams[0], dict)):
+            count = len(upstreams) if isinstance(upstreams, list) else 0
+            raise ConfigError([f"upstreams ({upstream[1]}): {upstream[1]} sets the url of the config "
+                               f"file's only upstream, and {config_file} has {count}; set each "
+                               f"upstreams[].url in the file instead"])
+        upstreams[0]["url"] = upstream[0]
+        sources["upstreams[0].url"] = upstream[1]
+    for s in SERVE_SETTINGS:
+        if s.path is None or s.dest not in given:
+            continue
+        value, source = given[s.dest]
+        section = data
+        for key in s.path[:-1]:
+            section = section.setdefault(key, {}) if isinstance(section.get(key, {}), dict) else {}
+        section[s.path[-1]] = value
+        sources[".".join(s.path)] = source
+    for dest, keys in (("heartbeat_interval", ("heartbeat_seconds",)), ("card_ttl", ("card", "ttl_seconds"))):
+        if dest in given and isinstance(upstreams, list):
+            value, source = given[dest]
+            for i, entry in enumerate(upstreams):
+                if isinstance(entry, dict):
+                    target = entry.setdefault("card", {}) if len(keys) == 2 else entry
+                    if isinstance(target, dict):
+                        target[keys[-1]] = value
+                        sources[f"upstreams[{i}].{'.'.join(keys)}"] = source
+    try:
+        return parse_config(data)
+    except ConfigError as err:
+        raise ConfigError([_with_source(line, sources) for line in err.problems]) from None
+
+
+def _with_source(line: str, sources: Mapping[str, str]) -> str:
+    """A problem line with the flag or variable its value came from: ``listen.port (from
+    A2A_GATEWAY_PORT): …``."""
+    path, sep, message = line.partition(": ")
+    source = sources.get(path)
+    return f"{path} (from {source}){sep}{message}" if source else line
 
 
 def _parser() -> argparse.ArgumentParser:
+    epilog = _environment_help() + "\n" + EXAMPLES
     parser = argparse.ArgumentParser(
         prog="a2a-gateway",
         description="A2A gateway: a reverse proxy for A2A (Agent2Agent) workers that keeps "
         "task state true (one normalization boundary, absorbing terminal states, metrics) on "
         "both bindings, JSON-RPC and REST (HTTP+JSON), v1.0 and v0.3.",
-        epilog=EXAMPLES,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"a2a-gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the gateway",
+    serve = sub.add_parser("serve", help="run the gateway", epilog=epilog,
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
                            description="Run the gateway. Give --config FILE, or --upstream URL "
                            "for the no-file sidecar form (one worker mounted at /). It serves "
                            "the worker's Agent Card rewritten to point at itself and guards "
                            "JSON-RPC and REST alike; GET /metrics, /healthz and /readyz are "
                            "answered on a separate admin listener (--admin-host, --admin-port; "
                            "the traffic port relays every path to the mounts); logs are JSON "
-                           "lines on stderr; SIGHUP reloads --config.")
-    source = serve.add_mutually_exclusive_group()
-    source.add_argument("--config", metavar="FILE", default=_env("CONFIG"),
-                        help="YAML configuration file [A2A_GATEWAY_CONFIG]")
-    source.add_argument("--upstream", metavar="URL", default=_env("UPSTREAM"),
-                        help="the worker's base URL (sidecar form) [A2A_GATEWAY_UPSTREAM]")
-    serve.add_argument("--host", default=_env("HOST"),
-                       help="listen address (default 127.0.0.1, or listen.host) [A2A_GATEWAY_HOST]")
-    serve.add_argument("--port", type=int, default=_env("PORT"),
-                       help="listen port (default 8080, or listen.port) [A2A_GATEWAY_PORT]")
-    serve.add_argument("--admin-host", metavar="HOST", default=_env("ADMIN_HOST"),
-                       help="admin listener address: /metrics, /healthz, /readyz (default "
-                       "127.0.0.1, or admin.host) [A2A_GATEWAY_ADMIN_HOST]")
-    serve.add_argument("--admin-port", metavar="PORT", type=int, default=_env("ADMIN_PORT"),
-                       help="admin listener port, 0 for a free one (logged as admin_listening; "
-                       "default 8081, or admin.port) [A2A_GATEWAY_ADMIN_PORT]")
-    serve.add_argument("--mode", choices=["enforce", "observe"], default=_env("MODE"),
-                       help="enforce (default) applies verdicts; observe only counts them "
-                       "[A2A_GATEWAY_MODE]")
-    serve.add_argument("--heartbeat-interval", metavar="SECONDS", type=float,
-                       default=_env("HEARTBEAT_INTERVAL"),
-                       help="longest expected silence of a live task before an action on it "
-                       "is preceded by a forced GetTask (default 30; sidecar form) "
-                       "[A2A_GATEWAY_HEARTBEAT_INTERVAL]")
-    serve.add_argument("--card-ttl", metavar="SECONDS", type=float, default=_env("CARD_TTL"),
-                       help="Agent Card freshness when the worker sends no max-age "
-                       "(default 300; sidecar form) [A2A_GATEWAY_CARD_TTL]")
-    serve.add_argument("--shutdown-grace", metavar="SECONDS", type=float,
-                       default=_env("SHUTDOWN_GRACE"),
-                       help="after SIGTERM, how long requests and open streams may run on "
-                       "before streams are closed cleanly (default 30, or "
-                       "listen.shutdown_grace_seconds) [A2A_GATEWAY_SHUTDOWN_GRACE]")
-    serve.add_argument("--workers", metavar="N", type=int, default=_env("WORKERS"),
-                       help="gateway processes sharing the listen and admin sockets, one per core "
-                       "(default 1); more than 1 needs a shared ledger (sqlite or redis); they "
-                       "drain and exit when this process dies, even by kill -9 "
-                       "[A2A_GATEWAY_WORKERS]")
-    serve.add_argument("--pid-file", metavar="PATH", default=_env("PID_FILE"),
-                       help="a file this process holds locked (flock) while it runs, its pid "
-                       "inside; a second gateway given the same file exits 3 (default "
-                       "listen.pid_file, else <db path>.pid beside a SQLite ledger; none for "
-                       "memory or redis) [A2A_GATEWAY_PID_FILE]")
-    serve.add_argument("--ledger", metavar="URL", default=_env("LEDGER"),
-                       help="task ledger: memory, sqlite:///PATH, sqlite:REL/PATH, "
-                       "redis://HOST:PORT/DB, redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB "
-                       "or redis+cluster://HOST:PORT,HOST:PORT "
-                       "(default sqlite:.a2a-gateway/ledger.db, or ledger.url; the other ledger.* "
-                       "settings still come from the config) [A2A_GATEWAY_LEDGER]")
+                           "lines on stderr (log.format: text for key=value lines); SIGHUP "
+                           "reloads --config (flags and variables still win over it).")
+    for s in SERVE_SETTINGS:
+        serve.add_argument(s.flag, metavar=s.metavar, type=s.kind, choices=s.choices, default=None,
+                           help=f"{s.help} [{s.env}]")
 
+    ledger_epilog = _environment_help(LEDGER_SETTINGS)
     source = argparse.ArgumentParser(add_help=False)
-    where = source.add_mutually_exclusive_group()
-    where.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
-                       help="take the ledger settings (url, password files) from this config file")
-    where.add_argument("--ledger", metavar="URL", default=argparse.SUPPRESS,
-                       help="ledger URL (default sqlite:.a2a-gateway/ledger.db, relative to the "
-                       "working directory)")
+    source.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help="take the ledger settings (url, password files) from this config "
+                        "file [A2A_GATEWAY_CONFIG]")
+    source.add_argument("--ledger", metavar="URL", default=argparse.SUPPRESS,
+                        help="ledger URL; wins over the config file's (default "
+                        "sqlite:///$A2A_GATEWAY_STATE_DIR/ledger.db, as serve) [A2A_GATEWAY_LEDGER]")
     ledger = sub.add_parser("ledger", help="inspect the task ledger", parents=[source],
-                            description="Read the task ledger of a gateway (running or not). "
-                            "A SQLite ledger must already exist; nothing is created.")
+                            epilog=ledger_epilog, formatter_class=argparse.RawDescriptionHelpFormatter,
+                            description="Read the task ledger of a gateway (running or not), found "
+                            "by the rule serve uses. A SQLite ledger must already exist; nothing "
+                            "is created.")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
-    show = ledger_sub.add_parser("show", help="print one task's record as JSON", parents=[source])
+    show = ledger_sub.add_parser("show", help="print one task's record as JSON", parents=[source],
+                                 epilog=ledger_epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     show.add_argument("task_id", metavar="TASK_ID")
     show.add_argument("--upstream", metavar="NAME",
                       help="upstream name (default: every upstream of the config; 'worker' in "
                       "the sidecar form)")
-    ledger_sub.add_parser("stats", help="print tracked tasks by state as JSON", parents=[source])
+    ledger_sub.add_parser("stats", help="print tracked tasks by state as JSON", parents=[source],
+                          epilog=ledger_epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
 
     check = sub.add_parser("check-config", help="validate a config file and print it normalized",
                            description="Validate FILE; print the normalized config as JSON "
-                           "(exit 0) or one 'yaml.path: problem' line per error (exit 2).")
+                           "(exit 0) or one 'yaml.path: problem' line per error, every error "
+                           "at once (exit 2). The environment is not read: the file alone is "
+                           "checked.", epilog="environment: none read (" + STATE_DIR_ENV +
+                           " only sets the default ledger.url printed)")
     check.add_argument("file", metavar="FILE")
 
     rep = sub.add_parser("replay", help="judge a recorded transcript offline",
                          description="Run recorded observations (JSONL; format in "
                          "gateway/replay.py and the README) through the invariant engine and "
-                         "print one verdict per line.")
+                         "print one verdict per line.", epilog="environment: none read")
     rep.add_argument("file", metavar="FILE.jsonl")
     rep.add_argument("--strict", action="store_true",
                      help="exit 1 when any line has a divergence or a rejection (for CI)")
@@ -203,15 +350,11 @@ def _replay(path: str, *, strict: bool = False) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    if bool(args.config) == bool(args.upstream):
-        print("a2a-gateway serve: give exactly one of --config FILE or --upstream URL", file=sys.stderr)
-        return 2
-
     import asyncio
     import atexit
 
     from gateway.admin import read_token
-    from gateway.config import DEFAULT_LEDGER_URL, load_config, parse_config, sidecar_config
+    from gateway.config import state_dir
     from gateway.errors import PidFileHeldError
     from gateway.ledger import redact
     from gateway.observability.logging import configure_logging, get_logger
@@ -219,42 +362,21 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.workers import LISTEN_FD_ENV
 
     try:
-        if args.config:
-            data = load_config(args.config).model_dump(mode="json")
-            for key in ("host", "port"):
-                if getattr(args, key) is not None:
-                    data["listen"][key] = getattr(args, key)
-            if args.mode:
-                data["mode"] = args.mode
-            if args.ledger:
-                data["ledger"]["url"] = args.ledger
-            config = parse_config(data)
-        else:
-            config = sidecar_config(args.upstream, host=args.host or "127.0.0.1",
-                                    port=args.port if args.port is not None else 8080,
-                                    mode=args.mode or "enforce",
-                                    ledger=args.ledger or DEFAULT_LEDGER_URL,
-                                    heartbeat_seconds=args.heartbeat_interval or 30.0,
-                                    card_ttl_seconds=args.card_ttl or 300.0)
-        data = config.model_dump(mode="json")  # flags of both forms
-        if args.shutdown_grace is not None:
-            data["listen"]["shutdown_grace_seconds"] = args.shutdown_grace
-        if args.admin_host:
-            data["admin"]["host"] = args.admin_host
-        if args.admin_port is not None:
-            data["admin"]["port"] = args.admin_port
-        config = parse_config(data)
+        given = resolve(args)
+        config = serve_config(given)
         if config.admin.enabled:
             read_token(config.admin)  # an unreadable or empty token file: exit 2 now
+        check_tls_files(config)
+    except UsageError as err:
+        print(f"a2a-gateway serve: {err}", file=sys.stderr)
+        return 2
     except ConfigError as err:
         for line in err.problems:
             print(line, file=sys.stderr)
         return 2
-    if args.config and (args.heartbeat_interval or args.card_ttl):
-        print("--heartbeat-interval and --card-ttl belong to the sidecar form; set "
-              "upstreams[].heartbeat_seconds and upstreams[].card.ttl_seconds in the config",
-              file=sys.stderr)
-        return 2
+    values = {dest: value for dest, (value, _) in given.items()}
+    args.config, args.pid_file, args.workers = (values.get("config"), values.get("pid_file"),
+                                                values.get("workers"))
     workers = args.workers if args.workers is not None else 1
     if workers < 1 or (workers > 1 and config.ledger.url == "memory"):
         print("a2a-gateway serve: --workers must be 1 or more, and more than 1 needs a shared "
@@ -268,8 +390,12 @@ def _serve(args: argparse.Namespace) -> int:
                       config.log.repeat_window_seconds)
     # Taken before the ledger is touched, so a refused start flags no live task for a resync;
     # held until this process exits. A worker of serve --workers N takes none: its supervisor holds it.
-    given = args.pid_file or config.listen.pid_file
-    pid_file = given or default_pid_file(config.ledger.url)
+    problem = sqlite_directory(config.ledger.url)  # before the pid file beside it is made
+    if problem:
+        print(f"ledger {redact(config.ledger.url)}: {problem}", file=sys.stderr)
+        return 1
+    chosen = args.pid_file or config.listen.pid_file
+    pid_file = chosen or default_pid_file(config.ledger.url)
     if pid_file is not None and LISTEN_FD_ENV not in os.environ:
         try:
             atexit.register(PidFile(pid_file).release)
@@ -277,7 +403,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"a2a-gateway serve: {err}", file=sys.stderr)
             return 3
         except OSError as err:
-            beside = "" if given else f" (beside ledger {redact(config.ledger.url)})"
+            beside = "" if chosen else f" (beside ledger {redact(config.ledger.url)})"
             print(f"a2a-gateway serve: cannot open the pid file {os.path.abspath(pid_file)}{beside}: "
                   f"{err.strerror}", file=sys.stderr)
             return 1
@@ -290,7 +416,7 @@ def _serve(args: argparse.Namespace) -> int:
         "listen": f"{config.listen.host}:{config.listen.port}",
         "admin": f"{admin[0]}:{admin[1]}" if admin else None, "mode": config.mode,
         "ledger": redact(config.ledger.url), "upstreams": {u.prefix: u.url for u in config.upstreams},
-        "workers": workers})
+        "workers": workers, "state_dir": str(state_dir())})
     if workers > 1:
         from gateway.workers import supervise
 
@@ -299,7 +425,45 @@ def _serve(args: argparse.Namespace) -> int:
                          log=get_logger())
     from gateway.server import run
 
-    return run(config, args.config)
+    # a reload (SIGHUP) re-reads the file under the same flags and variables
+    return run(config, args.config, reload=(lambda: serve_config(given)) if args.config else None)
+
+
+def check_tls_files(config: GatewayConfig) -> None:
+    """Load ``listen.tls`` and every ``upstreams[].tls`` once, so unusable files are a
+    configuration error (exit 2) before anything starts.
+
+    Raises:
+        ConfigError: a file cannot be read, is not PEM, or a key does not match.
+    """
+    from gateway.tls import client_context, server_context
+
+    if config.listen.tls is not None:
+        server_context(config.listen.tls)
+    for upstream in config.upstreams:
+        client_context(upstream.tls, upstream.name)
+
+
+def sqlite_directory(url: str) -> str | None:
+    """For a SQLite ledger URL whose directory is missing: create it when it is the state
+    directory (:func:`gateway.config.state_dir`, mode 0700) and return ``None``; else the
+    problem, one line. ``None`` for any other ledger."""
+    from gateway.config import state_dir
+    from gateway.ledger import sqlite_path
+
+    if not url.startswith("sqlite:"):
+        return None
+    directory = sqlite_path(url).absolute().parent
+    if directory.exists():
+        return None
+    if directory == state_dir():
+        try:
+            directory.mkdir(mode=0o700, parents=True)
+        except OSError as err:
+            return f"cannot create the state directory {directory}: {err.strerror}"
+        return None
+    return (f"the directory {directory} does not exist; create it, or leave ledger.url unset "
+            f"for the default in the state directory ({STATE_DIR_ENV}, now {state_dir()})")
 
 
 async def _check_ledger(settings: LedgerConfig, *, resync: bool = False) -> str | None:
@@ -325,13 +489,19 @@ async def _check_ledger(settings: LedgerConfig, *, resync: bool = False) -> str 
 def _ledger(args: argparse.Namespace) -> int:
     import asyncio
 
-    from gateway.config import DEFAULT_LEDGER_URL, load_config
+    from gateway.config import default_ledger_url, load_config
     from gateway.ledger import ledger_from_url, redact, sqlite_path
 
-    config_file = getattr(args, "config", None)
+    try:
+        given = resolve(args, LEDGER_SETTINGS)
+    except UsageError as err:
+        print(f"a2a-gateway ledger: {err}", file=sys.stderr)
+        return 2
+    config_file = given.get("config", (None, ""))[0]
+    args.config = config_file  # the upstream names of `show` come from it too
     try:
         settings = load_config(config_file).ledger if config_file else None
-        url = settings.url if settings else getattr(args, "ledger", DEFAULT_LEDGER_URL)
+        url = given["ledger"][0] if "ledger" in given else (settings.url if settings else default_ledger_url())
         if url.startswith("sqlite:") and not sqlite_path(url).is_file():
             print(f"{url}: no ledger database at {sqlite_path(url).resolve()}", file=sys.stderr)
             return 1

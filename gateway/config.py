@@ -1,17 +1,31 @@
 """Gateway configuration: YAML → validated, frozen pydantic models.
 
-Validation errors carry the YAML path of the offending key (``upstreams.0.url: …``).
+Validation errors carry the YAML path of the offending key (``upstreams[0].url: …``), all of
+them at once, with a did-you-mean hint for an unknown key. ``docs/configuration.md`` is the
+reference of every key, generated from these models (``python -m gateway.config_reference``).
 See ``config/gateway.example.yaml`` for an annotated example of every key.
 """
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gateway.errors import ConfigError
 
@@ -22,14 +36,89 @@ TEN_YEARS = 10 * 365 * 24 * 3600
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # use_attribute_docstrings: a field's docstring is its description (docs/configuration.md
+    # is generated from them: python -m gateway.config_reference)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def check_host(value: str) -> str:
+    """``value`` if it is an IP address literal or a host name by RFC 1123 (dot-separated
+    labels of letters, digits and inner hyphens, 1-63 characters each, 253 in all).
+
+    Raises:
+        ValueError: anything else (an empty string, spaces, a URL, a port).
+    """
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    name = value[:-1] if value.endswith(".") else value
+    if not name or len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.split(".")):
+        raise ValueError(f"{value!r} is not an IP address or a host name (RFC 1123); "
+                         "0.0.0.0 or :: listens on every address")
+    return value
+
+
+Host = Annotated[str, AfterValidator(check_host)]
+
+
+class ListenTlsConfig(_Frozen):
+    """TLS on the traffic listener (HTTPS). Both files are PEM; they are read at start and
+    again on SIGHUP (a new certificate serves new connections; open ones keep theirs; a
+    reload whose files do not load is refused and the old certificate stays)."""
+
+    cert_file: str
+    """The server certificate chain (leaf first)."""
+    key_file: str
+    """The private key of ``cert_file``."""
+    client_ca_file: str | None = None
+    """CA certificates a client certificate must chain to (mutual TLS); needed by
+    ``client_cert: optional | required``."""
+    client_cert: Literal["none", "optional", "required"] = "none"
+    """Whether clients are asked for a certificate: ``none``; ``optional`` (one that is sent
+    must verify); ``required`` (a handshake without one fails)."""
+
+    @model_validator(mode="after")
+    def _ca_for_clients(self) -> ListenTlsConfig:
+        if self.client_cert != "none" and not self.client_ca_file:
+            raise ValueError("client_ca_file: needed by client_cert: optional or required")
+        return self
+
+
+class UpstreamTlsConfig(_Frozen):
+    """TLS towards one upstream (an ``https://`` URL), for its requests and its Agent Card
+    fetches alike. PEM files, read at start and when a reload changes these settings."""
+
+    ca_file: str | None = None
+    """CA certificates the worker's certificate must chain to, instead of the system's."""
+    cert_file: str | None = None
+    """A client certificate (chain) the gateway presents to the worker (mutual TLS)."""
+    key_file: str | None = None
+    """The private key of ``cert_file`` (default: inside ``cert_file``)."""
+    verify: bool = True
+    """``false`` accepts any worker certificate (testing only: anyone on the path can then
+    impersonate the worker)."""
+
+    @model_validator(mode="after")
+    def _key_needs_cert(self) -> UpstreamTlsConfig:
+        if self.key_file and not self.cert_file:
+            raise ValueError("key_file: needs cert_file")
+        return self
 
 
 class ListenConfig(_Frozen):
     """Where the gateway listens."""
 
-    host: str = "127.0.0.1"
+    host: Host = "127.0.0.1"
+    """The listen address: an IP literal or a host name (``0.0.0.0`` / ``::``: every address)."""
     port: int = Field(default=8080, ge=0, le=65535)
+    """The listen port (``0``: a free one, logged as ``listening``)."""
+    tls: ListenTlsConfig | None = None
+    """HTTPS on this listener (``None``: plain HTTP)."""
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     """After SIGTERM, in-flight requests and open streams get this long to finish; streams
     still open then are closed cleanly (an SSE comment, then the end of the body)."""
@@ -64,11 +153,17 @@ class AdminConfig(_Frozen):
     is refreshed from the ledger in the background (a scrape never waits on the ledger)."""
 
     enabled: bool = True
-    host: str = "127.0.0.1"
+    """Run the admin listener (``false``: none; probes then need ``listen.probes``)."""
+    host: Host = "127.0.0.1"
+    """The admin listener's address."""
     port: int = Field(default=8081, ge=0, le=65535)
+    """The admin listener's port (``0``: a free one, logged as ``admin_listening``)."""
     token_file: str | None = None
+    """A file whose content (stripped) every admin request must present as a bearer token."""
     protect_probes: bool = False
+    """Ask the token of ``/healthz`` and ``/readyz`` too."""
     tracked_refresh_seconds: Seconds = 15.0
+    """How often the tracked-task gauge is refreshed from the ledger."""
 
 
 class TimeoutConfig(_Frozen):
@@ -82,8 +177,12 @@ class TimeoutConfig(_Frozen):
     :attr:`PoolConfig.wait_seconds` (``upstreams[].pool``), not a timeout of the worker's."""
 
     connect: Seconds = 5.0
+    """Seconds a TCP connect (and TLS handshake) to the worker may take."""
     read: Seconds = 300.0
+    """Seconds of silence allowed between chunks of a worker's answer (the idle gap; no overall
+    deadline for streams)."""
     write: Seconds = 30.0
+    """Accepted, not enforced (the aiohttp transport has no per-write timeout)."""
 
 
 
@@ -107,7 +206,11 @@ class PoolConfig(_Frozen):
     """
 
     max_connections: int = Field(default=DEFAULT_POOL_CONNECTIONS, gt=0)
+    """Open connections to the worker at most, idle pooled ones included (0, unbounded, is
+    refused)."""
     wait_seconds: Seconds = 5.0
+    """How long a request waits for a free pooled connection, then "gateway at capacity" (HTTP 503,
+    ``Retry-After``)."""
 
 
 class CardConfig(_Frozen):
@@ -138,14 +241,28 @@ class CardConfig(_Frozen):
     """
 
     path: str = "/.well-known/agent-card.json"
+    """Where the worker serves its Agent Card (the legacy ``/.well-known/agent.json`` is tried
+    after a 404)."""
     ttl_seconds: Seconds = 300.0
+    """Card freshness when the worker sends no ``Cache-Control: max-age``."""
     on_unreachable: Literal["reject", "allow_stale"] = "reject"
+    """While the card cannot be fetched: ``reject`` new tasks, or ``allow_stale`` (admit against
+    the last good card)."""
     signed: Literal["verbatim", "strip"] = "verbatim"
+    """A signed card (non-empty ``signatures``): served ``verbatim`` (its URLs name the worker;
+    warned) or ``strip``ped and rewritten."""
     unguarded_interfaces: Literal["drop", "keep"] = "drop"
+    """Interfaces of bindings the gateway does not guard (gRPC, custom): ``drop`` them from the
+    served card, or ``keep`` them as written (warned)."""
     required_skill: str | None = None
+    """A skill id the card must advertise for new tasks to be admitted."""
     retry_backoff_seconds: Seconds = 1.0
+    """After a failed fetch, no new fetch for this long, doubling per further failure."""
     retry_max_seconds: Seconds = 60.0
+    """The back-off's cap (never beyond ``ttl_seconds``)."""
     fetch_wait_seconds: Seconds = 5.0
+    """The longest a request waits for a card fetch in flight before it is answered from the cache
+    as it is."""
 
 
 class UpstreamConfig(_Frozen):
@@ -159,12 +276,23 @@ class UpstreamConfig(_Frozen):
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """The upstream's name: the ``upstream`` metric label and part of the ledger key;
+    ``[A-Za-z0-9_.-]``, 1-64 characters, unique."""
     url: str
+    """The worker's base URL (``http://`` or ``https://``); a request's path below ``prefix`` is
+    appended to it."""
     prefix: str = "/"
+    """The path prefix the worker is mounted at (``/`` for a sidecar); unique."""
     jsonrpc_path: str = "/"
+    """Where below the mount POSTs are A2A JSON-RPC (relative to the mount)."""
     timeouts: TimeoutConfig = TimeoutConfig()
+    """Timeouts of requests to this worker."""
     pool: PoolConfig = PoolConfig()
+    """The connection pool to this worker (per gateway process)."""
     card: CardConfig = CardConfig()
+    """How the worker's Agent Card is fetched and served."""
+    tls: UpstreamTlsConfig = UpstreamTlsConfig()
+    """TLS settings towards this worker (an ``https://`` URL): CA, client certificate."""
 
     @model_validator(mode="before")
     @classmethod
@@ -210,18 +338,42 @@ class LimitsConfig(_Frozen):
     """Size and time limits. Bytes and seconds."""
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    """A client request body larger than this is refused (HTTP 413)."""
     max_event_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    """One SSE event from a worker larger than this ends the stream with an error."""
     max_answer_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     """A worker answer read whole (unary answers, Agent Cards), counted after decompression;
     past it the client gets a transport-class error (HTTP 502). Read at start-up."""
     post_terminal_drain_seconds: float = Field(default=2.0, ge=0)
+    """After a terminal event, how long the worker's stream is read on to count late events."""
     max_json_depth: int = Field(default=128, ge=8, le=512)
     """Deepest nesting of objects and arrays accepted in a JSON body, from a client (refused
     as -32600 / HTTP 400) or a worker (a transport-class error); checked before any
     recursive code reads the body."""
 
 
-DEFAULT_LEDGER_URL = "sqlite:.a2a-gateway/ledger.db"
+STATE_DIR_ENV = "A2A_GATEWAY_STATE_DIR"
+"""Environment variable naming the gateway's state directory (:func:`state_dir`)."""
+
+
+def state_dir() -> Path:
+    """The directory of the default SQLite ledger (``ledger.db``, its pid file beside it):
+    ``$A2A_GATEWAY_STATE_DIR``, else ``$XDG_STATE_HOME/a2a-gateway``, else
+    ``~/.local/state/a2a-gateway`` (the XDG Base Directory default) — absolute, so ``serve``
+    and ``ledger`` run from any working directory find the same file. The Docker image sets
+    ``A2A_GATEWAY_STATE_DIR=/var/lib/a2a-gateway``. ``serve`` creates it (mode 0700) when it
+    is missing."""
+    given = os.environ.get(STATE_DIR_ENV) or None
+    if given:
+        return Path(given).expanduser().absolute()
+    xdg = os.environ.get("XDG_STATE_HOME") or None
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return (base / "a2a-gateway").absolute()
+
+
+def default_ledger_url() -> str:
+    """The default ``ledger.url``: ``sqlite:///<state dir>/ledger.db`` (:func:`state_dir`)."""
+    return f"sqlite://{state_dir() / 'ledger.db'}"
 
 
 class PublicConfig(_Frozen):
@@ -233,7 +385,9 @@ class PublicConfig(_Frozen):
     """
 
     url: str | None = None
+    """The public origin (``https://gw.example.net``); unset: each request's own ``Host``."""
     trusted_proxies: list[str] = Field(default_factory=list)
+    """Addresses whose ``Forwarded`` / ``X-Forwarded-Host`` / ``-Proto`` headers are believed."""
 
 
 class StreamsConfig(_Frozen):
@@ -242,8 +396,11 @@ class StreamsConfig(_Frozen):
     with what first delay, doubling) a stream cut before its task ended is resumed upstream."""
 
     keepalive_seconds: Seconds = 15.0
+    """After this much silence the gateway sends the client an SSE comment of its own."""
     resubscribe_attempts: int = Field(default=3, ge=0)
+    """How often a worker stream cut before its task ended is resumed upstream."""
     resubscribe_backoff_seconds: float = Field(default=0.2, ge=0)
+    """The first delay before a resubscribe, doubling."""
 
 
 class AdmissionConfig(_Frozen):
@@ -251,13 +408,14 @@ class AdmissionConfig(_Frozen):
     task wants; the card must advertise it."""
 
     skill_metadata_key: str | None = None
+    """A message ``metadata`` key naming the skill a new task wants (the card must advertise it)."""
 
 
 class LedgerConfig(_Frozen):
     """The task ledger.
 
-    ``url``: ``memory``, ``sqlite:///ABS/PATH.db`` / ``sqlite:REL/PATH.db`` (default: SQLite in
-    ``.a2a-gateway/`` under the working directory), ``redis://[USER:PASSWORD@]HOST:PORT/DB``
+    ``url``: ``memory``, ``sqlite:///ABS/PATH.db`` / ``sqlite:REL/PATH.db`` (default:
+    ``ledger.db`` in the state directory, :func:`state_dir`), ``redis://[USER:PASSWORD@]HOST:PORT/DB``
     (``rediss://`` with TLS: ``?ssl_ca_certs=CA.pem&ssl_certfile=CERT.pem&ssl_keyfile=KEY.pem``)
     or ``redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/SERVICE/DB`` (the primary found
     through Sentinels; ``rediss+sentinel://`` with TLS) or
@@ -269,22 +427,32 @@ class LedgerConfig(_Frozen):
     ``forward`` (relay unchecked, counted) when the ledger cannot be read or written.
     """
 
-    url: str = DEFAULT_LEDGER_URL
+    url: str = Field(default_factory=default_ledger_url)
+    """The ledger: ``memory``, ``sqlite:///ABS/PATH.db``, ``sqlite:REL/PATH.db``, ``redis://…``,
+    ``redis+sentinel://…`` or ``redis+cluster://…`` (see above); default ``ledger.db`` in the
+    state directory."""
     max_tasks: int = Field(default=100_000, gt=0)
+    """The memory backend's bound on tasks (the oldest terminal ones go first)."""
     retention_seconds: float = Field(default=7 * 24 * 3600, gt=0)
+    """How long terminal tasks are kept before they are pruned (default 7 days)."""
     prune_interval_seconds: float = Field(default=300, gt=0)
+    """How often terminal tasks past ``retention_seconds`` are pruned."""
     on_unavailable: Literal["reject", "forward"] = "reject"
+    """When the ledger cannot be read or written: ``reject`` (fail closed, a transport-class error)
+    or ``forward`` (relay unchecked, counted)."""
     min_replica_acks: int = Field(default=0, ge=0)
     """Redis only, not ``redis+cluster://``: a terminal state is stored only once this many
     replicas acknowledged it (``WAIT``), so a failover cannot lose it; fewer within
     ``replica_ack_timeout_seconds`` fails the write (the event is not forwarded, the client gets
     the ledger error). 0 (the default): acknowledged by the primary alone (docs/resume.md §4.4)."""
     replica_ack_timeout_seconds: Seconds = 1.0
+    """How long a terminal state waits for ``min_replica_acks`` acknowledgements."""
     password_file: str | None = None
     """Redis only: a file holding the password of the Redis servers (a mounted Kubernetes
     Secret; one trailing newline is dropped), read at start; the URL may name the ACL user but
     then no password."""
     sentinel_username: str | None = None
+    """``redis+sentinel://`` only: the user the Sentinels themselves want (none by default)."""
     sentinel_password_file: str | None = None
     """``redis+sentinel://`` only: the user and password file the Sentinels themselves want
     (their ``requirepass`` / ACL); apart from the servers' (the URL's or ``password_file``),
@@ -336,7 +504,10 @@ class LogConfig(_Frozen):
     may be written (batched)."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """The lowest level written."""
     format: Literal["json", "text"] = "json"
+    """``json``: one object per line on stderr; ``text``: ``<ts> <LEVEL> <event> key=value …``, the
+    same fields."""
     flush_seconds: Annotated[float, Field(ge=0)] = 1.0
     """INFO/DEBUG lines are written in batches at most this late (one write per batch, not
     per request); WARNING and above at once; 0 writes every line at once."""
@@ -356,6 +527,8 @@ class BridgeConfig(_Frozen):
     back. ``false``: cards and calls go on in the worker's version only, as before the bridge."""
 
     enabled: bool = True
+    """Bridge a client of a version the worker does not speak (``false``: the worker's version
+    only)."""
 
 
 class ReplayWindowConfig(_Frozen):
@@ -367,11 +540,18 @@ class ReplayWindowConfig(_Frozen):
     event is kept (finite, at most ten years: the Redis keys' expiry is in milliseconds)."""
 
     enabled: bool = True
+    """Issue gateway event ids and keep delivered events (``false``: the worker's own ids, nothing
+    kept)."""
     max_events_per_task: int = Field(default=1000, gt=0)
+    """Events kept per task (the oldest go first)."""
     max_bytes_per_task: int = Field(default=1024 * 1024, gt=0)
+    """Payload bytes kept per task."""
     max_events_total: int = Field(default=100_000, gt=0)
+    """Events kept over all tasks."""
     max_bytes_total: int = Field(default=256 * 1024 * 1024, gt=0)
+    """Payload bytes kept over all tasks (default 256 MiB)."""
     retention_seconds: float = Field(default=3600.0, gt=0, le=TEN_YEARS)
+    """Seconds an event is kept (at most ten years)."""
 
     def limits(self) -> Any:
         """The bounds as the ledger takes them (:class:`~gateway.ledger.base.WindowLimits`)."""
@@ -400,28 +580,48 @@ class SweepConfig(_Frozen):
     ``heartbeat_seconds + interval_seconds`` while the rate keeps up (docs/sweep.md §2)."""
 
     enabled: bool = True
+    """Send sweep ``GetTask`` requests (``false``: none at all)."""
     interval_seconds: float = Field(default=5.0, gt=0, le=3600)
+    """Seconds between two passes of the loop."""
     batch_size: int = Field(default=100, gt=0, le=10_000)
+    """Live tasks read per upstream and pass (the next pass goes on from there)."""
     requests_per_second: float = Field(default=5.0, gt=0, le=10_000)
+    """Sweep ``GetTask`` requests per second, per upstream and gateway process (spaced evenly)."""
     max_in_flight: int = Field(default=4, gt=0, le=1000)
+    """Sweep ``GetTask`` requests awaiting their answer at once, per upstream and process."""
 
 
 class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
     listen: ListenConfig = ListenConfig()
+    """The traffic listener: address, TLS, connection bounds."""
     admin: AdminConfig = AdminConfig()
+    """The admin listener: ``/metrics``, ``/healthz``, ``/readyz``."""
     mode: Literal["enforce", "observe"] = "enforce"
+    """``enforce``: verdicts are applied (terminal tasks stay terminal, late events are not
+    delivered, unknown states refused with -32006); ``observe``: every verdict and metric is
+    computed, traffic goes on unchanged."""
     upstreams: list[UpstreamConfig] = Field(min_length=1)
+    """The A2A workers, each mounted at a path prefix (longest prefix wins); at least one."""
     limits: LimitsConfig = LimitsConfig()
-    ledger: LedgerConfig = LedgerConfig()
+    """Size and time bounds of bodies, events and answers."""
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)  # its url: the state directory at use
+    """The task ledger (where task states are kept)."""
     log: LogConfig = LogConfig()
+    """Log lines: level, format, batching, repeats."""
     public: PublicConfig = PublicConfig()
+    """How the gateway names itself in the Agent Cards it serves."""
     streams: StreamsConfig = StreamsConfig()
+    """SSE relaying: keep-alives and resubscribes."""
     admission: AdmissionConfig = AdmissionConfig()
+    """Admission of new tasks against the Agent Card."""
     bridge: BridgeConfig = BridgeConfig()
+    """The version bridge between v0.3 and v1.0 peers."""
     replay_window: ReplayWindowConfig = ReplayWindowConfig()
+    """The replay window behind ``Last-Event-ID``."""
     sweep: SweepConfig = SweepConfig()
+    """The proactive sweep: a ``GetTask`` for live tasks nobody asked about for a heartbeat."""
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -437,34 +637,126 @@ class GatewayConfig(_Frozen):
         return self
 
 
+def yaml_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """A location as a YAML path: ``("upstreams", 1, "name")`` → ``upstreams[1].name``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The config model at a location (``("upstreams", 0, "card")`` → :class:`CardConfig`)."""
+    model: Any = GatewayConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+            return None
+        model = _inner_model(model.model_fields[part].annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    """The model inside ``list[X]``, ``X | None`` or ``X``; else the annotation itself."""
+    for arg in (*getattr(annotation, "__args__", ()), annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+        inner = getattr(arg, "__args__", ())
+        if inner and arg is not annotation:
+            found = _inner_model(arg)
+            if isinstance(found, type):
+                return found
+    return annotation
+
+
+def _unknown_key(loc: tuple[Any, ...]) -> str:
+    """An unknown key's problem, with the closest known keys as a hint (``difflib``)."""
+    model = _model_at(loc[:-1])
+    known = list(model.model_fields) if model is not None else []
+    key = str(loc[-1])
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6) or [
+        k for k in known if k.startswith(key) or key.startswith(k)][:3]
+    if close:
+        return "unknown key; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return "unknown key" + (f" (known here: {', '.join(known)})" if known else "")
+
+
 def _format_errors(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
-        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        message = str(e["msg"]).removeprefix("Value error, ")
-        lines.append(f"{path}: {message}")
+        loc = tuple(e["loc"])
+        if e["type"] == "extra_forbidden":
+            message = _unknown_key(loc)
+        else:
+            message = str(e["msg"]).removeprefix("Value error, ")
+        lines.append(f"{yaml_path(loc)}: {message}")
+    return lines
+
+
+def _normal_prefix(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    return "/" + value.strip("/") if value != "/" else "/"
+
+
+def _cross_problems(data: dict[str, Any]) -> list[str]:
+    """The checks across keys (duplicate upstream names and prefixes, the admin port equal
+    to the listen port), read from the raw document so they are reported together with every
+    other problem, each at the path of the offending key (``upstreams[1].name``)."""
+    lines: list[str] = []
+    upstreams = data.get("upstreams")
+    if isinstance(upstreams, list):
+        for key, norm in (("name", lambda v: v), ("prefix", _normal_prefix)):
+            first: dict[Any, int] = {}
+            for i, upstream in enumerate(upstreams):
+                if not isinstance(upstream, dict) or key not in upstream and key != "prefix":
+                    continue
+                value = norm(upstream.get(key, "/"))
+                try:
+                    seen = first.setdefault(value, i)
+                except TypeError:  # not hashable: its own type error is reported
+                    continue
+                if seen != i:
+                    lines.append(f"upstreams[{i}].{key}: duplicate {key} {value} "
+                                 f"(also upstreams[{seen}].{key})")
+    listen, admin = data.get("listen", {}), data.get("admin", {})
+    if isinstance(listen, dict) and isinstance(admin, dict):
+        port = listen.get("port", ListenConfig.model_fields["port"].default)
+        admin_port = admin.get("port", AdminConfig.model_fields["port"].default)
+        if admin.get("enabled", True) and admin_port and admin_port == port:
+            lines.append("admin.port: must differ from listen.port (the admin listener is apart "
+                         "from the traffic port; admin.enabled: false to have none)")
     return lines
 
 
 def parse_config(data: Any) -> GatewayConfig:
-    """Validate a parsed YAML document.
+    """Validate a parsed YAML document; every problem is reported at once.
 
     Raises:
-        ConfigError: with one ``path: problem`` line per error in ``.problems``.
+        ConfigError: with one ``path: problem`` line per error in ``.problems`` (paths as
+            :func:`yaml_path` writes them; an unknown key with a did-you-mean hint).
     """
     if not isinstance(data, dict):
         raise ConfigError(["(top level): expected a mapping"])
+    cross = _cross_problems(data)
     try:
-        return GatewayConfig.model_validate(data)
+        config = GatewayConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_errors(err)) from None
+        lines = _format_errors(err)
+        if cross:  # the model's own check of the same: reported once, at its key's path
+            lines = [ln for ln in lines if not ln.startswith("(top level): ")]
+        raise ConfigError(cross + lines) from None
+    if cross:
+        raise ConfigError(cross)
+    return config
 
 
-def load_config(path: str | Path) -> GatewayConfig:
-    """Read and validate a YAML config file.
+def read_document(path: str | Path) -> Any:
+    """A config file's YAML document, not yet validated (:func:`parse_config` does that).
 
     Raises:
-        ConfigError: unreadable file, invalid YAML (with line and column) or invalid values.
+        ConfigError: unreadable file, not UTF-8, invalid YAML (with line and column).
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -473,12 +765,21 @@ def load_config(path: str | Path) -> GatewayConfig:
     except UnicodeDecodeError as err:
         raise ConfigError([f"{path}: not UTF-8 text (byte {err.start})"]) from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError([f"{path}: invalid YAML: {err}"]) from None
     except RecursionError:
         raise ConfigError([f"{path}: invalid YAML: nested too deeply"]) from None
-    return parse_config(data)
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate a YAML config file.
+
+    Raises:
+        ConfigError: unreadable file, invalid YAML (with line and column) or invalid values
+            (every one at once).
+    """
+    return parse_config(read_document(path))
 
 
 def sidecar_config(
@@ -488,7 +789,7 @@ def sidecar_config(
     port: int,
     mode: str,
     name: str = "worker",
-    ledger: str = DEFAULT_LEDGER_URL,
+    ledger: str | None = None,
     heartbeat_seconds: float = 30.0,
     card_ttl_seconds: float = 300.0,
 ) -> GatewayConfig:
@@ -504,6 +805,6 @@ def sidecar_config(
             "upstreams": [{"name": name, "url": upstream, "prefix": "/",
                            "heartbeat_seconds": heartbeat_seconds,
                            "card": {"ttl_seconds": card_ttl_seconds}}],
-            "ledger": {"url": ledger},
+            **({"ledger": {"url": ledger}} if ledger is not None else {}),
         }
     )

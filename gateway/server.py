@@ -15,6 +15,10 @@
   limit (both logged: ``open_files_limit``), with a warning when ``max_connections`` and the
   upstream pools (``upstreams[].pool.max_connections``, a descriptor per pooled connection)
   together are above 90% of it.
+* **TLS.** With ``listen.tls`` the traffic listener speaks HTTPS only, from a context built
+  here (:mod:`gateway.tls`) and handed to uvicorn as it is; SIGHUP re-reads its certificate
+  files into that context, so new connections get the new certificate while the listener
+  and the open connections stay. The admin listener stays plain HTTP.
 * **Signals.** The traffic server handles SIGTERM / SIGINT: the runtime begins its drain
   (``/readyz`` turns 503, open streams are ended cleanly after
   ``listen.shutdown_grace_seconds``, README "Shutdown"), uvicorn waits for the requests in
@@ -33,7 +37,10 @@ import os
 import resource
 import signal
 import socket
+import ssl
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import uvicorn
 
@@ -43,7 +50,8 @@ from gateway.connections import ConnectionBounds, uvicorn_options
 from gateway.errors import ConfigError
 from gateway.observability.logging import get_logger
 from gateway.proxy.runtime import Runtime
-from gateway.workers import ADMIN_FD_ENV, LISTEN_FD_ENV, watch_supervisor
+from gateway.tls import client_context, reload_server_context, server_context
+from gateway.workers import ADMIN_FD_ENV, LISTEN_FD_ENV, WORKER_INDEX_ENV, watch_supervisor
 
 ADMIN_MAX_CONNECTIONS = 64
 """Open connections the admin listener accepts (probes and scrapes need few)."""
@@ -53,11 +61,15 @@ _NEAR_LIMIT = 0.9  # max_connections above this share of the descriptor limit is
 _UNLIMITED = 1 << 20  # the soft limit asked for when the hard limit is "unlimited" (Linux's nr_open)
 
 
-def run(config: GatewayConfig, config_path: str | None = None) -> int:
+def run(config: GatewayConfig, config_path: str | None = None, *,
+        reload: Callable[[], GatewayConfig] | None = None) -> int:
     """Serve ``config`` until SIGTERM / SIGINT (call from the main thread: it owns the signals).
 
     Args:
         config_path: the file ``config`` came from (SIGHUP re-reads it), or ``None``.
+        reload: how a SIGHUP reads the new config (default: the file alone); see
+            :func:`gateway.app.build_app`. With ``listen.tls``, a SIGHUP also re-reads the
+            certificate files (``tls_reloaded``, or ``tls_reload_refused`` keeping the old).
 
     Returns:
         The exit code: 0 after a clean drain, 1 when the admin listener failed, 2 when
@@ -65,6 +77,9 @@ def run(config: GatewayConfig, config_path: str | None = None) -> int:
         address cannot be bound (a ``listen_failed`` line).
     """
     log = get_logger()
+    worker = os.environ.get(WORKER_INDEX_ENV)
+    log.info("worker_started", extra={"worker": int(worker) if worker else None,
+                                      "supervisor_pid": os.getppid() if worker else None})
     raise_open_files_limit(config.listen.max_connections, log,
                            pooled=sum(u.pool.max_connections for u in config.upstreams))
     inherited = os.environ.get(LISTEN_FD_ENV)
@@ -80,12 +95,20 @@ def run(config: GatewayConfig, config_path: str | None = None) -> int:
             return 3
         traffic_socket, admin_socket = sockets
     try:
-        app = build_app(config, config_path=config_path, resync_on_open=not inherited)
+        tls = server_context(config.listen.tls) if config.listen.tls else None
+        for upstream in config.upstreams:  # unreadable upstream TLS files: exit 2 now
+            client_context(upstream.tls, upstream.name)
+        app = build_app(config, config_path=config_path, resync_on_open=not inherited,
+                        reload_config=reload)
     except ConfigError as err:
         for line in err.problems:
             print(line, file=sys.stderr)
         return 2
     runtime: Runtime = app.state.runtime
+    https: dict[str, Any] = {}
+    if tls is not None:
+        https["ssl_context_factory"] = lambda _config, _default: tls  # ours, built above
+        runtime.reload_hooks.append(lambda _new: _reload_tls(tls, runtime))
     listen = config.listen
     admin = None
     if admin_socket is not None:
@@ -98,7 +121,7 @@ def run(config: GatewayConfig, config_path: str | None = None) -> int:
         proxy_headers=False,  # public.trusted_proxies decides whom to believe, not uvicorn
         # uvicorn's own deadline comes after ours, so streams are closed by us, cleanly
         timeout_graceful_shutdown=math.ceil(listen.shutdown_grace_seconds) + 2,
-        **uvicorn_options(listener_bounds(runtime)),
+        **uvicorn_options(listener_bounds(runtime)), **https,
     ), runtime, admin, log)
     # Garbage collection tuned for a request loop: what start-up built lives as long as the
     # process, so it moves out of the collector's way (gc.freeze), and collections of young
@@ -114,6 +137,19 @@ def run(config: GatewayConfig, config_path: str | None = None) -> int:
     if traffic.admin_failed:
         return 1
     return 0 if traffic.started else 3
+
+
+def _reload_tls(ctx: ssl.SSLContext, runtime: Runtime) -> None:
+    """SIGHUP: the certificate files of ``listen.tls`` in force, read again into the live
+    context (new connections get them; a changed ``listen.tls`` itself needs a restart)."""
+    cfg = runtime.config.listen.tls
+    assert cfg is not None
+    try:
+        reload_server_context(ctx, cfg)
+    except ConfigError as err:
+        runtime.log.error("tls_reload_refused", extra={"problems": err.problems})
+        return
+    runtime.log.info("tls_reloaded", extra={"cert_file": cfg.cert_file})
 
 
 def listener_bounds(runtime: Runtime, listener: str = "traffic") -> ConnectionBounds:
@@ -242,7 +278,7 @@ class _TrafficServer(uvicorn.Server):
         if not self.started:
             return
         for sock in sockets or ():
-            self.log.info("listening", extra={"listen": _address(sock)})
+            self.log.info("listening", extra={"listen": _address(sock), "tls": self.config.is_ssl})
         if self.admin is not None:
             self._admin_task = asyncio.ensure_future(self.admin.serve(sockets=[self.admin.socket]))
             self._admin_task.add_done_callback(self._admin_done)

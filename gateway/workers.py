@@ -14,7 +14,8 @@ process would judge against its own.
   other is serving.
 * Signals: SIGTERM / SIGINT go to every worker (each drains as a single gateway does, see
   ``listen.shutdown_grace_seconds``); SIGHUP goes to every worker (each re-reads the config file).
-  A worker that dies is started again; one that dies within :data:`STARTUP_SECONDS` of its
+  A worker that dies is started again in its slot (``worker_exited``, then
+  ``worker_restarted`` with the old and new pid); one that dies within :data:`STARTUP_SECONDS` of its
   start stops the whole gateway (exit 1): it would only die again.
 * The workers die with the supervisor, however it ends (``kill -9`` included), so no orphan
   keeps the port: each drains as on SIGTERM (:func:`watch_supervisor`) — on the parent-death
@@ -51,6 +52,9 @@ ever written to it; it reads end-of-file once the supervisor, the only holder of
 is gone."""
 SUPERVISOR_PID_ENV = "A2A_GATEWAY_SUPERVISOR_PID"
 """Environment variable holding the supervisor's pid (a worker's parent while it lives)."""
+WORKER_INDEX_ENV = "A2A_GATEWAY_WORKER_INDEX"
+"""Environment variable holding a worker's slot, 0 to N-1 (a restarted worker keeps its
+slot); logged by the worker at start (``worker_started``)."""
 ADMIN_FD_ENV = "A2A_GATEWAY_ADMIN_FD"
 """Environment variable naming the inherited admin listener's file descriptor (unset:
 ``admin.enabled: false``)."""
@@ -105,7 +109,7 @@ def supervise(argv: Sequence[str], *, host: str, port: int, admin: tuple[str, in
     def start(slot: int) -> None:
         # SIGHUP ignored from the first instruction (an ignored signal stays ignored across
         # exec): a reload forwarded before the worker's handler is in place must not kill it
-        proc = subprocess.Popen(command, env=env, pass_fds=[*(s.fileno() for s in inherited), watched],
+        proc = subprocess.Popen(command, env={**env, WORKER_INDEX_ENV: str(slot)}, pass_fds=[*(s.fileno() for s in inherited), watched],
                                 preexec_fn=_ignore_sighup)
         if slot < len(procs):
             procs[slot], started[slot] = proc, time.monotonic()
@@ -134,13 +138,16 @@ def supervise(argv: Sequence[str], *, host: str, port: int, admin: tuple[str, in
                     continue
                 _forget(metrics_dir, proc.pid)
                 failed_start = time.monotonic() - started[slot] < STARTUP_SECONDS
-                log.error("worker_exited", extra={"pid": proc.pid, "exit_code": proc.returncode,
+                log.error("worker_exited", extra={"worker": slot, "worker_pid": proc.pid, "exit_code": proc.returncode,
                                                   "restart": not failed_start})
                 if failed_start:
                     code = 1
                     forward(signal.SIGTERM, None)
                     break
+                old = proc.pid
                 start(slot)
+                log.warning("worker_restarted", extra={"worker": slot, "old_pid": old,
+                                                       "new_pid": procs[slot].pid})
         for proc in procs:  # again: a worker started while the signal came may not have had it
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

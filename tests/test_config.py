@@ -1,11 +1,13 @@
 """gateway.config and ``python -m gateway check-config``: YAML → one typed, frozen config.
 
-Errors must name the YAML path of the offending key (``upstreams.0.url: …``) so an operator can
+Errors must name the YAML path of the offending key (``upstreams[0].url: …``) so an operator can
 find it; the CLI prints the normalized config as JSON (exit 0) or one line per problem (exit 2).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import subprocess
 import sys
 import textwrap
@@ -126,34 +128,34 @@ class TestLoad:
     def test_sidecar_form_rejects_a_bad_url(self):
         with pytest.raises(ConfigError) as info:
             sidecar_config("127.0.0.1:9999", host="h", port=1, mode="enforce", ledger="memory")
-        assert info.value.problems[0].startswith("upstreams.0.url: ")
+        assert info.value.problems[0].startswith("upstreams[0].url: ")
     def test_the_shipped_example_config_is_valid(self):
         config = load_config(ROOT / "config" / "gateway.example.yaml")
-        assert len(config.upstreams) == 2
+        assert [u.url for u in config.upstreams] == ["http://127.0.0.1:9999/"]  # the demo worker
 
 
 class TestErrors:
     def test_a_bad_url_names_its_yaml_path(self):
         lines = problems({"upstreams": [{"name": "a", "url": "http://a"},
-                                        {"name": "b", "url": "ftp://b"}]})
+                                        {"name": "b", "url": "ftp://b", "prefix": "/b"}]})
         assert len(lines) == 1
-        assert lines[0].startswith("upstreams.1.url: ")
+        assert lines[0].startswith("upstreams[1].url: ")
         assert "http" in lines[0]
 
     def test_a_prefix_without_leading_slash_names_its_path(self):
         lines = problems(one_upstream(prefix="a2a"))
-        assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams.0.prefix"]
+        assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams[0].prefix"]
 
     def test_nested_timeout_errors_name_the_full_path(self):
         lines = problems(one_upstream(timeouts={"read": 0}))
-        assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams.0.timeouts.read"]
+        assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams[0].timeouts.read"]
 
     def test_an_unbounded_or_empty_pool_is_refused(self):
         for bad in (0, -1):
             lines = problems(one_upstream(pool={"max_connections": bad}))
-            assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams.0.pool.max_connections"]
+            assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams[0].pool.max_connections"]
         lines = problems(one_upstream(pool={"wait_seconds": 0}))
-        assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams.0.pool.wait_seconds"]
+        assert [ln.split(": ", 1)[0] for ln in lines] == ["upstreams[0].pool.wait_seconds"]
 
     def test_the_old_pool_timeout_is_still_read_as_the_pool_wait(self):
         """``timeouts.pool`` of earlier versions moved to ``pool.wait_seconds``: a file that
@@ -161,7 +163,7 @@ class TestErrors:
         assert parse_config(one_upstream(timeouts={"pool": 7})).upstreams[0].pool.wait_seconds == 7
         both = one_upstream(timeouts={"pool": 7}, pool={"wait_seconds": 2})
         assert parse_config(both).upstreams[0].pool.wait_seconds == 2
-        assert problems(one_upstream(timeouts={"pool": 0}))[0].startswith("upstreams.0.pool.wait_seconds")
+        assert problems(one_upstream(timeouts={"pool": 0}))[0].startswith("upstreams[0].pool.wait_seconds")
 
     def test_the_pool_defaults_sit_below_the_process_bound(self):
         config = parse_config(one_upstream())
@@ -174,7 +176,7 @@ class TestErrors:
         data = {"listen": {"port": 70000, "hots": "x"}, "mode": "strict",
                 **one_upstream(name="bad name!")}
         paths = sorted(ln.split(": ", 1)[0] for ln in problems(data))
-        assert paths == ["listen.hots", "listen.port", "mode", "upstreams.0.name"]
+        assert paths == ["listen.hots", "listen.port", "mode", "upstreams[0].name"]
 
     def test_pydantic_prefix_noise_is_removed(self):
         assert not any("Value error" in ln for ln in problems(one_upstream(url="x")))
@@ -242,7 +244,7 @@ class TestCheckConfigCli:
         assert proc.returncode == 2
         assert proc.stdout == ""
         lines = proc.stderr.strip().splitlines()
-        assert sorted(ln.split(": ", 1)[0] for ln in lines) == ["listen.port", "upstreams.0.url"]
+        assert sorted(ln.split(": ", 1)[0] for ln in lines) == ["listen.port", "upstreams[0].url"]
 
     def test_invalid_yaml_exits_2(self, tmp_path):
         proc = cli("check-config", str(write(tmp_path, "listen: [\n")))
@@ -389,3 +391,185 @@ class TestSweep:
     def test_a_bad_value_is_refused_naming_its_path(self, field, value):
         (line,) = problems({**one_upstream(), "sweep": {field: value}})
         assert line.startswith(f"sweep.{field}: "), line
+SEVERAL_PROBLEMS = """\
+listen:
+  hots: 0.0.0.0
+  host: "not a host"
+upstreams:
+  - name: a
+    url: http://127.0.0.1:9999/
+    card: {ttl: 5}
+  - name: a
+    url: ftp://b
+    prefix: /b
+"""
+
+
+class TestCheckConfigReportsEverything:
+    def test_several_errors_are_reported_at_once_with_their_yaml_paths(self, tmp_path):
+        """An unknown key (with a hint), a bad host, a duplicate name at the duplicate's own
+        path and a bad URL: one run of check-config names them all."""
+        proc = cli("check-config", str(write(tmp_path, SEVERAL_PROBLEMS)))
+        assert proc.returncode == 2 and proc.stdout == ""
+        lines = proc.stderr.strip().splitlines()
+        by_path = {ln.split(": ", 1)[0]: ln.split(": ", 1)[1] for ln in lines}
+        assert sorted(by_path) == ["listen.host", "listen.hots", "upstreams[0].card.ttl",
+                                   "upstreams[1].name", "upstreams[1].url"]
+        assert "did you mean 'host'" in by_path["listen.hots"]
+        assert "did you mean 'ttl_seconds'" in by_path["upstreams[0].card.ttl"]
+        assert "duplicate name a" in by_path["upstreams[1].name"] and "upstreams[0].name" in by_path["upstreams[1].name"]
+        assert "RFC 1123" in by_path["listen.host"]
+
+    @pytest.mark.parametrize("host", ["127.0.0.1", "::", "0.0.0.0", "::1", "localhost", "gw-1.example.net",
+                                      "gw.example.net."])
+    def test_ip_literals_and_host_names_are_accepted(self, host):
+        assert parse_config({"listen": {"host": host}, "admin": {"host": host}, **one_upstream()}).listen.host == host
+
+    @pytest.mark.parametrize("host", ["not a host", "", "-bad.example", "a..b", "http://x", "x:80", "a" * 64])
+    def test_anything_else_is_refused_as_a_host(self, host):
+        assert [ln.split(": ", 1)[0] for ln in problems({"admin": {"host": host}, **one_upstream()})] == \
+            ["admin.host"]
+
+    def test_duplicate_prefixes_name_the_second_upstream(self):
+        lines = problems({"upstreams": [{"name": "a", "url": "http://a", "prefix": "/x"},
+                                        {"name": "b", "url": "http://b", "prefix": "/x/"}]})
+        assert lines == ["upstreams[1].prefix: duplicate prefix /x (also upstreams[0].prefix)"]
+
+
+class TestStateDirectory:
+    def test_the_default_ledger_is_in_the_state_directory_by_the_documented_rule(self, monkeypatch, tmp_path):
+        from gateway.config import state_dir
+
+        monkeypatch.delenv("A2A_GATEWAY_STATE_DIR", raising=False)
+        monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        assert state_dir() == tmp_path / "home" / ".local" / "state" / "a2a-gateway"
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+        assert state_dir() == tmp_path / "xdg" / "a2a-gateway"
+        monkeypatch.setenv("A2A_GATEWAY_STATE_DIR", str(tmp_path / "state"))
+        assert parse_config(one_upstream()).ledger.url == f"sqlite://{tmp_path}/state/ledger.db"
+
+    def test_ledger_subcommands_find_the_default_ledger_from_any_directory(self, tmp_path):
+        """``ledger stats`` run elsewhere reads the state directory's ledger (here one made
+        by opening it, as serve does)."""
+        import asyncio
+
+        from gateway.ledger import ledger_from_url
+
+        state = tmp_path / "state"
+        state.mkdir()
+
+        async def create() -> None:
+            ledger = ledger_from_url(f"sqlite:///{state}/ledger.db")
+            await ledger.open()
+            await ledger.close()
+
+        asyncio.run(create())
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        proc = subprocess.run([sys.executable, "-m", "gateway", "ledger", "stats"], cwd=elsewhere,
+                              env={**os.environ, "A2A_GATEWAY_STATE_DIR": str(state),
+                                   "PYTHONPATH": str(ROOT)},
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        assert orjson.loads(proc.stdout)["url"] == f"sqlite://{state}/ledger.db"
+
+
+PRECEDENCE_FILE = """\
+listen: {port: 7001}
+mode: observe
+ledger: {url: "sqlite:///tmp/from-file.db"}
+upstreams:
+  - {name: only, url: "http://file.internal:1/", prefix: /}
+"""
+
+#: setting -> (flag value, environment value, file value, how to read it off the config)
+PRECEDENCE = {
+    "port": ("7003", "7002", 7001, lambda c: c.listen.port),
+    "mode": ("enforce", "observe", "observe", lambda c: c.mode),
+    "ledger": ("memory", "sqlite:///tmp/from-env.db", "sqlite:///tmp/from-file.db", lambda c: c.ledger.url),
+    "upstream": ("http://flag.internal:3/", "http://env.internal:2/", "http://file.internal:1/",
+                 lambda c: c.upstreams[0].url),
+}
+
+
+def _serve_config(tmp_path: Path, argv: list[str], env: dict[str, str]):
+    from gateway.cli import _parser, resolve, serve_config
+
+    args = _parser().parse_args(["serve", "--config", str(write(tmp_path, PRECEDENCE_FILE)), *argv])
+    return serve_config(resolve(args, environ=env))
+
+
+class TestPrecedence:
+    """flag > A2A_GATEWAY_* > config file > default, for every setting."""
+
+    @pytest.mark.parametrize("setting", sorted(PRECEDENCE))
+    @pytest.mark.parametrize("given", ["file", "env", "flag"])
+    def test_the_flag_wins_over_the_variable_which_wins_over_the_file(self, tmp_path, setting, given):
+        flag, env, file_value, read = PRECEDENCE[setting]
+        argv = [f"--{setting}", flag] if given == "flag" else []
+        environ = {f"A2A_GATEWAY_{setting.upper()}": env} if given in ("env", "flag") else {}
+        expected = {"file": file_value, "env": env, "flag": flag}[given]
+        if setting == "port":
+            expected = int(expected)
+        config = _serve_config(tmp_path, argv, environ)
+        assert read(config) == expected
+        # the other settings keep the file's values
+        for other, (_, _, value, read_other) in PRECEDENCE.items():
+            if other != setting:
+                assert read_other(config) == value
+
+    def test_the_upstream_variable_with_a_config_file_keeps_the_upstreams_other_settings(self, tmp_path):
+        config = _serve_config(tmp_path, [], {"A2A_GATEWAY_UPSTREAM": "http://env.internal:2/"})
+        assert [(u.name, u.url, u.prefix) for u in config.upstreams] == [("only", "http://env.internal:2/", "/")]
+
+    def test_an_upstream_for_a_file_of_several_upstreams_is_refused_naming_its_source(self, tmp_path):
+        from gateway.cli import _parser, resolve, serve_config
+
+        path = write(tmp_path, TWO_UPSTREAMS)
+        args = _parser().parse_args(["serve", "--config", str(path)])
+        with pytest.raises(ConfigError) as info:
+            serve_config(resolve(args, environ={"A2A_GATEWAY_UPSTREAM": "http://x:1/"}))
+        assert info.value.problems[0].startswith("upstreams (A2A_GATEWAY_UPSTREAM): ")
+
+    def test_a_value_error_names_the_variable_or_flag_it_came_from(self, tmp_path):
+        from gateway.cli import UsageError, _parser, resolve
+
+        args = _parser().parse_args(["serve", "--upstream", "http://w:1/"])
+        with pytest.raises(UsageError, match=r"^A2A_GATEWAY_PORT: invalid int value 'x'$"):
+            resolve(args, environ={"A2A_GATEWAY_PORT": "x"})
+        with pytest.raises(UsageError, match=r"enableServiceLinks: false"):
+            resolve(args, environ={"A2A_GATEWAY_PORT": "tcp://10.96.0.12:8080"})
+        with pytest.raises(UsageError, match=r"^A2A_GATEWAY_MODE: invalid choice 'strict'"):
+            resolve(args, environ={"A2A_GATEWAY_MODE": "strict"})
+        with pytest.raises(ConfigError) as info:
+            _serve_config(tmp_path, [], {"A2A_GATEWAY_PORT": "70000"})
+        assert info.value.problems[0].startswith("listen.port (from A2A_GATEWAY_PORT): ")
+        with pytest.raises(ConfigError) as info:
+            _serve_config(tmp_path, ["--port", "70000"], {"A2A_GATEWAY_PORT": "7002"})
+        assert info.value.problems[0].startswith("listen.port (from --port): ")
+
+    def test_heartbeat_and_card_ttl_flags_set_every_upstream_of_a_file(self, tmp_path):
+        from gateway.cli import _parser, resolve, serve_config
+
+        args = _parser().parse_args(["serve", "--config", str(write(tmp_path, TWO_UPSTREAMS)),
+                                     "--heartbeat-interval", "7"])
+        config = serve_config(resolve(args, environ={"A2A_GATEWAY_CARD_TTL": "9"}))
+        assert [(u.heartbeat_seconds, u.card.ttl_seconds) for u in config.upstreams] == [(7, 9), (7, 9)]
+
+    def test_an_environment_error_exits_2_with_the_variable_named(self):
+        proc = subprocess.run([sys.executable, "-m", "gateway", "serve", "--upstream", "http://127.0.0.1:9/"],
+                              cwd=ROOT, env={**os.environ, "A2A_GATEWAY_PORT": "x"},
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2
+        assert proc.stderr.strip() == "a2a-gateway serve: A2A_GATEWAY_PORT: invalid int value 'x'"
+
+    @pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["ledger", "--help"]])
+    def test_help_lists_every_environment_variable(self, argv):
+        from gateway.cli import LEDGER_SETTINGS, SERVE_SETTINGS
+
+        out = cli(*argv).stdout
+        settings = LEDGER_SETTINGS if argv[0] == "ledger" else SERVE_SETTINGS
+        for s in settings:
+            assert s.env in out, s.env
+        assert "A2A_GATEWAY_STATE_DIR" in out

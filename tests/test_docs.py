@@ -279,3 +279,24 @@ def test_the_outside_pattern_catches_the_old_names():
            "STYLE" + ".md convention 6", ".." + "/shared/a2a/x"]
     assert all(_OUTSIDE.search(s) for s in old)
     assert not _OUTSIDE.search("docs/protocol.md §7 and deploy/k8s/shared/gateway.yaml")
+
+
+def test_the_configuration_reference_is_generated_from_the_models():
+    """docs/configuration.md is what ``python -m gateway.config_reference`` writes: rerun it
+    after changing gateway/config.py."""
+    from gateway.config_reference import TARGET, render
+
+    assert TARGET.read_text(encoding="utf-8") == render(), "run: python -m gateway.config_reference"
+
+
+def test_every_config_field_has_a_description_in_its_model():
+    from gateway.config import GatewayConfig
+    from gateway.config_reference import _models
+
+    sections: list = []
+    _models(GatewayConfig, "", sections)
+    missing = [f"{path}.{name}" for path, model in sections
+               for name, field in model.model_fields.items() if not field.description]
+    assert missing == []
+    for key in ("listen.tls.client_cert", "upstreams[].tls.ca_file", "ledger.url", "log.format"):
+        assert f"`{key}`" in (ROOT / "docs" / "configuration.md").read_text()

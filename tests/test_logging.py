@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
+import re
+import signal
+import sys
+from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
 from gateway.observability.logging import BufferedStreamHandler, JsonFormatter
+from tests.support.scripted_worker import ScriptedWorker
+from tests.support.servers import free_port, serve_in_thread, subprocess_server
 
 
 class CountingStream(io.StringIO):
@@ -47,7 +55,7 @@ def _events(stream: CountingStream) -> list[str]:
 
 async def test_info_lines_are_written_in_one_batch_after_flush_seconds(logger: logging.Logger) -> None:
     handler, stream = _attach(logger, 0.05)
-    for i in range(50):
+    for i in range(40):  # 40 lines of ~85 characters: less than one PIPE_BUF write
         logger.info("request", extra={"n": i})
     assert stream.writes == 0  # still buffered
     loop = asyncio.get_running_loop()
@@ -56,7 +64,7 @@ async def test_info_lines_are_written_in_one_batch_after_flush_seconds(logger: l
         await asyncio.sleep(0.01)
     assert stream.writes == 1
     lines = [orjson.loads(line) for line in stream.getvalue().splitlines()]
-    assert [line["n"] for line in lines] == list(range(50))
+    assert [line["n"] for line in lines] == list(range(40))
     assert all(line["event"] == "request" and line["level"] == "info" for line in lines)
 
 
@@ -169,3 +177,118 @@ def test_repeat_filter_holds_back_identical_warnings_within_the_window_and_count
     for n in range(RepeatFilter.MAX_KEYS + 5):
         assert many.filter(err(n=n))
     assert len(many._seen) <= RepeatFilter.MAX_KEYS
+
+
+# --- the request line through the real gateway, in both formats -----------------------------
+
+_PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+
+
+def parse_text_line(line: str) -> dict[str, object]:
+    """A text line read back as the JSON line's object: ``ts``, ``level``, ``event``, then
+    each ``key=value`` (a quoted value is a JSON string; a bare one JSON if it reads as JSON,
+    else the string itself)."""
+    ts, level, rest = line.split(" ", 2)
+    if rest.startswith('"'):  # a quoted event (uvicorn's sentences)
+        event, end = json.JSONDecoder().raw_decode(rest)
+        rest = rest[end:]
+    else:
+        event, _, rest = rest.partition(" ")
+    doc: dict[str, object] = {"ts": ts, "level": level.lower(), "event": event}
+    for key, token in _PAIR.findall(rest):
+        if token.startswith('"'):
+            doc[key] = json.loads(token)
+            continue
+        try:
+            doc[key] = json.loads(token)
+        except ValueError:
+            doc[key] = token
+    return doc
+
+
+def _traffic(url: str) -> None:
+    """The same requests for either format: an Agent Card GET, a JSON-RPC GetTask, a REST
+    GetTask, a method no A2A version defines (the worker answers -32601), a relayed path."""
+    with httpx.Client(base_url=url, trust_env=False, timeout=10) as http:
+        assert http.get("/.well-known/agent-card.json", headers={"A2A-Version": "1.0"}).status_code == 200
+        r = http.post("/", headers={"A2A-Version": "1.0"},
+                      json={"jsonrpc": "2.0", "id": 7, "method": "GetTask", "params": {"id": "t-1"}})
+        assert r.json()["result"]["id"] == "t-1"
+        assert http.get("/tasks/t-2", headers={"A2A-Version": "1.0"}).json()["id"] == "t-2"
+        r = http.post("/", json={"jsonrpc": "2.0", "id": "x-1", "method": "custom/thing", "params": {}})
+        assert r.json()["error"]["code"] == -32601
+        assert http.get("/own/status").status_code == 204
+
+
+def _run_gateway(wurl: str, tmp_path: Path, fmt: str) -> tuple[list[str], int, str]:
+    port, admin_port = free_port(), free_port()
+    config = tmp_path / f"gateway-{fmt}.yaml"
+    config.write_text(f"listen: {{port: {port}}}\nadmin: {{port: {admin_port}}}\nledger: {{url: memory}}\n"
+                      f"log: {{format: {fmt}, flush_seconds: 0}}\n"
+                      f"upstreams:\n  - {{name: worker, url: '{wurl}/', prefix: /}}\n")
+    cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
+    with subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz") as proc:
+        _traffic(f"http://127.0.0.1:{port}")
+        metrics = httpx.get(f"http://127.0.0.1:{admin_port}/metrics", trust_env=False).text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        return proc.stderr_text().splitlines(), proc.pid, metrics
+
+
+@pytest.mark.slow
+def test_text_and_json_lines_of_the_same_requests_carry_the_same_fields(tmp_path: Path) -> None:
+    """One request line per request (the card GET, JSON-RPC, REST, an unknown method, a
+    relay), with client, status, JSON-RPC id, version, upstream, method, outcome, task and
+    context ids; the text line holds every field of the JSON line with the same value; every
+    line of either format carries the process's pid."""
+    worker = ScriptedWorker()
+    worker.on("GetTask", json_result={"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}},
+              times=None)
+    worker.on("custom/thing", json_error={"code": -32601, "message": "Method not found"}, times=None)
+    worker.on_path("GET", "/tasks/t-2", json_body={"id": "t-2", "contextId": "c-2",
+                                                    "status": {"state": "TASK_STATE_COMPLETED"}}, times=None)
+    worker.on_path("GET", "/own/status", raw=(204, {}, b""), times=None)
+    with serve_in_thread(worker) as srv:
+        json_out, json_pid, metrics = _run_gateway(srv.url, tmp_path, "json")
+        text_out, text_pid, _ = _run_gateway(srv.url, tmp_path, "text")
+    as_json = [orjson.loads(line) for line in json_out if line.strip()]
+    as_text = [parse_text_line(line) for line in text_out if line.strip()]
+    assert all(doc["pid"] == json_pid for doc in as_json)
+    assert all(doc["pid"] == text_pid for doc in as_text)
+    assert any(doc["event"] == "worker_started" for doc in as_text)
+    def events(docs: list[dict[str, object]]) -> list[str]:  # uvicorn's sentences (with pids) too
+        return sorted(re.sub(r"\d+", "N", str(d["event"])) for d in docs)
+
+    assert events(as_json) == events(as_text)
+    requests = [[d for d in docs if d["event"] == "request"] for docs in (as_json, as_text)]
+    assert len(requests[0]) == len(requests[1]) == 5
+    for j, t in zip(*requests, strict=True):
+        assert list(j) == list(t)  # the same fields, in the same order
+        for key in j:
+            if key not in ("ts", "pid", "client", "duration_s"):
+                assert t[key] == j[key], key
+        assert str(j["client"]).startswith("127.0.0.1:") and str(t["client"]).startswith("127.0.0.1:")
+        assert isinstance(t["duration_s"], float)
+    card, rpc, rest, custom, relay = requests[1]
+    assert (card["method"], card["status"], card["binding"], card["version"]) == ("card", 200, "http", "1.0")
+    assert (rpc["jsonrpc_id"], rpc["method"], rpc["task_id"], rpc["context_id"], rpc["status"]) == \
+        (7, "GetTask", "t-1", "c-1", 200)
+    assert (rest["binding"], rest["task_id"], rest["context_id"], rest["version"]) == ("rest", "t-2", "c-2", "1.0")
+    assert (custom["jsonrpc_id"], custom["method"], custom["outcome"]) == ("x-1", "other", "worker_error")
+    assert (relay["path"], relay["status"], relay["binding"], relay["outcome"]) == ("/own/status", 204, "http", "ok")
+    assert 'a2a_gateway_requests_total{binding="jsonrpc",method="other",outcome="worker_error",upstream="worker"} 1.0' \
+        in metrics
+
+
+def test_text_values_read_back_as_the_json_values() -> None:
+    """Strings that look like numbers or JSON words stay strings; spaces are quoted."""
+    from gateway.observability.logging import TextFormatter
+
+    record = logging.LogRecord("a2a_gateway", logging.WARNING, "", 0, "card_unreachable", (), None)
+    fields = {"id": "123", "word": "null", "reason": "worker unreachable: connection failed",
+              "n": 3, "none": None, "flag": True, "items": ["a b", 1], "empty": ""}
+    record.__dict__.update(fields)
+    doc = parse_text_line(TextFormatter().format(record))
+    assert {k: doc[k] for k in fields if k != "items"} == {k: v for k, v in fields.items() if k != "items"}
+    assert json.loads(str(doc["items"])) == ["a b", 1]
+    assert doc["level"] == "warning" and doc["event"] == "card_unreachable"

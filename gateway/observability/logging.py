@@ -1,4 +1,5 @@
-"""Logging setup: one JSON object per line on stderr (or plain text), stdlib only.
+"""Logging setup: one JSON object per line on stderr, or one text line with the same fields
+as ``key=value`` pairs (``log.format: text``); stdlib only. Every line carries ``pid``.
 
 Log events are snake_case (``request``, ``stream_closed``, ``divergence``); keys reuse metric
 label names (``upstream``, ``method``) so logs and metrics join; durations are ``duration_s``.
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
 import select
 import sys
 import time
@@ -20,29 +23,85 @@ LOGGER_NAME = "a2a_gateway"
 _SKIP = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "color_message"}
 
 
-class JsonFormatter(logging.Formatter):
-    """Formats a record as ``{"ts":…, "level":…, "event":…, **extra}`` (``ts``: UTC, ms)."""
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """A record's fields (its ``extra=``), as both formats write them after the event."""
+    return {key: value for key, value in record.__dict__.items() if key not in _SKIP and key[0] != "_"}
+
+
+class _Formatter(logging.Formatter):
+    """What both formats share: the UTC timestamp (ms; ``strftime`` once a second) and the
+    process id (``pid``) every line carries, so lines of ``serve --workers N`` tell apart."""
 
     def __init__(self) -> None:
         super().__init__()
         self._second = -1
         self._stamp = ""
+        self.pid = os.getpid()  # a formatter is built in the process that logs (never forked)
 
-    def format(self, record: logging.LogRecord) -> str:
+    def stamp(self, record: logging.LogRecord) -> str:
         second = int(record.created)
-        if second != self._second:  # strftime once per second, not once per line
+        if second != self._second:
             self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        doc: dict[str, Any] = {
-            "ts": f"{self._stamp}.{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "event": record.getMessage(),
-        }
-        for key, value in record.__dict__.items():
-            if key not in _SKIP and key[0] != "_":
-                doc[key] = value
+        return f"{self._stamp}.{int(record.msecs):03d}Z"
+
+    def fields(self, record: logging.LogRecord) -> dict[str, Any]:
+        """``pid``, the record's fields, and ``exc`` (the traceback) when there is one."""
+        doc = {"pid": self.pid, **record_fields(record)}
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
+        return doc
+
+
+class JsonFormatter(_Formatter):
+    """Formats a record as ``{"ts":…, "level":…, "event":…, "pid":…, **extra}`` (``ts``: UTC, ms)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {"ts": self.stamp(record), "level": record.levelname.lower(),
+                               "event": record.getMessage(), **self.fields(record)}
         return orjson.dumps(doc, default=str).decode()
+
+
+_BARE = re.compile(r"[A-Za-z0-9_./:@+\-]+")
+_SPACE = re.compile(r"\s")
+_JSON_WORDS = frozenset({"null", "true", "false"})
+
+
+def text_value(value: Any) -> str:
+    """One field's value in a text line: a plain string as it is when it needs no quotes;
+    ``null``, ``true`` / ``false`` and numbers as in JSON; any other string JSON-quoted (so
+    ``"123"`` stays a string); lists and mappings as compact JSON, quoted when it holds a
+    space (then read back as a string). Every other value is what the JSON line holds."""
+    if isinstance(value, str):
+        if _BARE.fullmatch(value) and value not in _JSON_WORDS and not _numeric(value):
+            return value
+        return orjson.dumps(value).decode()
+    text = orjson.dumps(value, default=str).decode()
+    if isinstance(value, bool | int | float) or value is None:
+        return text
+    if isinstance(value, dict | list | tuple):
+        return orjson.dumps(text).decode() if _SPACE.search(text) else text
+    return text_value(str(value))
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class TextFormatter(_Formatter):
+    """Formats a record as ``<ts> <LEVEL> <event> key=value …`` — the fields of the JSON
+    line, in the same order, each value as :func:`text_value` writes it; an event that is not
+    one bare word (uvicorn's ``Started server process [12]``) is JSON-quoted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        pairs = " ".join(f"{key}={text_value(value)}" for key, value in self.fields(record).items())
+        event = record.getMessage()
+        if not _BARE.fullmatch(event):  # uvicorn's own sentences: one token all the same
+            event = orjson.dumps(event).decode()
+        return f"{self.stamp(record)} {record.levelname} {event} {pairs}"
 
 
 class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -120,7 +179,7 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 class RepeatFilter(logging.Filter):
     """Holds back a WARNING-or-worse line identical to one written less than ``window``
-    seconds ago — same event, level and fields (``duration_s`` aside): during an outage every
+    seconds ago — same event, level and fields (``duration_s`` and ``retry_in_s`` aside): during an outage every
     refused request would otherwise log the same lines. The first such line after the window
     is written with ``repeated``: how many were held back since the last one written (a run
     of repeats that just stops is not reported). Lines that differ in any field (a
@@ -133,7 +192,7 @@ class RepeatFilter(logging.Filter):
     """
 
     MAX_KEYS = 512
-    _VOLATILE = frozenset({"duration_s", "repeated"})
+    _VOLATILE = frozenset({"duration_s", "repeated", "retry_in_s"})
 
     def __init__(self, window: float, clock: Any = time.monotonic) -> None:
         super().__init__()
@@ -164,7 +223,8 @@ class RepeatFilter(logging.Filter):
 
 def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: float = 0.0,
                       repeat_window_seconds: float = 0.0) -> None:
-    """Send gateway logs to stderr as JSON lines (``fmt="json"``) or plain text.
+    """Send gateway logs to stderr as JSON lines (``fmt="json"``) or text lines
+    (``"text"``: :class:`TextFormatter`, the same fields as ``key=value`` pairs).
 
     ``flush_seconds`` > 0 batches INFO and DEBUG lines (see :class:`BufferedStreamHandler`);
     ``repeat_window_seconds`` > 0 holds back repeated identical warnings and errors
@@ -179,10 +239,7 @@ def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: flo
     handler = BufferedStreamHandler(sys.stderr, flush_seconds)
     if repeat_window_seconds:
         handler.addFilter(RepeatFilter(repeat_window_seconds))
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     for name in (LOGGER_NAME, "uvicorn", "uvicorn.error"):  # uvicorn's own lines as JSON too
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]

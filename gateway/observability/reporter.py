@@ -69,9 +69,9 @@ class Reporter:
         self._log.warning("limit_reached", extra={"upstream": self._upstream, "limit": limit, "side": side})
 
     def request(self, summary: Summary, duration_s: float) -> None:
-        """The request's line and ``a2a_gateway_requests_total`` /
-        ``a2a_gateway_request_duration_seconds``; for a relayed stream also its
-        ``stream_closed`` line (``events``, ``reason``)."""
+        """``a2a_gateway_requests_total`` / ``a2a_gateway_request_duration_seconds``; for a
+        relayed stream also its ``stream_closed`` line (``events``, ``reason``). The
+        ``request`` line itself is :mod:`gateway.observability.access`'s."""
         s, upstream = summary, self._upstream
         self._metrics.requests.labels(upstream, s.binding, s.method, s.outcome).inc()
         self._metrics.duration.labels(upstream, s.binding, s.method).observe(duration_s)
@@ -81,7 +81,6 @@ class Reporter:
             fields["bridge"] = s.bridge
         if s.close_reason is not None:
             self._log.info("stream_closed", extra={**fields, "events": s.events, "reason": s.close_reason})
-        self._log.info("request", extra={**fields, "outcome": s.outcome})
 
     def _found(self, cmd: Found, method: str) -> None:
         m, upstream, action = self._metrics, self._upstream, self._action

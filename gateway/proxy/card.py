@@ -70,8 +70,9 @@ from gateway.config import BridgeConfig, CardConfig, PublicConfig, UpstreamConfi
 from gateway.errors import NestingTooDeepError, UpstreamError
 from gateway.invariants.admission import CardView
 from gateway.proxy.forward import Route
+from gateway.observability import access
 from gateway.observability.metrics import Metrics
-from gateway.proxy.transport import UpstreamAnswer, UpstreamClient
+from gateway.proxy.transport import UpstreamAnswer, UpstreamClient, failure_cause
 from gateway.proxy.types import Receive, Scope, Send
 
 
@@ -147,6 +148,12 @@ class _FetchProblem:
     reason: str
     status: int | None = None
     content_type: str | None = None
+    cause: str = "invalid_card"
+    """For people: ``dns``, ``connection_refused``, ``timeout``, ``tls``, ``connection_reset``
+    (:func:`~gateway.proxy.transport.failure_cause`), ``http_status``, ``answer_too_large``
+    or ``invalid_card``."""
+    url: str | None = None
+    """The card URL fetched last."""
 
 
 class CardCache:
@@ -355,7 +362,9 @@ class CardCache:
         """Record a failed fetch: the next back-off step, and one warning (one per fetch, so
         one per step however many requests arrive meanwhile). ``step=False``: a fetch a request
         made during a back-off (:meth:`current`): the back-off and its end stay as they are,
-        and the warning is logged only when the problem is not the one already recorded."""
+        and the warning is logged only when the problem is not the one already recorded. The
+        warning names the ``url`` and the ``cause``; the same warning again within
+        ``log.repeat_window_seconds`` is held back (``retry_in_s`` aside, it is identical)."""
         now = time.monotonic()
         if step:
             settings = self.upstream.card
@@ -369,8 +378,8 @@ class CardCache:
             self._stale = False  # the card held (if any) stays as fresh as it was
         if warn:
             self.log.warning("card_" + problem.outcome, extra={
-                "upstream": self.upstream.name, "reason": problem.reason,
-                "status": problem.status, "content_type": problem.content_type,
+                "upstream": self.upstream.name, "url": problem.url, "cause": problem.cause,
+                "reason": problem.reason, "status": problem.status, "content_type": problem.content_type,
                 "retry_in_s": self._backoff if step else round(max(0.0, self._retry_at - now), 3)})
 
     async def _fetch(self, a2a_version: str) -> str | _FetchProblem:
@@ -383,14 +392,17 @@ class CardCache:
             headers["a2a-version"] = family
         if old is not None and old.worker_etag:
             headers["if-none-match"] = old.worker_etag
+        url = self._url(self.upstream.card.path)
         try:
-            response = await self._get(self.upstream.card.path, headers)
+            response = await self._get(url, headers)
             if response.status_code == 404 and self.upstream.card.path != WELL_KNOWN_PATHS[1]:
-                response = await self._get(WELL_KNOWN_PATHS[1], headers)
+                url = self._url(WELL_KNOWN_PATHS[1])
+                response = await self._get(url, headers)
         except UpstreamError as exc:
             # an answer over limits.max_answer_bytes came: it is no usable card
-            outcome = "invalid" if exc.reason == "answer_too_large" else "unreachable"
-            return _FetchProblem(outcome, str(exc))
+            if exc.reason == "answer_too_large":
+                return _FetchProblem("invalid", str(exc), cause="answer_too_large", url=url)
+            return _FetchProblem("unreachable", str(exc), cause=failure_cause(exc), url=url)
         now = time.monotonic()
         status = response.status_code
         if status == 304 and old is not None:
@@ -400,16 +412,16 @@ class CardCache:
         content_type = response.headers.get("content-type")
         if status != 200:
             return _FetchProblem("unreachable" if status >= 500 else "invalid",
-                                _status_reason(status), status, content_type)
+                                _status_reason(status), status, content_type, "http_status", url)
         try:
             doc = loads(response.content, self.max_json_depth)
         except orjson.JSONDecodeError:
-            return _FetchProblem("invalid", "not JSON", status, content_type)
+            return _FetchProblem("invalid", "not JSON", status, content_type, url=url)
         except NestingTooDeepError as exc:
-            return _FetchProblem("invalid", str(exc), status, content_type)
+            return _FetchProblem("invalid", str(exc), status, content_type, url=url)
         problem = card_problem(doc)
         if problem is not None:
-            return _FetchProblem("invalid", f"not an Agent Card: {problem}", status, content_type)
+            return _FetchProblem("invalid", f"not an Agent Card: {problem}", status, content_type, url=url)
         card = self._build(doc, response, now)
         self._varies = "a2a-version" in (card.vary or "").lower()
         self._cards[self._variant(a2a_version)] = card
@@ -423,8 +435,8 @@ class CardCache:
             return "fresh"
         return "not_modified" if card.etag == old.etag else "changed"
 
-    async def _get(self, path: str, headers: dict[str, str]) -> UpstreamAnswer:
-        return await self.client.fetch("GET", self._url(path), headers=headers,
+    async def _get(self, url: str, headers: dict[str, str]) -> UpstreamAnswer:
+        return await self.client.fetch("GET", url, headers=headers,
                                        timeout=self.upstream.timeouts, upstream=self.upstream)
 
     def _build(self, doc: dict[str, Any], response: UpstreamAnswer, now: float) -> CachedCard:
@@ -556,8 +568,8 @@ def _vary(worker_vary: str | None, bridged_by_version: bool) -> str | None:
 async def serve_card(cache: CardCache, public: PublicConfig, route: Route, scope: Scope,
                      receive: Receive, send: Send, *, bridge: BridgeConfig | None = None) -> None:
     """Answer a well-known Agent Card GET/HEAD for a mount from ``cache`` (counted as
-    ``a2a_gateway_requests_total{binding="http", method="card"}``, with a ``request`` log line
-    like every request's); interface URLs point at :func:`public_base`. ``bridge``: the
+    ``a2a_gateway_requests_total{binding="http", method="card"}``; the fields of its
+    ``request`` line are filled in, :mod:`gateway.observability.access`); interface URLs point at :func:`public_base`. ``bridge``: the
     ``bridge`` config section (``None``: the default, enabled)."""
     started = time.perf_counter()
     status = await _serve_card(cache, public, route, scope, send, bridge or BridgeConfig())
@@ -566,9 +578,9 @@ async def serve_card(cache: CardCache, public: PublicConfig, route: Route, scope
     name = route.upstream.name
     cache.metrics.requests.labels(name, "http", "card", outcome).inc()
     cache.metrics.duration.labels(name, "http", "card").observe(duration)
-    cache.log.info("request", extra={"upstream": name, "binding": "http", "method": "card",
-                                     "path": scope["path"], "status": status, "outcome": outcome,
-                                     "duration_s": round(duration, 6)})
+    line = access.line_of(scope)
+    line.upstream, line.binding, line.method, line.outcome = name, "http", "card", outcome
+    line.version = served_version(scope).value
 
 
 async def _serve_card(cache: CardCache, public: PublicConfig, route: Route, scope: Scope,

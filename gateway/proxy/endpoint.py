@@ -21,6 +21,7 @@ from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.exchange.bridge import worker_version
 from gateway.exchange.model import Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
+from gateway.observability import access
 from gateway.proxy.card import CardCache, public_base
 from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import Route, until_disconnect
@@ -50,13 +51,21 @@ class ExchangeHandler:
         self.summary = Summary("invalid")
         self.reporter = rt.reporter(self.upstream)
         self.started = time.perf_counter()
+        self.line = access.line_of(scope)
+        """The request line (:mod:`gateway.observability.access`): the binding sets
+        ``jsonrpc_id`` and ``version``; :meth:`run` the rest from the exchange's summary."""
+        self.line.upstream = self.upstream
 
     async def run(self) -> None:
-        """Serve the request; always ends with one access-log line and request metrics."""
+        """Serve the request; always ends with request metrics and the request line's fields
+        filled in (:class:`gateway.app.ProxyApp` logs it)."""
         try:
             await self.handle()
         finally:
-            self.reporter.request(self.summary, time.perf_counter() - self.started)
+            s, line = self.summary, self.line
+            self.reporter.request(s, time.perf_counter() - self.started)
+            line.binding, line.method, line.outcome = s.binding.value, s.method, s.outcome
+            line.task_id, line.context_id, line.bridge = s.task_id, s.context_id, s.bridge
 
     async def handle(self) -> None:
         """Read, parse and answer the request (the binding's part)."""

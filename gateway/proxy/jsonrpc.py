@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.version import Binding
-from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, UpstreamError
+from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, NestingTooDeepError, UpstreamError
 from gateway.exchange.bridge import BridgedJsonRpcExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.jsonrpc import JsonRpcExchange
@@ -38,13 +38,17 @@ class JsonRpcHandler(ExchangeHandler):
             return
         parsed = jsonrpc.parse_request(body, limits.max_json_depth)
         if isinstance(parsed, jsonrpc.ParseFailure):
+            self.line.jsonrpc_id = parsed.error.get("id")
             self.summary.outcome = "malformed"
             self.reporter.report(Count("rejections", ("invalid", f"jsonrpc_{-parsed.code}", "enforced")))
             if parsed.limit is not None:
                 self.reporter.limit_reached(parsed.limit, "client")
             await send_json(self.send, 200, parsed.error)
             return
+        self.line.jsonrpc_id = parsed.id
         info = jsonrpc.lookup_method(parsed.method)
+        if info is not None:
+            self.line.version = info.version.value
         if info is None:
             self.summary.method = "other"
             await self._relay_unknown(body, parsed.reply_id)
@@ -75,7 +79,22 @@ class JsonRpcHandler(ExchangeHandler):
             doc = jsonrpc.error_response(req_id, jsonrpc.INTERNAL_ERROR, error_message(exc))
             await send_json(self.send, exc.http_status, doc, headers=retry_after(exc))
             return
+        self.summary.outcome = _relayed_outcome(response.status_code, response.content)
         headers_out = client_response_headers(response.headers, drop=("content-length", "content-encoding"))
         await self.send({"type": "http.response.start", "status": response.status_code,
                          "headers": [*headers_out, (b"content-length", str(len(response.content)).encode())]})
         await self.send({"type": "http.response.body", "body": response.content})
+
+
+def _relayed_outcome(status: int, content: bytes) -> str:
+    """The outcome of a relayed method no A2A version defines: ``worker_error`` for a JSON-RPC
+    error answer (the worker's -32601 "method not found" most often), ``upstream_status`` for
+    an HTTP error without one, else ``ok``."""
+    if b'"error"' in content:  # cheap test first: most answers are results
+        try:
+            doc = jsonrpc.loads(content, jsonrpc.MAX_JSON_DEPTH, exact_integers=False)
+        except (ValueError, NestingTooDeepError):  # not JSON, or too deep: not ours to judge
+            doc = None
+        if isinstance(doc, dict) and "error" in doc:
+            return "worker_error"
+    return "upstream_status" if status >= 400 else "ok"

@@ -19,6 +19,7 @@ import orjson
 
 from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, UpstreamError
 from gateway.exchange.request import error_message, retry_after
+from gateway.observability import access
 from gateway.proxy.forward import (
     Route,
     client_response_headers,
@@ -72,9 +73,8 @@ async def relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send:
         duration = time.perf_counter() - started
         rt.metrics.requests.labels(route.upstream.name, "http", label, outcome).inc()
         rt.metrics.duration.labels(route.upstream.name, "http", label).observe(duration)
-        rt.log.info("request", extra={"upstream": route.upstream.name, "binding": "http", "method": label,
-                                      "path": scope["path"], "outcome": outcome,
-                                      "duration_s": round(duration, 6)})
+        line = access.line_of(scope)
+        line.upstream, line.binding, line.method, line.outcome = route.upstream.name, "http", label, outcome
 
 
 async def _relay(rt: Runtime, route: Route, scope: Scope, receive: Receive, send: Send) -> str:

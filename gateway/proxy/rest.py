@@ -38,6 +38,7 @@ class RestHandler(ExchangeHandler):
         self.call = call
         self.summary.method = call.operation.value
         self.summary.binding = Binding.REST
+        self.line.version = call.version.value
 
     async def handle(self) -> None:
         call, method = self.call, self.scope["method"]

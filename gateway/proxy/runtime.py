@@ -79,6 +79,9 @@ class Runtime:
     streams: OpenStreams = dataclasses.field(default_factory=OpenStreams)
     """The tasks with a client stream open through this process (the sweep skips them)."""
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
+    reload_hooks: list[Callable[[GatewayConfig], None]] = dataclasses.field(default_factory=list)
+    """Called with the new config on every reload (SIGHUP) before it is applied (the
+    listener's TLS certificate is re-read by one, :mod:`gateway.server`)."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 

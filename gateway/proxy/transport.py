@@ -56,6 +56,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
+import ssl
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -65,8 +67,9 @@ import aiohttp
 import httpx
 import yarl
 
-from gateway.config import DEFAULT_POOL_CONNECTIONS, PoolConfig, TimeoutConfig, UpstreamConfig
-from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, UpstreamError
+from gateway.config import DEFAULT_POOL_CONNECTIONS, PoolConfig, TimeoutConfig, UpstreamConfig, UpstreamTlsConfig
+from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, ConfigError, UpstreamError
+from gateway.tls import client_context
 
 
 # The failure classes, most specific first (the first match wins): the exception, the
@@ -114,6 +117,30 @@ def upstream_error(exc: BaseException) -> UpstreamError:
                 return UpstreamError(reason, "worker unreachable: connection failed")
             return UpstreamError(reason, f"worker connection failed ({name})")
     raise TypeError(f"not a transport failure: {type(exc).__name__}")
+
+
+def failure_cause(exc: UpstreamError) -> str:
+    """What an :class:`UpstreamError` came of, for people (logs): ``dns`` (the worker's host
+    does not resolve), ``connection_refused``, ``tls`` (the handshake or the worker's
+    certificate failed), ``timeout``, ``connection_reset``, else the error's ``reason``."""
+    if exc.reason == "timeout":
+        return "timeout"
+    seen: BaseException | None = exc.__cause__
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, aiohttp.ClientConnectorDNSError | socket.gaierror):
+            return "dns"
+        if isinstance(seen, aiohttp.ClientSSLError | ssl.SSLError):
+            return "tls"
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection_refused"
+        if isinstance(seen, ConnectionResetError):
+            return "connection_reset"
+        inner = getattr(seen, "os_error", None)  # aiohttp.ClientConnectorError's own cause
+        seen = inner if isinstance(inner, BaseException) and inner is not seen else (
+            seen.__cause__ or seen.__context__)
+    return exc.reason
 
 
 RETRY_AFTER_SECONDS = 1
@@ -352,14 +379,18 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         keepalive_expiry: seconds an idle pooled connection is kept.
         pool_wait: seconds a request waits for a free connection (and a new one's connect)
             when all are in use; then :func:`pool_exhausted`.
+        tls: the :class:`ssl.SSLContext` of ``https://`` connections
+            (:func:`gateway.tls.client_context`), or ``True`` for the default verification.
     """
 
     def __init__(self, max_connections: int = DEFAULT_POOL_CONNECTIONS, keepalive_expiry: float = 30.0,
-                 *, pool_wait: float = 5.0) -> None:
+                 *, pool_wait: float = 5.0, tls: ssl.SSLContext | bool = True) -> None:
         if max_connections <= 0:
             raise ValueError("max_connections must be > 0 (an unbounded pool is refused)")
         self.max_connections = max_connections
         self.pool_wait = pool_wait
+        self.tls = tls
+        """The TLS context of ``https://`` connections (``True``: the system's CAs)."""
         self._keepalive = keepalive_expiry
         self._session: aiohttp.ClientSession | None = None
         self._queueing: aiohttp.ClientSession | None = None  # the same pool, queue traced
@@ -369,7 +400,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:  # created on first use: it binds to the running loop
-            connector = aiohttp.TCPConnector(limit=self.max_connections, keepalive_timeout=self._keepalive)
+            connector = aiohttp.TCPConnector(limit=self.max_connections, keepalive_timeout=self._keepalive,
+                                             ssl=self.tls)
             self._session = self._new_session(connector, ())
         return self._session
 
@@ -434,7 +466,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         rare, so it has a small pool of its own. ``Host`` and the body framing are added here,
         as aiohttp adds them; errors are mapped as for aiohttp."""
         if self._exact is None:
-            self._exact = httpx.AsyncHTTPTransport(retries=0, limits=httpx.Limits(
+            self._exact = httpx.AsyncHTTPTransport(retries=0, verify=self.tls, limits=httpx.Limits(
                 max_connections=_EXACT_CONNECTIONS, max_keepalive_connections=10, keepalive_expiry=self._keepalive))
         url = request.url
         host = b"[" + url.raw_host + b"]" if b":" in url.raw_host else url.raw_host  # IPv6
@@ -537,22 +569,32 @@ class UpstreamClient:
         """The pool of requests sent without an ``upstream``."""
         self.max_answer_bytes = max_answer_bytes
         self._pools: dict[str, AiohttpTransport] = {}
+        self._tls_of: dict[str, UpstreamTlsConfig] = {}  # the settings each pool's context came from
         self._retired: list[AiohttpTransport] = []  # replaced by a reload, closed once idle
 
     def pool(self, upstream: UpstreamConfig | None) -> AiohttpTransport:
         """The transport (the pool) of ``upstream``, made on first use; ``None``: the default
-        one. A reload that changes an upstream's ``pool`` settings gets a new pool; the old
-        one serves the requests already on it and is closed once they are over."""
+        one. A reload that changes an upstream's ``pool`` or ``tls`` settings gets a new pool;
+        the old one serves the requests already on it and is closed once they are over.
+
+        Raises:
+            UpstreamError: ``upstreams[].tls`` files that no longer load (``connect``).
+        """
         if upstream is None:
             return self.transport
         transport = self._pools.get(upstream.name)
         cfg = upstream.pool
         if transport is None or (transport.max_connections, transport.pool_wait) != (
-                cfg.max_connections, cfg.wait_seconds):
+                cfg.max_connections, cfg.wait_seconds) or self._tls_of.get(upstream.name) != upstream.tls:
+            try:
+                tls = client_context(upstream.tls, upstream.name)
+            except ConfigError as err:  # files broken since the start (checked then): no request
+                raise UpstreamError("connect", f"worker TLS settings unusable: {err}") from None
             if transport is not None:
                 self._retired.append(transport)
             transport = self._pools[upstream.name] = AiohttpTransport(
-                cfg.max_connections, pool_wait=cfg.wait_seconds)
+                cfg.max_connections, pool_wait=cfg.wait_seconds, tls=tls)
+            self._tls_of[upstream.name] = upstream.tls
         if self._retired:
             self._close_idle()
         return transport

@@ -210,3 +210,69 @@ def test_sigterm_lets_a_stream_finish_within_the_grace(worker: tuple[ScriptedWor
             rest = b"".join(chunks)
         assert proc.wait(timeout=10) == 0
     assert b"TASK_STATE_COMPLETED" in rest and b"shutting down" not in rest
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_example_config_runs_in_front_of_the_demo_worker(tmp_path: Path) -> None:
+    """config/gateway.example.yaml as shipped, its one upstream the demo worker's default URL;
+    the ports, the worker URL and the state directory given by A2A_GATEWAY_* variables (which
+    win over the file): a message goes through and completes, the default SQLite ledger is made
+    in the state directory (mode 0700), and ``ledger stats`` finds it there."""
+    from gateway.config import load_config
+
+    example = ROOT / "config" / "gateway.example.yaml"
+    assert [u.url for u in load_config(example).upstreams] == ["http://127.0.0.1:9999/"]  # demo.worker's default
+    worker_port, port, admin_port = free_port(), free_port(), free_port()
+    state = tmp_path / "state"
+    env = {"A2A_GATEWAY_UPSTREAM": f"http://127.0.0.1:{worker_port}/", "A2A_GATEWAY_PORT": str(port),
+           "A2A_GATEWAY_ADMIN_PORT": str(admin_port), "A2A_GATEWAY_STATE_DIR": str(state)}
+    worker_cmd = [sys.executable, "-m", "demo.worker", "--port", str(worker_port), "--log-level", "warning"]
+    gateway_cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(example)]
+    with subprocess_server(worker_cmd, f"http://127.0.0.1:{worker_port}/.well-known/agent-card.json", cwd=ROOT), \
+            subprocess_server(gateway_cmd, f"http://127.0.0.1:{admin_port}/readyz", env=env, cwd=ROOT) as gw:
+        r = httpx.post(f"http://127.0.0.1:{port}/", trust_env=False, timeout=10, headers={"A2A-Version": "1.0"},
+                       json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+                           "message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+                           "configuration": {"returnImmediately": False}}})
+        task = r.json()["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        gw.send_signal(signal.SIGTERM)
+        assert gw.wait(timeout=10) == 0
+        lines = [orjson.loads(line) for line in gw.stderr_text().splitlines() if line.strip()]
+    assert (state / "ledger.db").is_file() and (state.stat().st_mode & 0o777) == 0o700
+    starting = next(line for line in lines if line["event"] == "starting")
+    assert starting["state_dir"] == str(state) and starting["ledger"] == f"sqlite://{state}/ledger.db"
+    stats = subprocess.run([sys.executable, "-m", "gateway", "ledger", "stats"], cwd=tmp_path,
+                           env={**os.environ, "A2A_GATEWAY_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)},
+                           capture_output=True, text=True, timeout=30)
+    assert orjson.loads(stats.stdout)["by_state"] == {"TASK_STATE_COMPLETED": 1}
+
+
+def test_a_sqlite_ledger_in_a_missing_directory_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent" / "dir"
+    proc = subprocess.run([sys.executable, "-m", "gateway", "serve", "--upstream", "http://127.0.0.1:9/",
+                           "--port", str(free_port()), "--ledger", f"sqlite:///{missing}/ledger.db"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert f"the directory {missing} does not exist" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "nonexistent").exists()
+
+
+def test_sighup_without_a_config_file_says_why_nothing_happened(
+        worker: tuple[ScriptedWorker, str], tmp_path: Path) -> None:
+    _, wurl = worker
+    port, admin_port = free_port(), free_port()
+    cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
+           "--admin-port", str(admin_port), "--ledger", "memory"]
+    with subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz") as proc:
+        proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "config_reload_skipped" in proc.stderr_text(), message="the skipped-reload line")
+        assert proc.poll() is None  # still serving
+        assert httpx.get(f"http://127.0.0.1:{admin_port}/readyz", trust_env=False).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        stderr = proc.stderr_text()
+    (line,) = [orjson.loads(ln) for ln in stderr.splitlines() if "config_reload_skipped" in ln]
+    assert line["level"] == "warning" and "--config" in line["reason"]

@@ -154,6 +154,13 @@ def test_two_workers_share_the_socket_the_ledger_and_the_metrics(
     assert [line["needs_resync"] for line in lines if line["event"] == "ledger_opened"] == [0]  # once
     assert [line["exit_codes"] for line in lines if line["event"] == "workers_stopped"] == [[0, 0]]
     assert [line["admin"] for line in lines if line["event"] == "admin_listening"] == [f"127.0.0.1:{admin_port}"] * 2
+    started = sorted((line["worker"], line["pid"], line["supervisor_pid"]) for line in lines
+                     if line["event"] == "worker_started")
+    assert [w for w, _, _ in started] == [0, 1] and sorted(p for _, p, _ in started) == sorted(workers)
+    assert {s for _, _, s in started} == {proc.pid}
+    # every line carries the pid of the process that wrote it: the supervisor's or a worker's
+    assert {line["pid"] for line in lines} <= {proc.pid, *workers}
+    assert {line["pid"] for line in lines if line["event"] == "workers_started"} == {proc.pid}
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
@@ -171,7 +178,7 @@ def test_a_worker_that_dies_at_start_stops_the_gateway(
         assert proc.wait(timeout=20) == 1
         stderr = proc.stderr_text()
     exited = [orjson.loads(line) for line in stderr.splitlines() if '"worker_exited"' in line]
-    assert exited and exited[0]["pid"] == victim and exited[0]["restart"] is False
+    assert exited and exited[0]["worker_pid"] == victim and exited[0]["restart"] is False
 
 
 def test_kill_9_of_the_supervisor_takes_the_workers_with_it_and_a_restart_works(
@@ -336,3 +343,42 @@ def test_the_parent_death_signal_alone_drains_a_worker(
         os.close(alive)
     names = [line["event"] for line in events(log.read_text())]
     assert "draining" in names and "supervisor_lost" not in names
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_later_is_restarted_in_its_slot_and_says_so(
+        worker: tuple[ScriptedWorker, str], tmp_path: Path) -> None:
+    """Past the start-up window a dead worker is a crash: the supervisor logs
+    ``worker_exited`` and ``worker_restarted`` (slot, old and new pid), and the new worker
+    announces itself with the same slot."""
+    import time
+
+    from gateway.workers import STARTUP_SECONDS
+
+    _, wurl = worker
+    port, admin_port = free_port(), free_port()
+    cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
+           "--admin-port", str(admin_port), "--ledger", f"sqlite:///{tmp_path}/ledger.db", "--workers", "2"]
+    with subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz") as proc:
+        wait_until(lambda: len(children(proc.pid)) == 2, message="two worker processes")
+        begun = time.monotonic()  # the workers started before this
+        # a crash only counts as one past the start-up window (a death within it stops the gateway)
+        wait_until(lambda: time.monotonic() - begun > STARTUP_SECONDS + 0.5, timeout=STARTUP_SECONDS + 5,
+                   message="the start-up window is over")
+        before = children(proc.pid)
+        victim = before[0]
+        subprocess.run(["kill", "-9", str(victim)], check=True)
+        wait_until(lambda: "\"worker_restarted\"" in proc.stderr_text(), timeout=20, message="worker_restarted")
+        wait_until(lambda: len(children(proc.pid)) == 2 and victim not in children(proc.pid),
+                   message="the slot filled again")
+        (new_pid,) = set(children(proc.pid)) - set(before)
+        wait_until(lambda: proc.stderr_text().count('"worker_started"') == 3, message="the new worker's line")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        lines = [orjson.loads(line) for line in proc.stderr_text().splitlines() if line.strip()]
+    (restarted,) = [line for line in lines if line["event"] == "worker_restarted"]
+    assert restarted["old_pid"] == victim and restarted["pid"] == proc.pid
+    slot = restarted["worker"]
+    again = [line for line in lines if line["event"] == "worker_started" and line["pid"] == restarted["new_pid"]]
+    assert again and again[0]["worker"] == slot
+    assert restarted["new_pid"] == new_pid

@@ -7,6 +7,7 @@ card is in — and an invalid card is told apart from an unreachable one."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import contextlib
 import socket
 import threading
@@ -420,3 +421,64 @@ def test_a_worker_error_keeps_the_last_good_card_served_and_marks_it_unreachable
     assert (warning.reason, warning.status) == ("HTTP 500", 500)  # type: ignore[attr-defined]
     assert h.metric("a2a_gateway_upstream_degraded", reason="card_unreachable") == 1
     assert h.runtime.card_status()["worker"]["admitting_new_tasks"] is False  # stale, reject
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _card_warnings(url: str, *, repeat_window: float = 0.0, fetches: int = 1) -> list[dict[str, Any]]:
+    """The card warnings of ``fetches`` fetches from ``url`` (a CardCache on a real client),
+    through the log's repeat filter when ``repeat_window``."""
+    from gateway.observability.logging import RepeatFilter, record_fields
+    from gateway.observability.metrics import Metrics
+    from gateway.proxy.transport import UpstreamClient
+
+    log = logging.getLogger(f"a2a_gateway.test_card_cause.{url}")
+    log.propagate, lines = False, _Lines()
+    log.handlers[:] = [lines]
+    if repeat_window:
+        lines.addFilter(RepeatFilter(repeat_window))
+    config = _config(url, upstream={"card": {"retry_backoff_seconds": 0.001}, "timeouts": {"connect": 2}})
+
+    async def go() -> None:
+        client = UpstreamClient()
+        cache = CardCache(client, Metrics(CollectorRegistry()), log, config.upstreams[0])
+        try:
+            for _ in range(fetches):
+                await cache.refresh()
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+    return [{"event": r.getMessage(), **record_fields(r)} for r in lines.records]
+
+
+def test_card_warnings_name_the_url_and_the_cause(down_port: int) -> None:
+    """DNS failure, connection refused, an HTTP status and an invalid card each say so, with
+    the card URL fetched."""
+    refused = _card_warnings(f"http://127.0.0.1:{down_port}")
+    assert [(w["event"], w["cause"], w["url"]) for w in refused] == [
+        ("card_unreachable", "connection_refused", f"http://127.0.0.1:{down_port}{CARD_PATH}")]
+    (dns,) = _card_warnings("http://does-not-exist.invalid")
+    assert (dns["cause"], dns["url"]) == ("dns", f"http://does-not-exist.invalid{CARD_PATH}")
+    worker = ScriptedWorker()
+    worker.on_path("GET", CARD_PATH, raw=(503, {}, b"down"), times=1)
+    worker.on_path("GET", CARD_PATH, json_body={"name": "no card"}, times=1)
+    with serve_in_thread(worker) as srv:
+        (status,) = _card_warnings(srv.url)
+        (invalid,) = _card_warnings(srv.url)
+    assert (status["event"], status["cause"], status["status"]) == ("card_unreachable", "http_status", 503)
+    assert (invalid["event"], invalid["cause"]) == ("card_invalid", "invalid_card")
+
+
+def test_repeated_card_warnings_are_held_back_within_the_repeat_window(down_port: int) -> None:
+    """The same failure fetch after fetch is one line per log.repeat_window_seconds, although
+    each names a longer back-off (retry_in_s is not a difference)."""
+    assert len(_card_warnings(f"http://127.0.0.1:{down_port}", fetches=4)) == 4
+    assert len(_card_warnings(f"http://127.0.0.1:{down_port}", repeat_window=60, fetches=4)) == 1

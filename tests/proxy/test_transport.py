@@ -524,3 +524,26 @@ async def test_each_upstream_has_its_own_pool(worker_factory) -> None:  # type: 
 def test_an_unbounded_pool_is_refused() -> None:
     with pytest.raises(ValueError, match="max_connections must be > 0"):
         AiohttpTransport(0)
+
+
+async def test_an_upstreams_tls_settings_make_its_pool_and_a_change_makes_a_new_one(tmp_path) -> None:
+    """``upstreams[].tls`` is the pool's TLS context (``True``: the system's CAs when all
+    defaults); a reload that changes it gets a new pool, and files that no longer load fail
+    the request as a worker ``connect`` error, not a crash."""
+    import ssl
+
+    from gateway.config import UpstreamTlsConfig
+
+    client = UpstreamClient()
+    plain = UpstreamConfig(name="w", url="https://w.internal/")
+    first = client.pool(plain)
+    assert first.tls is True and client.pool(plain) is first
+    insecure = plain.model_copy(update={"tls": UpstreamTlsConfig(verify=False)})
+    second = client.pool(insecure)
+    assert second is not first and isinstance(second.tls, ssl.SSLContext)
+    assert second.tls.verify_mode == ssl.CERT_NONE
+    broken = plain.model_copy(update={"tls": UpstreamTlsConfig(ca_file=str(tmp_path / "gone.pem"))})
+    with pytest.raises(UpstreamError) as info:
+        await client.fetch("GET", "https://w.internal/", headers={}, timeout=TimeoutConfig(), upstream=broken)
+    assert info.value.reason == "connect" and "ca_file" in str(info.value)
+    await client.aclose()
