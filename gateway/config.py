@@ -384,6 +384,42 @@ class ReplayWindowConfig(_Frozen):
                             retention_seconds=self.retention_seconds)
 
 
+class TimelineConfig(_Frozen):
+    """The task timeline (docs/observability.md §2): the observations of each task the
+    gateway judged, kept in the ledger's backend for ``a2a-gateway ledger show`` and the admin
+    listener. ``enabled``: ``false`` keeps none. Bounds: entries per task (the oldest go
+    first) and tasks with a timeline (the least recently written goes first); entries are kept
+    as long as records (``ledger.retention_seconds``)."""
+
+    enabled: bool = True
+    max_entries_per_task: int = Field(default=200, gt=0, le=100_000)
+    max_tasks: int = Field(default=10_000, gt=0)
+
+    def limits(self, retention_seconds: float) -> Any:
+        """The bounds as the ledger takes them (:class:`~gateway.ledger.base.TimelineLimits`)."""
+        from gateway.ledger.base import TimelineLimits
+
+        return TimelineLimits(max_entries_per_task=self.max_entries_per_task, max_tasks=self.max_tasks,
+                              retention_seconds=retention_seconds)
+
+
+class TracingConfig(_Frozen):
+    """OpenTelemetry traces over OTLP/HTTP (docs/observability.md §1; needs the ``otel``
+    extra: ``pip install 'a2a-gateway[otel]'``). ``enabled``: ``null`` (the default) follows
+    the standard environment — on when ``OTEL_TRACES_EXPORTER`` is ``otlp`` or an
+    ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is set; ``OTEL_SDK_DISABLED=true`` turns it off
+    whatever the file says. ``endpoint``: the OTLP/HTTP traces URL
+    (``http://collector:4318/v1/traces``; ``null``: the SDK's, from ``OTEL_EXPORTER_OTLP_*``).
+    ``service_name``: ``service.name`` (``null``: ``OTEL_SERVICE_NAME``, else ``a2a-gateway``).
+    ``sampling_ratio``: the share of new traces recorded (a client's sampled ``traceparent``
+    is followed whatever it is)."""
+
+    enabled: bool | None = None
+    endpoint: str | None = None
+    service_name: str | None = None
+    sampling_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+
+
 class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
@@ -399,6 +435,8 @@ class GatewayConfig(_Frozen):
     admission: AdmissionConfig = AdmissionConfig()
     bridge: BridgeConfig = BridgeConfig()
     replay_window: ReplayWindowConfig = ReplayWindowConfig()
+    timeline: TimelineConfig = TimelineConfig()
+    tracing: TracingConfig = TracingConfig()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

@@ -12,6 +12,7 @@ exchange's decision (:mod:`gateway.exchange.judge`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
@@ -25,7 +26,8 @@ from gateway.exchange.model import Policy
 from gateway.invariants.model import Mode
 from gateway.ledger.base import TaskLedger
 from gateway.observability.metrics import Metrics
-from gateway.observability.reporter import Reporter
+from gateway.observability.reporter import RECENT_DIVERGENCES, Reporter
+from gateway.observability.tracing import Tracing
 from gateway.proxy.card import CardCache
 from gateway.proxy.forward import Router, Signal
 from gateway.proxy.transport import UpstreamClient
@@ -47,6 +49,11 @@ class Runtime:
     """Set when ``listen.shutdown_grace_seconds`` ran out after SIGTERM: open streams end (a
     :class:`~gateway.proxy.forward.Signal`: each stream watches it with a callback, no task)."""
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
+    tracing: Tracing | None = None
+    """The span maker when tracing is on (docs/observability.md §1); ``None``: off, no span is built."""
+    divergences: collections.deque[dict[str, Any]] = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=RECENT_DIVERGENCES))
+    """The latest divergences of this process, newest last (the status page's; fed by the reporters)."""
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
@@ -127,7 +134,8 @@ class Runtime:
         reporter = self._reporters.get(upstream)
         if reporter is None:
             reporter = self._reporters[upstream] = Reporter(
-                self.metrics, self.log, upstream=upstream, mode=self.mode, backend=self.ledger.backend)
+                self.metrics, self.log, upstream=upstream, mode=self.mode, backend=self.ledger.backend,
+                recent=self.divergences)
         return reporter
 
     def _new_card_cache(self, upstream: UpstreamConfig) -> CardCache:
