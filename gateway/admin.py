@@ -160,6 +160,10 @@ def record_summary(record: Any, version: int, needs_resync: bool) -> dict[str, A
             "version": version, "needs_resync": needs_resync}
 
 
+_CARD_BINDING = {"jsonrpc": "JSONRPC", "rest": "HTTP+JSON"}
+"""The bindings as an Agent Card names them (``protocolBinding``)."""
+
+
 def upstream_status(runtime: Runtime) -> list[dict[str, Any]]:
     """Every upstream's card as the status page shows it (no I/O; see
     :func:`~gateway.observability.status_page.render_status`)."""
@@ -171,7 +175,8 @@ def upstream_status(runtime: Runtime) -> list[dict[str, Any]]:
         if card == "ok":
             card = "fresh" if view.fresh else "stale"
         doc = cached.doc if cached is not None else None
-        interfaces = sorted((b.value, v.value, url) for (v, b), url in card_endpoints(doc).items()) if doc else []
+        interfaces = sorted((_CARD_BINDING.get(b.value, b.value), v.value, url)
+                            for (v, b), url in card_endpoints(doc).items()) if doc else []
         out.append({"name": name, "url": cache.upstream.url, "card": card, "reason": status["reason"],
                     "etag": cached.etag if cached is not None else None,
                     "age_s": now - cached.fetched_at if cached is not None else None,

@@ -75,7 +75,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2433;background:#f
 h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}
 table{border-collapse:collapse;min-width:40em}th,td{border:1px solid #ccd;padding:.25em .6em;text-align:left;vertical-align:top}
 th{background:#eef1f7}.fresh{color:#11772d}.stale{color:#9a6700}.unreachable,.invalid{color:#b3261e;font-weight:bold}
-.muted{color:#667}code{font-size:.95em}
+.muted{color:#667}code{font-size:.95em}.when{white-space:nowrap}
 """
 
 
@@ -120,7 +120,7 @@ def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, 
         for d in divergences:
             task = str(d.get("task_id") or "")
             link = (f'<a href="{e(timeline_href(str(d["upstream"]), task))}">{e(task)}</a>' if task else "-")
-            items.append(f'<tr class="divergence"><td>{e(iso(d["at"]))}</td><td>{e(str(d["upstream"]))}</td>'
+            items.append(f'<tr class="divergence"><td class="when">{e(iso(d["at"]))}</td><td>{e(str(d["upstream"]))}</td>'
                          f'<td>{e(str(d["kind"]))}</td><td>{link}</td><td>{e(str(d["action"]))}</td>'
                          f'<td>{e(str(d["detail"]))}</td></tr>')
         found = ('<table id="divergences"><tr><th>when (UTC)</th><th>upstream</th><th>kind</th><th>task</th>'
