@@ -424,8 +424,9 @@ def _task_text(task_id: str, upstream: str, stored: Stored | None, entries: list
         lines.append("  record: none (pruned or never stored)")
     else:
         r = stored.record
-        lines += [f"  state        {r.state.value}{' (terminal)' if r.terminal else ''}"
-                  f"{' (poisoned)' if r.poisoned else ''}",
+        flags = (["terminal"] if r.terminal else []) + (
+            ["poisoned: the worker contradicted its terminal state"] if r.poisoned else [])
+        lines += [f"  state        {r.state.value}{' (' + ', '.join(flags) + ')' if flags else ''}",
                   f"  context      {r.context_id or '-'}",
                   f"  observed at  {iso(r.observed_at)}",
                   f"  version {stored.version}, needs_resync {'yes' if stored.needs_resync else 'no'}, "

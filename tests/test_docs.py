@@ -279,3 +279,13 @@ def test_the_outside_pattern_catches_the_old_names():
            "STYLE" + ".md convention 6", ".." + "/shared/a2a/x"]
     assert all(_OUTSIDE.search(s) for s in old)
     assert not _OUTSIDE.search("docs/protocol.md §7 and deploy/k8s/shared/gateway.yaml")
+
+
+def test_every_observability_citation_resolves():
+    """``docs/observability.md §N.M`` (tracing, the task timeline, the status page)."""
+    numbers = section_index("observability.md")
+    assert {"1", "1.1", "1.2", "2", "2.1", "2.3", "3"} <= numbers
+    missing = [f"{rel}: docs/observability.md §{section}" for rel, text in _scanned_files()
+               for source, section, _ in section_citations(text)
+               if source == "docs/observability.md" and section not in numbers]
+    assert missing == []

@@ -91,7 +91,7 @@ def test_ledger_show_prints_the_timeline_readably(sqlite_harness: tuple[Harness,
     print(out)  # the transcript the docs quote
     lines = out.splitlines()
     assert lines[0] == "task t-8 (upstream worker)"
-    assert "TASK_STATE_COMPLETED (terminal)" in out
+    assert "TASK_STATE_COMPLETED (terminal, poisoned: the worker contradicted its terminal state)" in out
     timeline = [line for line in lines if line.startswith("  20")]  # the entries, by their ISO-8601 time
     assert len(timeline) == 3
     assert "answer" in timeline[1] and "working -> TASK_STATE_COMPLETED" in timeline[1] and "REWRITTEN" in timeline[1]
