@@ -228,7 +228,7 @@ def build_app(
         registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
         config_path: the file ``config`` came from; when given, SIGHUP re-reads it and
             replaces upstreams and policies without dropping open streams (changes of
-            ``listen``, ``admin``, ``ledger`` and ``replay_window`` need a restart).
+            ``listen``, ``admin``, ``ledger``, ``replay_window``, ``timeline`` and ``tracing`` need a restart).
         resync_on_open: flag the ledger's live tasks for a resync at start-up (``False`` in
             the workers of ``serve --workers N``: the supervisor did it once for all).
 

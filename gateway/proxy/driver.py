@@ -102,7 +102,7 @@ class Driver:
     __slots__ = ("rt", "route", "scope", "client_send", "reporter", "operation", "started", "ended",
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
-                 "_streaming", "span", "status", "state", "card", "_stream_span", "version")
+                 "_streaming", "span", "status", "state", "card", "_stream_span", "version", "task_id")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
                  operation: str) -> None:
@@ -130,6 +130,7 @@ class Driver:
         self.span: Any = None  # the request's server span (tracing on)
         self.card: Any = None  # the Agent Card the request was admitted under (span attributes)
         self.version: str | None = None  # the A2A version of the request sent on (span attribute)
+        self.task_id: str | None = None  # the task the client's request names (span attribute)
         self._stream_span: Any = None  # the client span of the open upstream stream
         self.status: int | None = None  # the HTTP status sent to the client
         self.state: str | None = None  # the canonical state last stored for the request's task
@@ -265,7 +266,7 @@ class Driver:
         assert tracing is not None
         return tracing.client_span(self.span, method=str(method), http_method=cmd.method, url=url,
                                    version=cmd.a2a_version if cmd.a2a_version is not None else self.version,
-                                   task_id=None, reason=cmd.reason, card=self.card)
+                                   task_id=self.task_id, reason=cmd.reason, card=self.card)
 
     async def _post(self, cmd: Post) -> Answer:
         url, headers, body = self._request(cmd)

@@ -123,7 +123,7 @@ class ExchangeHandler:
         tracing = self.rt.tracing
         if tracing is not None:  # off: no span object is built (docs/observability.md §1)
             driver.span = self._server_span(tracing, exchange)
-            driver.card, driver.version = exchange.card.doc, exchange.ex.version.value
+            driver.card, driver.version, driver.task_id = exchange.card.doc, exchange.ex.version.value, exchange.ex.task_id
             self.trace_id = tracing.trace_id(driver.span)
         gen = exchange.run()
         stop = self.rt.drain_expired if streaming else None

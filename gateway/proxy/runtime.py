@@ -67,7 +67,7 @@ class Runtime:
         they keep their old values (a warning says so). Returns the names of the upstreams whose cache was kept.
         """
         old = getattr(self, "config", None)
-        kept_keys = ("listen", "admin", "ledger", "replay_window")
+        kept_keys = ("listen", "admin", "ledger", "replay_window", "timeline", "tracing")
         changed = [key for key in kept_keys if old is not None and getattr(old, key) != getattr(config, key)]
         if changed:
             self.log.warning("config_needs_restart", extra={"keys": changed})

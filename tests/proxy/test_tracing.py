@@ -97,6 +97,7 @@ def test_forced_get_is_a_client_span_saying_why_and_findings_are_events(traced: 
     assert set(clients) == {"SendMessage", "GetTask"}
     assert all(c.parent_span_id == server.span_id for c in clients.values())
     assert clients["GetTask"].attributes["a2a_gateway.forced_get.reason"] == "worker_error"
+    assert all(c.attributes["a2a.task.id"] == "t-2" for c in clients.values())
     assert server.attributes["a2a.task.state"] == "TASK_STATE_COMPLETED"
 
     # the worker reopens the task: a divergence event; the follow-up: a local refusal, no worker call
