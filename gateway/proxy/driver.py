@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx
 
+from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.sse import encode_comment
 from gateway.errors import LedgerError, UpstreamError, VersionConflictError
 from gateway.exchange.commands import (
@@ -133,7 +134,7 @@ class Driver:
         self.task_id: str | None = None  # the task the client's request names (span attribute)
         self._stream_span: Any = None  # the client span of the open upstream stream
         self.status: int | None = None  # the HTTP status sent to the client
-        self.state: str | None = None  # the canonical state last stored for the request's task
+        self.state: str | None = None  # the canonical state last read or stored (tracing on)
 
     async def run(self, gen: Generator[Any, Any, Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
@@ -209,12 +210,15 @@ class Driver:
         stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id))
         if stored is None:
             return Loaded(None, Clock(time.time()))
+        if self.span is not None and self.operation is not Operation.LIST:  # a2a.task.state
+            self.state = stored.record.state.value
         return Loaded(stored.record, Clock(time.time()), stored.version, stored.needs_resync)
 
     async def _store(self, cmd: Store) -> int:
         ledger = self.rt.ledger
         version = await self.rt.ledger_call("put", lambda: ledger.put(cmd.record, cmd.expected_version))
-        self.state = cmd.record.state.value
+        if self.span is not None and self.operation is not Operation.LIST:  # a2a.task.state
+            self.state = cmd.record.state.value
         return version
 
     async def _append_timeline(self, cmd: AppendTimeline) -> None:

@@ -116,6 +116,7 @@ def test_forced_get_is_a_client_span_saying_why_and_findings_are_events(traced: 
     [(name, attrs)] = refused[0].events
     assert name == "a2a_gateway.rejection" and attrs["a2a_gateway.finding.kind"] == "terminal_task"
     assert refused[0].attributes["error.type"] == "rejected" and refused[0].status_code == 2  # ERROR
+    assert refused[0].attributes["a2a.task.state"] == "TASK_STATE_COMPLETED"  # as the ledger holds it
 
 
 def test_the_request_log_line_carries_the_trace_id(traced: tuple[Harness, OtlpReceiver],
