@@ -12,6 +12,12 @@ agentgateway's admin ports are.
   (the card's own stale / back-off rules apply; the upstream's entry says so).
 * ``/metrics``: Prometheus text; under ``serve --workers N`` the sum over every worker. A
   scrape never waits on the ledger: ``a2a_gateway_tracked_tasks`` is read as it stands.
+* ``/tasks/{upstream}/{task_id}/timeline`` (``?tenant=`` optional): the task's record (its
+  state, never anything about a caller) and its timeline as JSON (docs/observability.md §2);
+  404 when the ledger has neither, 503 when it does not answer.
+* ``/status``: a small HTML page for a person (docs/observability.md §3): every upstream's
+  Agent Card (fresh / stale / unreachable / invalid, ETag, age, signed, advertised interfaces),
+  tracked tasks by state, and this process's latest divergences linking to their timelines.
 
 With ``admin.token_file``, every request must carry ``Authorization: Bearer <token>`` (the
 file's content, stripped; compared in constant time), else 401 with ``WWW-Authenticate:
@@ -24,17 +30,23 @@ from __future__ import annotations
 
 import hmac
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from gateway import __version__
+from gateway.a2a.card import is_signed
+from gateway.a2a.card_bridge import card_endpoints
 from gateway.config import AdminConfig
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, LedgerError
+from gateway.observability.status_page import CONTENT_SECURITY_POLICY, iso, render_status
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import ASGIApp, Receive, Scope, Send
 
@@ -131,8 +143,93 @@ def build_admin(runtime: Runtime, registry: CollectorRegistry, is_ready: Callabl
         return Response(generate_latest(exposed), media_type=CONTENT_TYPE_LATEST)
 
     site = Starlette(routes=[*probe_routes(runtime, is_ready, upstreams=True),
-                             Route("/metrics", metrics_endpoint, methods=["GET"])])
+                             Route("/metrics", metrics_endpoint, methods=["GET"]),
+                             *task_routes(runtime)])
     site.state.runtime = runtime
     if token is None:
         return site
     return BearerGuard(site, token=token, open_paths=frozenset() if admin.protect_probes else PROBE_PATHS)
+
+
+def record_summary(record: Any, version: int, needs_resync: bool) -> dict[str, Any]:
+    """What the timeline endpoint shows of a task's record: its state and bookkeeping, field
+    by field (so nothing added to the record later — a caller's fingerprint — shows by accident)."""
+    return {"state": record.state.value, "terminal": record.terminal, "context_id": record.context_id,
+            "observed_at": iso(record.observed_at), "poisoned": record.poisoned,
+            "card_etag": record.card_etag, "pending_get": record.pending_get,
+            "version": version, "needs_resync": needs_resync}
+
+
+_CARD_BINDING = {"jsonrpc": "JSONRPC", "rest": "HTTP+JSON"}
+"""The bindings as an Agent Card names them (``protocolBinding``)."""
+
+
+def upstream_status(runtime: Runtime) -> list[dict[str, Any]]:
+    """Every upstream's card as the status page shows it (no I/O; see
+    :func:`~gateway.observability.status_page.render_status`)."""
+    out = []
+    now = time.monotonic()
+    for name, cache in runtime.cards.items():
+        status, view, cached = cache.status(), cache.view(), cache.cached()
+        card = status["card"]
+        if card == "ok":
+            card = "fresh" if view.fresh else "stale"
+        doc = cached.doc if cached is not None else None
+        interfaces = sorted((_CARD_BINDING.get(b.value, b.value), v.value, url)
+                            for (v, b), url in card_endpoints(doc).items()) if doc else []
+        out.append({"name": name, "url": cache.upstream.url, "card": card, "reason": status["reason"],
+                    "etag": cached.etag if cached is not None else None,
+                    "age_s": now - cached.fetched_at if cached is not None else None,
+                    "signed": bool(doc) and is_signed(doc), "interfaces": interfaces,
+                    "admitting": status["admitting_new_tasks"]})
+    return out
+
+
+def task_routes(runtime: Runtime) -> list[Route]:
+    """``GET /tasks/{upstream}/{task_id}/timeline`` (JSON) and ``GET /status`` (HTML); see
+    the module docstring."""
+
+    async def timeline(request: Request) -> Response:
+        upstream, task_id = request.path_params["upstream"], request.path_params["task_id"]
+        tenant = request.query_params.get("tenant", "")
+        ledger = runtime.ledger
+        try:
+            stored = await runtime.ledger_call("get", lambda: ledger.get(upstream, task_id))
+            entries = await runtime.ledger_call(
+                "timeline", lambda: ledger.timeline(upstream, task_id, tenant=tenant))
+        except LedgerError:
+            return JSONResponse({"error": "the task ledger did not answer"}, 503)
+        if stored is None and not entries:
+            return JSONResponse({"error": f"task {task_id} of upstream {upstream} is not in the ledger"}, 404)
+        record = record_summary(stored.record, stored.version, stored.needs_resync) if stored else None
+        docs = [{**e.to_doc(), "at": iso(e.at)} for e in entries]
+        return JSONResponse({"upstream": upstream, "tenant": tenant, "task_id": task_id, "record": record,
+                             "timeline": docs})
+
+    async def status(request: Request) -> Response:
+        try:
+            by_state: dict[str, int] | None = await runtime.ledger_call("count", runtime.ledger.count_by_state)
+        except LedgerError:
+            by_state = None
+        page = render_status(upstreams=upstream_status(runtime), by_state=by_state,
+                             divergences=list(reversed(runtime.divergences)), mode=runtime.config.mode,
+                             version=__version__)
+        return HTMLResponse(page, headers={"Content-Security-Policy": CONTENT_SECURITY_POLICY,
+                                           "Cache-Control": "no-store"})
+
+    return [Route("/tasks/{upstream}/{task_id:path}", _timeline_only(timeline), methods=["GET"]),
+            Route("/status", status, methods=["GET"])]
+
+
+def _timeline_only(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    """``/tasks/{upstream}/{task_id}/timeline`` with a task id that may hold ``/``: the route
+    takes the rest of the path and this strips the ``/timeline`` suffix (404 without it)."""
+
+    async def endpoint(request: Request) -> Response:
+        rest = request.path_params["task_id"]
+        if not rest.endswith("/timeline") or rest == "/timeline":
+            return JSONResponse({"error": "not found"}, 404)
+        request.path_params["task_id"] = rest[: -len("/timeline")]
+        return await handler(request)  # type: ignore[no-any-return]
+
+    return endpoint

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 
+from gateway import __version__
 from gateway.admin import PROBE_PATHS, build_admin, probe_routes, read_token
 from gateway.config import GatewayConfig, load_config
 from gateway.errors import ConfigError, LedgerError
@@ -32,6 +33,7 @@ from gateway.ledger.base import TaskLedger
 from gateway.observability import access
 from gateway.observability.logging import get_logger
 from gateway.observability.metrics import Metrics
+from gateway.observability.tracing import from_config as tracing_from_config
 from gateway.a2a import rest
 from gateway.a2a.card import WELL_KNOWN_PATHS
 from gateway.a2a.rest import RestCall
@@ -180,8 +182,9 @@ async def _open_ledger(rt: Runtime, *, resync: bool) -> None:
 
 
 async def _prune_forever(rt: Runtime) -> None:
-    """Every prune interval, delete terminal tasks older than ``ledger.retention_seconds`` and
-    replay-window events older than ``replay_window.retention_seconds``."""
+    """Every prune interval, delete terminal tasks older than ``ledger.retention_seconds``,
+    replay-window events older than ``replay_window.retention_seconds`` and timeline entries
+    older than ``ledger.retention_seconds`` (docs/observability.md §2)."""
     cfg = rt.config.ledger
     while True:
         await asyncio.sleep(cfg.prune_interval_seconds)
@@ -190,6 +193,7 @@ async def _prune_forever(rt: Runtime) -> None:
             deleted = await rt.ledger_call("prune", lambda: rt.ledger.prune(now - cfg.retention_seconds))
             events = await rt.ledger_call("prune_events", lambda: rt.ledger.prune_events(
                 now - rt.config.replay_window.retention_seconds))
+            await rt.ledger_call("prune_timeline", lambda: rt.ledger.prune_timeline(now - cfg.retention_seconds))
         except LedgerError:
             continue
         if deleted or events:
@@ -250,7 +254,7 @@ def build_app(
         registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
         config_path: the file ``config`` came from; when given, SIGHUP re-reads it and
             replaces upstreams and policies without dropping open streams (changes of
-            ``listen``, ``admin``, ``ledger`` and ``replay_window`` need a restart).
+            ``listen``, ``admin``, ``ledger``, ``replay_window``, ``timeline`` and ``tracing`` need a restart).
         resync_on_open: flag the ledger's live tasks for a resync at start-up (``False`` in
             the workers of ``serve --workers N``: the supervisor did it once for all).
         reload_config: how SIGHUP reads the new config (default: ``load_config(config_path)``).
@@ -269,9 +273,11 @@ def build_app(
     metrics = Metrics(registry)
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks,
                                      window=config.replay_window.limits(),
+                                     timeline=config.timeline.limits(config.ledger.retention_seconds),
                                      redis=config.ledger.redis_options())
     http = UpstreamClient(max_answer_bytes=config.limits.max_answer_bytes)
-    runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
+    runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger(),
+                      tracing=tracing_from_config(config.tracing, __version__, get_logger()))
     runtime.apply_config(config)
     ready = {"value": False}
 
@@ -308,6 +314,8 @@ def build_app(
                 card.cancel()  # a fetch still in flight does not fail on the closing client
             await http.aclose()
             await ledger.close()
+            if runtime.tracing is not None:
+                await asyncio.to_thread(runtime.tracing.shutdown)  # exports what is queued
 
     def is_ready() -> bool:
         return ready["value"]

@@ -28,7 +28,7 @@ from gateway.errors import ConfigError
 
 if TYPE_CHECKING:
     from gateway.config import GatewayConfig, LedgerConfig
-    from gateway.ledger.base import Stored
+    from gateway.ledger.base import Stored, TimelineEntry
 
 @dataclass(frozen=True, slots=True)
 class Setting:
@@ -268,9 +268,14 @@ def _parser() -> argparse.ArgumentParser:
                             "by the rule serve uses. A SQLite ledger must already exist; nothing "
                             "is created.")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
-    show = ledger_sub.add_parser("show", help="print one task's record as JSON", parents=[source],
+    show = ledger_sub.add_parser("show", help="print one task's record and timeline", parents=[source],
+                                 description="Print the task's record and its timeline (what the gateway "
+                                 "judged about it, oldest first; docs/observability.md §2), times in "
+                                 "ISO-8601 UTC. --json prints the same as JSON.",
                                  epilog=ledger_epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     show.add_argument("task_id", metavar="TASK_ID")
+    show.add_argument("--json", action="store_true", help="print JSON instead of text")
+    show.add_argument("--tenant", metavar="TENANT", default="", help="the task's A2A tenant (default none)")
     show.add_argument("--upstream", metavar="NAME",
                       help="upstream name (default: every upstream of the config; 'worker' in "
                       "the sidecar form)")
@@ -527,12 +532,20 @@ def _ledger(args: argparse.Namespace) -> int:
                                "by_state": counts}
             else:
                 names = [args.upstream] if args.upstream else _upstreams(args)
-                found = [s for s in [await ledger.get(n, args.task_id) for n in names] if s]
+                found = []
+                for name in names:
+                    stored = await ledger.get(name, args.task_id)
+                    entries = await ledger.timeline(name, args.task_id, tenant=args.tenant)
+                    if stored is not None or entries:
+                        found.append((name, stored, entries))
                 if not found:
                     print(f"task {args.task_id} is not in the ledger under upstream "
                           f"{', '.join(names)}", file=sys.stderr)
                     return 1
-                doc = [_record_json(r) for r in found]
+                if not args.json:
+                    print("\n\n".join(_task_text(args.task_id, *item) for item in found))
+                    return 0
+                doc = [_task_json(*item) for item in found]
             print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
             return 0
         finally:
@@ -552,9 +565,45 @@ def _upstreams(args: argparse.Namespace) -> list[str]:
 
 
 def _record_json(stored: Stored) -> dict[str, object]:
-    """A ledger entry as ``ledger show`` prints it: the record's fields, then the ledger's
+    """A ledger entry as ``ledger show --json`` prints it: the record's fields, then the ledger's
     ``version`` and ``needs_resync`` kept beside it."""
     import dataclasses
 
     return {**dataclasses.asdict(stored.record), "version": stored.version,
             "needs_resync": stored.needs_resync}
+
+
+def _task_json(upstream: str, stored: Stored | None, entries: list[TimelineEntry]) -> dict[str, object]:
+    """``ledger show --json``: the record (``None`` when pruned) and the timeline, times as
+    ISO-8601 UTC (``observed_at`` stays epoch seconds, ``observed_at_utc`` beside it)."""
+    from gateway.observability.status_page import iso
+
+    record: dict[str, object] | None = None
+    if stored is not None:
+        record = {**_record_json(stored), "observed_at_utc": iso(stored.record.observed_at)}
+    return {"upstream": upstream, "record": record,
+            "timeline": [{**e.to_doc(), "at": iso(e.at)} for e in entries]}
+
+
+def _task_text(task_id: str, upstream: str, stored: Stored | None, entries: list[TimelineEntry]) -> str:
+    """``ledger show``: the record's state, then the timeline, one observation per line."""
+    from gateway.observability.status_page import iso, timeline_lines
+
+    lines = [f"task {task_id} (upstream {upstream})"]
+    if stored is None:
+        lines.append("  record: none (pruned or never stored)")
+    else:
+        r = stored.record
+        flags = (["terminal"] if r.terminal else []) + (
+            ["poisoned: the worker contradicted its terminal state"] if r.poisoned else [])
+        lines += [f"  state        {r.state.value}{' (' + ', '.join(flags) + ')' if flags else ''}",
+                  f"  context      {r.context_id or '-'}",
+                  f"  observed at  {iso(r.observed_at)}",
+                  f"  version {stored.version}, needs_resync {'yes' if stored.needs_resync else 'no'}, "
+                  f"card ETag {r.card_etag or '-'}"]
+    if not entries:
+        lines.append("timeline: none kept")
+    else:
+        lines.append(f"timeline ({len(entries)} entries, oldest first; UTC):")
+        lines += [f"  {line}" for line in timeline_lines(entries)]
+    return "\n".join(lines)

@@ -591,6 +591,49 @@ class SweepConfig(_Frozen):
     """Sweep ``GetTask`` requests awaiting their answer at once, per upstream and process."""
 
 
+class TimelineConfig(_Frozen):
+    """The task timeline (docs/observability.md §2): the observations of each task the
+    gateway judged, kept in the ledger's backend for ``a2a-gateway ledger show`` and the admin
+    listener. ``enabled``: ``false`` keeps none. Bounds: entries per task (the oldest go
+    first) and tasks with a timeline (the least recently written goes first); entries are kept
+    as long as records (``ledger.retention_seconds``)."""
+
+    enabled: bool = True
+    """Keep a timeline per task (``false``: none)."""
+    max_entries_per_task: int = Field(default=200, gt=0, le=100_000)
+    """Entries kept per task (the oldest go first)."""
+    max_tasks: int = Field(default=10_000, gt=0)
+    """Tasks with a timeline (the least recently written goes first)."""
+
+    def limits(self, retention_seconds: float) -> Any:
+        """The bounds as the ledger takes them (:class:`~gateway.ledger.base.TimelineLimits`)."""
+        from gateway.ledger.base import TimelineLimits
+
+        return TimelineLimits(max_entries_per_task=self.max_entries_per_task, max_tasks=self.max_tasks,
+                              retention_seconds=retention_seconds)
+
+
+class TracingConfig(_Frozen):
+    """OpenTelemetry traces over OTLP/HTTP (docs/observability.md §1; needs the ``otel``
+    extra: ``pip install 'a2a-gateway[otel]'``). ``enabled``: ``null`` (the default) follows
+    the standard environment — on when ``OTEL_TRACES_EXPORTER`` is ``otlp`` or an
+    ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is set; ``OTEL_SDK_DISABLED=true`` turns it off
+    whatever the file says. ``endpoint``: the OTLP/HTTP traces URL
+    (``http://collector:4318/v1/traces``; ``null``: the SDK's, from ``OTEL_EXPORTER_OTLP_*``).
+    ``service_name``: ``service.name`` (``null``: ``OTEL_SERVICE_NAME``, else ``a2a-gateway``).
+    ``sampling_ratio``: the share of new traces recorded (a client's sampled ``traceparent``
+    is followed whatever it is)."""
+
+    enabled: bool | None = None
+    """Export traces (``null``: as the ``OTEL_*`` environment says)."""
+    endpoint: str | None = None
+    """The OTLP/HTTP traces URL (``null``: the SDK's, from ``OTEL_EXPORTER_OTLP_*``)."""
+    service_name: str | None = None
+    """``service.name`` (``null``: ``OTEL_SERVICE_NAME``, else ``a2a-gateway``)."""
+    sampling_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    """The share of new traces recorded (a client's sampled ``traceparent`` is followed)."""
+
+
 class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
@@ -622,6 +665,10 @@ class GatewayConfig(_Frozen):
     """The replay window behind ``Last-Event-ID``."""
     sweep: SweepConfig = SweepConfig()
     """The proactive sweep: a ``GetTask`` for live tasks nobody asked about for a heartbeat."""
+    timeline: TimelineConfig = TimelineConfig()
+    """The task timeline kept for ``ledger show`` and the admin listener."""
+    tracing: TracingConfig = TracingConfig()
+    """OpenTelemetry traces over OTLP/HTTP."""
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

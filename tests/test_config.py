@@ -6,7 +6,6 @@ find it; the CLI prints the normalized config as JSON (exit 0) or one line per p
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys

@@ -300,3 +300,13 @@ def test_every_config_field_has_a_description_in_its_model():
     assert missing == []
     for key in ("listen.tls.client_cert", "upstreams[].tls.ca_file", "ledger.url", "log.format"):
         assert f"`{key}`" in (ROOT / "docs" / "configuration.md").read_text()
+
+
+def test_every_observability_citation_resolves():
+    """``docs/observability.md §N.M`` (tracing, the task timeline, the status page)."""
+    numbers = section_index("observability.md")
+    assert {"1", "1.1", "1.2", "2", "2.1", "2.3", "3"} <= numbers
+    missing = [f"{rel}: docs/observability.md §{section}" for rel, text in _scanned_files()
+               for source, section, _ in section_citations(text)
+               if source == "docs/observability.md" and section not in numbers]
+    assert missing == []

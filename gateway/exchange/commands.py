@@ -9,10 +9,11 @@ exceptions a driver may throw in is in docs/architecture.md ("The exchange layer
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.invariants.model import Clock, Finding, TaskRecord
+from gateway.invariants.timeline import TimelineEntry
 
 # --- ledger -------------------------------------------------------------------------------
 
@@ -75,6 +76,17 @@ class ReadWindow:
     after: str
 
 
+@dataclass(slots=True)
+class AppendTimeline:
+    """Keep ``entry`` in the timeline of ``task_id`` (docs/observability.md §2); the driver
+    sets its time. Performed after the observation's record was stored and before the payload
+    is forwarded; a failed write is counted and logged, never thrown in (the timeline explains,
+    it decides nothing). Reply: ``None``."""
+
+    task_id: str
+    entry: TimelineEntry
+
+
 # --- the worker -----------------------------------------------------------------------------
 
 
@@ -88,12 +100,16 @@ class Post:
     ``GET`` / ``DELETE`` sends no body. ``a2a_version`` replaces the client's ``A2A-Version``
     header (``""``: none is sent) and copies its extensions header to the version's name
     (``A2A-Extensions`` / ``X-A2A-Extensions``): a bridged request speaks the worker's version
-    (docs/bridge.md); ``None`` leaves the client's headers as they are."""
+    (docs/bridge.md); ``None`` leaves the client's headers as they are. ``reason`` says why
+    the gateway sends a request of its own (a forced ``GetTask``: ``restart``,
+    ``heartbeat_gap``, ``upstream_eof``…; set by the exchange after the binding built it);
+    ``None`` for the client's request."""
 
     body: bytes
     method: str = "POST"
     target: str | None = None
     a2a_version: str | None = None
+    reason: str | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -101,12 +117,14 @@ class Open:
     """Send ``body`` expecting an SSE stream (``method`` and ``target`` as for :class:`Post`).
     Reply: :data:`OPENED` once an event stream's head is in (it becomes the stream
     :class:`Read` reads; an earlier one is closed), or the whole :class:`Answer` when the worker
-    answered anything else. Throws :class:`~gateway.errors.UpstreamError`."""
+    answered anything else. Throws :class:`~gateway.errors.UpstreamError`. ``reason``:
+    ``resubscribe`` for the gateway's own ``SubscribeToTask`` after a cut, else ``None``."""
 
     body: bytes
     method: str = "POST"
     target: str | None = None
     a2a_version: str | None = None
+    reason: str | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -246,6 +264,26 @@ class Log:
     level: str
     event: str
     fields: tuple[tuple[str, Any], ...] = ()
+
+
+def for_reason(reason: str, steps: Any) -> Any:
+    """Run the generator ``steps`` (a binding's resubscribe), marking every :class:`Post` /
+    :class:`Open` it yields as a request of the gateway's own for ``reason``; returns what
+    ``steps`` returns. Replies and thrown exceptions pass through unchanged."""
+    reply: Any = None
+    thrown: BaseException | None = None
+    while True:
+        try:
+            cmd = steps.throw(thrown) if thrown is not None else steps.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        thrown = None
+        if type(cmd) is Post or type(cmd) is Open:
+            cmd.reason = reason
+        try:
+            reply = yield cmd
+        except BaseException as exc:  # noqa: BLE001 - handed to ``steps`` as it came
+            thrown, reply = exc, None
 
 
 REPORTS = (Count, Found, Degraded, Log)

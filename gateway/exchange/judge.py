@@ -19,10 +19,11 @@ from typing import Any
 
 from gateway.a2a.jsonrpc import Operation
 from gateway.errors import LedgerError, VersionConflictError
-from gateway.exchange.commands import Count, Found, Load, Loaded, Store
+from gateway.exchange.commands import AppendTimeline, Count, Found, Load, Loaded, Store
 from gateway.exchange.model import Policy
 from gateway.invariants import engine
 from gateway.invariants.model import Action, Exchange, Outcome, StreamState, TaskRecord
+from gateway.invariants.timeline import payload_entry
 
 CAS_ATTEMPTS = 8
 OBSERVATION_WRITE_SECONDS = 1.0
@@ -61,11 +62,14 @@ def load(policy: Policy, task_id: str | None) -> Generator[Any, Any, Loaded]:
 
 
 def judge(
-    policy: Policy, ex: Exchange, stream: StreamState | None, result: Any
+    policy: Policy, ex: Exchange, stream: StreamState | None, result: Any, *,
+    direction: str = "answer", forced_get: str | None = None,
 ) -> Generator[Any, Any, Outcome]:
     """Judge one worker payload (a unary ``result`` or one stream event's ``result``) and
     store its ledger change first. A ``ListTasks`` result is judged task by task
-    (:func:`judge_list`).
+    (:func:`judge_list`). Once stored, an observation worth it goes into the task's timeline
+    (:func:`~gateway.invariants.timeline.payload_entry`, as ``direction``: ``answer``,
+    ``event`` or ``probe``, with the ``forced_get`` reason of a probe).
 
     Returns the engine's :class:`~gateway.invariants.model.Outcome`, its findings reported.
 
@@ -91,6 +95,11 @@ def judge(
                     continue
             if outcome.findings:
                 yield Found(tuple(outcome.findings), task_id or ex.task_id)
+            noted = task_id or ex.task_id
+            if noted is not None:
+                entry = payload_entry(ex, direction, record, outcome, result, forced_get=forced_get)
+                if entry is not None:
+                    yield AppendTimeline(noted, entry)
             return outcome
         raise LedgerError(f"task {task_id}: too many concurrent updates")
     except LedgerError:

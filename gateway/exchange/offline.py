@@ -23,6 +23,7 @@ exchange waits there, to be resumed with more acts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from gateway.exchange.commands import (
     Emit,
     Found,
     AppendEvent,
+    AppendTimeline,
     Load,
     Loaded,
     Open,
@@ -51,6 +53,7 @@ from gateway.exchange.commands import (
     Store,
 )
 from gateway.invariants.model import Clock, Finding, TaskRecord
+from gateway.invariants.timeline import TimelineEntry
 from gateway.exchange.window import Replay, WindowEvent
 
 
@@ -154,6 +157,8 @@ class Offline:
     outputs: list[Output] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     counts: list[Count] = field(default_factory=list)
+    timeline: list[tuple[str, TimelineEntry]] = field(default_factory=list)
+    """``(task_id, entry)`` of every :class:`AppendTimeline`, at :attr:`now`."""
     commands: list[Any] = field(default_factory=list)
     _reply: Any = None
     _exc: BaseException | None = None
@@ -217,6 +222,8 @@ class Offline:
             self.findings.extend(cmd.findings)
         elif kind is Count:
             self.counts.append(cmd)
+        elif kind is AppendTimeline:
+            self.timeline.append((cmd.task_id, dataclasses.replace(cmd.entry, at=self.now)))
         # StartStream, Flush, EndStream, Deadline, Sleep, MarkCardStale, Degraded, Log: nothing
         return None
 

@@ -33,13 +33,26 @@ from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.payloads import locate
 from gateway.a2a.sse import Event
 from gateway.errors import POOL_EXHAUSTED, LedgerError, UnencodableError, UpstreamError
-from gateway.exchange.commands import Answer, Count, Found, Loaded, Log, MarkCardStale, Open, Post, Respond
+from gateway.exchange.commands import (
+    Answer,
+    AppendTimeline,
+    Count,
+    Found,
+    Loaded,
+    Log,
+    MarkCardStale,
+    Open,
+    Post,
+    Respond,
+    for_reason,
+)
 from gateway.exchange.judge import Steps, clear_resync, judge, load
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.stream import StreamExchange
 from gateway.invariants import engine
 from gateway.invariants.admission import CARD_UNAVAILABLE, CardView, admit, forced_get_reason
 from gateway.invariants.model import Action, Exchange, Finding, Mode, TaskRecord
+from gateway.invariants.timeline import request_entry, rewrite_entry
 
 CardRewrite = Callable[[dict[str, Any]], dict[str, Any]]
 """Rewrites an Agent Card for the client (its interface URLs to the gateway's); pure."""
@@ -132,6 +145,11 @@ class RequestExchange:
         """Open :meth:`subscribe_request` upstream; returns the reply (:data:`OPENED` or the
         worker's :class:`Answer`). Throws :class:`~gateway.errors.UpstreamError`."""
         return (yield self.subscribe_request(task_id))
+
+    def resubscribe_own(self, task_id: str) -> Generator[Any, Any, Any]:
+        """:meth:`resubscribe`, its requests marked as the gateway's own (``reason``
+        ``resubscribe``: the driver's client span says so)."""
+        return (yield from for_reason("resubscribe", self.resubscribe(task_id)))
 
     def error(self, status: int, code: int, message: str, *, task_id: str | None = None) -> Respond:
         """A refusal of the gateway's own: A2A error ``code`` in the binding's form. ``status``
@@ -276,6 +294,9 @@ class RequestExchange:
         admission = engine.check_request(ex, record)
         if admission.findings:
             yield Found(tuple(admission.findings), ex.task_id, self.summary.method)
+        entry = request_entry(ex, record, admission)
+        if entry is not None and ex.task_id is not None:
+            yield AppendTimeline(ex.task_id, entry)
         if admission.action is not Action.REJECT or admission.error is None:
             return True
         self.summary.outcome = "rejected"
@@ -291,7 +312,7 @@ class RequestExchange:
         record = loaded.record
         assert record is not None
         yield Count("forced_gets", (reason,))
-        _, fresh = yield from self._probe(self.ex.task_id or record.task_id)
+        _, fresh = yield from self._probe(self.ex.task_id or record.task_id, reason)
         if fresh.record is not None and fresh.needs_resync:
             yield from clear_resync(self.policy, fresh)  # the worker did not answer with a task
             fresh = yield from load(self.policy, record.task_id)
@@ -304,28 +325,32 @@ class RequestExchange:
             yield Found((Finding("divergence", "stale_record", detail),), record.task_id)
         return current
 
-    def probe_task(self, task_id: str) -> Generator[Any, Any, tuple[Any, TaskRecord | None]]:
+    def probe_task(self, task_id: str, reason: str = "probe") -> Generator[Any, Any, tuple[Any, TaskRecord | None]]:
         """Ask the worker ``GetTask`` for ``task_id`` (same binding and version, same client
-        headers); the answer goes through the engine and the ledger.
+        headers) for ``reason`` (``upstream_eof``, ``worker_error``…: the request's span and
+        the task's timeline say why); the answer goes through the engine and the ledger.
 
         Returns ``(task, record)``: the Task as the client would receive it (normalized,
         corrected; ``None`` when the worker gave no task) and the stored record."""
-        task, loaded = yield from self._probe(task_id)
+        task, loaded = yield from self._probe(task_id, reason)
         return task, loaded.record
 
-    def _probe(self, task_id: str) -> Generator[Any, Any, tuple[Any, Loaded]]:
+    def _probe(self, task_id: str, reason: str) -> Generator[Any, Any, tuple[Any, Loaded]]:
         """:meth:`probe_task`, returning the whole :class:`Loaded` read after it (the record
         with its ledger bookkeeping)."""
         task = None
         try:
-            answer = yield self.probe_request(task_id)
+            post = self.probe_request(task_id)
+            post.reason = reason
+            answer = yield post
             doc = self.decode_own(answer)
         except UpstreamError as exc:
             yield Count("upstream_errors", (exc.reason,))
             doc = {}
         if "result" in doc:
             get_ex = dataclasses.replace(self.ex, operation=Operation.GET, task_id=task_id)
-            outcome = yield from judge(self.policy, get_ex, None, doc["result"])
+            outcome = yield from judge(self.policy, get_ex, None, doc["result"], direction="probe",
+                                       forced_get=reason)
             task = outcome.result if outcome.action is Action.FORWARD else None
         return task, (yield from load(self.policy, task_id))
 
@@ -394,10 +419,11 @@ class RequestExchange:
         ex = self.ex
         if not engine.wants_terminal_probe(ex, code) or ex.task_id is None:
             return None
-        _, record = yield from self.probe_task(ex.task_id)
+        _, record = yield from self.probe_task(ex.task_id, "worker_error")
         if record is None or not record.terminal:
             return None
         new_code, message = engine.terminal_error(ex, record)
         yield Count("error_rewrites", (jsonrpc.code_label(code), jsonrpc.code_label(new_code)))
+        yield AppendTimeline(record.task_id, rewrite_entry(ex, record, code, new_code, message))
         self.summary.outcome = "rewritten"
         return new_code, message, record.task_id

@@ -90,7 +90,7 @@ class RequestSide(Protocol):
 
     def open_upstream(self) -> Generator[Any, Any, Any]: ...
 
-    def resubscribe(self, task_id: str) -> Generator[Any, Any, Any]: ...
+    def resubscribe_own(self, task_id: str) -> Generator[Any, Any, Any]: ...
 
     def fail_upstream(self, exc: UpstreamError) -> Steps: ...
 
@@ -100,7 +100,7 @@ class RequestSide(Protocol):
 
     def answer(self, answer: Answer) -> Steps: ...
 
-    def probe_task(self, task_id: str) -> Generator[Any, Any, tuple[Any, TaskRecord | None]]: ...
+    def probe_task(self, task_id: str, reason: str = "probe") -> Generator[Any, Any, tuple[Any, TaskRecord | None]]: ...
 
     def event_doc(self, event: Event) -> dict[str, Any] | None:
         """The event as ``{"result": …}`` / ``{"error": …}``, ``None`` when it is no A2A
@@ -254,7 +254,7 @@ class StreamExchange:
     def _probe_snapshot(self, task_id: str) -> Steps:
         """``GetTask`` the task and send it as one event (in the window); the worker's own
         snapshot at the start of the live stream is then dropped when its state is the same."""
-        task, record = yield from self.owner.probe_task(task_id)
+        task, record = yield from self.owner.probe_task(task_id, "resume_snapshot")
         if not isinstance(task, dict):
             yield self._error_event(jsonrpc.INTERNAL_ERROR, f"task {task_id}: the worker gave no task to resume from")
             self.stream = dataclasses.replace(self.stream, terminal=True)  # nothing more to send
@@ -423,7 +423,7 @@ class StreamExchange:
                 yield Sleep(p.resubscribe_backoff_seconds * 2 ** (attempt - 1))
             attempt += 1
             yield Count("forced_gets", ("upstream_eof",))
-            task, record = yield from self.owner.probe_task(task_id)
+            task, record = yield from self.owner.probe_task(task_id, "upstream_eof")
             if record is not None and record.terminal and isinstance(task, dict):
                 yield from self._emit_snapshot(task, True)
                 self.stream = dataclasses.replace(self.stream, terminal=True)
@@ -446,7 +446,7 @@ class StreamExchange:
     def _resubscribe(self, task_id: str) -> Generator[Any, Any, bool]:
         """Open ``SubscribeToTask`` upstream for the stream's task; True when it streams."""
         try:
-            reply = yield from self.owner.resubscribe(task_id)
+            reply = yield from self.owner.resubscribe_own(task_id)
         except UpstreamError:
             return False
         if isinstance(reply, Answer):
@@ -486,7 +486,7 @@ class StreamExchange:
         if item.kind is Kind.MESSAGE and self.summary.events == 1:
             self._message_reply = True
         seen = self.stream.generation
-        outcome = yield from judge(self.policy, self.ex, self.stream, result)
+        outcome = yield from judge(self.policy, self.ex, self.stream, result, direction="event")
         self.stream = outcome.stream or self.stream
         if outcome.action is Action.REJECT and outcome.error is not None:
             self.summary.close_reason = "refused"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.errors import VersionConflictError
-from gateway.ledger.base import Stored, TaskLedger, WindowLimits
+from gateway.ledger.base import Stored, TaskLedger, TimelineLimits, WindowLimits
 
 if TYPE_CHECKING:
     from gateway.ledger.redis import RedisOptions
@@ -59,9 +59,10 @@ def sqlite_path(url: str) -> Path:
 
 
 def ledger_from_url(url: str, *, max_tasks: int = 100_000, window: WindowLimits | None = None,
-                    redis: RedisOptions | None = None) -> TaskLedger:
+                    redis: RedisOptions | None = None, timeline: TimelineLimits | None = None) -> TaskLedger:
     """Build (but do not open) the ledger a URL names; ``window`` bounds its replay window
-    (default :class:`~gateway.ledger.base.WindowLimits`), ``redis`` gives a Redis ledger its
+    (default :class:`~gateway.ledger.base.WindowLimits`), ``timeline`` its task timeline
+    (default :class:`~gateway.ledger.base.TimelineLimits`), ``redis`` gives a Redis ledger its
     authentication and replica acknowledgement (:class:`~gateway.ledger.redis.RedisOptions`,
     default none).
 
@@ -69,6 +70,14 @@ def ledger_from_url(url: str, *, max_tasks: int = 100_000, window: WindowLimits 
         ValueError: an unknown scheme, an empty path, a Redis URL that does not parse, or
             ``redis.min_replica_acks`` > 0 with a ``redis+cluster://`` URL.
     """
+    ledger = _ledger_from_url(url, max_tasks=max_tasks, window=window, redis=redis)
+    if timeline is not None:
+        ledger.timeline_limits = timeline  # type: ignore[attr-defined]  # every backend has it
+    return ledger
+
+
+def _ledger_from_url(url: str, *, max_tasks: int, window: WindowLimits | None,
+                     redis: RedisOptions | None) -> TaskLedger:
     if url in ("memory", "memory:", "memory://"):
         from gateway.ledger.memory import MemoryLedger
 

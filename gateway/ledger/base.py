@@ -14,11 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import orjson
+
 from gateway.exchange.sweep import LiveTask
 from gateway.exchange.window import Replay, WindowEvent
 from gateway.invariants.model import TaskRecord
+from gateway.invariants.timeline import TimelineEntry
 
-__all__ = ["LiveTask", "Replay", "Stored", "TaskLedger", "WindowEvent", "WindowLimits"]
+__all__ = ["LiveTask", "Replay", "Stored", "TaskLedger", "TimelineEntry", "TimelineLimits", "WindowEvent",
+           "WindowLimits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,36 @@ class WindowLimits:
     max_events_total: int = 100_000
     max_bytes_total: int = 256 * 1024 * 1024
     retention_seconds: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineLimits:
+    """The bounds of the task timeline (docs/observability.md §2): at most
+    ``max_entries_per_task`` entries per task (the oldest go first) and timelines of at most
+    ``max_tasks`` tasks (the task whose timeline was least recently written goes first, whole;
+    SQLite checks this every :data:`~gateway.ledger.sqlite.TIMELINE_CAP_EVERY` appends, so it
+    may hold that many more for a moment). :meth:`TaskLedger.prune_timeline` deletes entries
+    older than the records' retention (``ledger.retention_seconds``)."""
+
+    max_entries_per_task: int = 200
+    max_tasks: int = 10_000
+    retention_seconds: float = 7 * 24 * 3600.0
+    """Redis only: a timeline's list expires this long after its last entry (the other
+    backends are pruned by the prune loop with the same age)."""
+
+
+def encode_entry(entry: TimelineEntry) -> bytes:
+    """The stored form of a timeline entry (JSON)."""
+    return orjson.dumps(entry.to_doc())
+
+
+def decode_entry(raw: bytes | str) -> TimelineEntry | None:
+    """The entry :func:`encode_entry` stored; ``None`` for anything else (never raises)."""
+    try:
+        doc = orjson.loads(raw)
+        return TimelineEntry.from_doc(doc) if isinstance(doc, dict) else None
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
 
 
 class TaskLedger(Protocol):
@@ -141,6 +175,22 @@ class TaskLedger(Protocol):
 
         Returns how many were deleted.
         """
+        ...
+
+    async def append_timeline(self, upstream: str, task_id: str, entry: TimelineEntry, *,
+                              tenant: str = "") -> None:
+        """Add ``entry`` (its ``at`` set) to the timeline of (``upstream``, ``tenant``,
+        ``task_id``), trimmed to the ledger's :class:`TimelineLimits` (docs/observability.md §2)."""
+        ...
+
+    async def timeline(self, upstream: str, task_id: str, *, tenant: str = "") -> list[TimelineEntry]:
+        """The timeline of (``upstream``, ``tenant``, ``task_id``), oldest first (empty when
+        there is none)."""
+        ...
+
+    async def prune_timeline(self, older_than: float) -> int:
+        """Delete timeline entries kept before ``older_than`` (epoch seconds). Returns how
+        many were deleted (Redis: how many timelines, each whose last entry is that old)."""
         ...
 
     async def close(self) -> None:

@@ -26,7 +26,15 @@ from collections import deque
 
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
-from gateway.ledger.base import LiveTask, Replay, Stored, WindowEvent, WindowLimits
+from gateway.ledger.base import (
+    LiveTask,
+    Replay,
+    Stored,
+    TimelineEntry,
+    TimelineLimits,
+    WindowEvent,
+    WindowLimits,
+)
 
 _log = logging.getLogger("a2a_gateway")
 Key = tuple[str, str]
@@ -41,6 +49,8 @@ class MemoryLedger:
     """
 
     backend = "memory"
+    timeline_limits = TimelineLimits()
+    """The timeline's bounds (set by :func:`gateway.ledger.ledger_from_url`)."""
 
     def __init__(self, max_tasks: int = 100_000, window: WindowLimits | None = None) -> None:
         self._window_limits = window or WindowLimits()
@@ -56,6 +66,7 @@ class MemoryLedger:
         self._counts: dict[str, int] = {}  # state value -> records in it (no zero entries)
         self._max = max_tasks
         self.evicted = 0
+        self._timelines: dict[tuple[str, str, str], deque[TimelineEntry]] = {}  # least recently written first
 
     async def open(self) -> None:
         """Nothing to open."""
@@ -212,6 +223,36 @@ class MemoryLedger:
             while window.events and window.events[0][1] < older_than:
                 self._pop_front(key, window)
                 deleted += 1
+        return deleted
+
+    # --- the task timeline (docs/observability.md §2) ---------------------------------------------
+
+    async def append_timeline(self, upstream: str, task_id: str, entry: TimelineEntry, *,
+                              tenant: str = "") -> None:
+        """Append to the task's deque (its length bounded); the least recently written
+        timeline goes when there are more than ``max_tasks``."""
+        limits, key = self.timeline_limits, (upstream, tenant, task_id)
+        entries = self._timelines.pop(key, None)
+        if entries is None:
+            entries = deque(maxlen=limits.max_entries_per_task)
+        entries.append(entry)
+        self._timelines[key] = entries  # re-inserted: least recently written first
+        while len(self._timelines) > limits.max_tasks:
+            del self._timelines[next(iter(self._timelines))]
+
+    async def timeline(self, upstream: str, task_id: str, *, tenant: str = "") -> list[TimelineEntry]:
+        """The task's entries, oldest first."""
+        return list(self._timelines.get((upstream, tenant, task_id), ()))
+
+    async def prune_timeline(self, older_than: float) -> int:
+        """Drop entries kept before ``older_than`` (and timelines left empty)."""
+        deleted = 0
+        for key, entries in list(self._timelines.items()):
+            while entries and entries[0].at < older_than:
+                entries.popleft()
+                deleted += 1
+            if not entries:
+                del self._timelines[key]
         return deleted
 
     async def close(self) -> None:

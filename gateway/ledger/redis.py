@@ -103,7 +103,17 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec, redact
-from gateway.ledger.base import LiveTask, Replay, Stored, WindowEvent, WindowLimits
+from gateway.ledger.base import (
+    LiveTask,
+    Replay,
+    Stored,
+    TimelineEntry,
+    TimelineLimits,
+    WindowEvent,
+    WindowLimits,
+    decode_entry,
+    encode_entry,
+)
 
 _log = logging.getLogger("a2a_gateway")
 
@@ -460,6 +470,8 @@ class RedisLedger:
     """
 
     backend = "redis"
+    timeline_limits = TimelineLimits()
+    """The timeline's bounds (set by :func:`gateway.ledger.ledger_from_url`)."""
     _cap_lock: asyncio.Lock | None = None  # made at the first use (_cap_total)
     #: the compare-and-set script ``put`` sends (loaded at open and again after ``NoScript``)
     _cas_script = _CAS
@@ -507,6 +519,14 @@ class RedisLedger:
     def _window_key(self, upstream: str, task_id: str) -> str:
         """The hash beside the task's stream: ``bytes``, the payload bytes of its entries."""
         return f"{self.prefix}:window:{upstream}:{task_id}"
+
+    def _timeline_key(self, upstream: str, tenant: str, task_id: str) -> str:
+        """The list of the task's timeline entries (docs/observability.md §2)."""
+        return f"{self.prefix}:timeline:{upstream}:{tenant}:{task_id}"
+
+    def _timelines_key(self) -> str:
+        """The index of timelines: a zset of their list keys by the time of their last entry."""
+        return f"{self.prefix}:timelines"
 
     def _windows_keys(self) -> tuple[str, str, str, str, str]:
         """The bookkeeping over all windows: the index (zset: window → ``at`` of its oldest
@@ -789,6 +809,54 @@ class RedisLedger:
             for sentinel in self._sentinel.sentinels:
                 await sentinel.aclose()
         self._client = self._ack_client = self._sentinel = None
+
+    # --- the task timeline (docs/observability.md §2) ---------------------------------------------
+    # Single-key commands only (the list, the index), in one non-transactional pipeline, so the
+    # same code serves Redis Cluster, where the two keys are in different slots.
+
+    async def append_timeline(self, upstream: str, task_id: str, entry: TimelineEntry, *,
+                              tenant: str = "") -> None:
+        """``RPUSH`` the entry, ``LTRIM`` the list to ``max_entries_per_task``, let it expire
+        ``ledger.retention_seconds`` after its last entry, and index it by that time; when the
+        index holds more than ``max_tasks`` timelines, the least recently written go (a second
+        round trip). With several replicas the task bound is approximate (each trims what it
+        counted)."""
+        limits, key, index = self.timeline_limits, self._timeline_key(upstream, tenant, task_id), self._timelines_key()
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.rpush(key, encode_entry(entry))
+        pipe.ltrim(key, -limits.max_entries_per_task, -1)
+        pipe.pexpire(key, max(1, round(limits.retention_seconds * 1000)))
+        pipe.zadd(index, {key: entry.at})
+        pipe.zcard(index)
+        *_, tasks = await pipe.execute()
+        if int(tasks) > limits.max_tasks:
+            doomed = await self._redis.zpopmin(index, int(tasks) - limits.max_tasks)
+            await self._delete_each([member for member, _ in doomed])
+
+    async def _delete_each(self, keys: list[Any]) -> None:
+        if keys:
+            pipe = self._redis.pipeline(transaction=False)
+            for name in keys:
+                pipe.delete(name)
+            await pipe.execute()
+
+    async def timeline(self, upstream: str, task_id: str, *, tenant: str = "") -> list[TimelineEntry]:
+        """The task's entries, oldest first (an entry that does not decode is left out)."""
+        raw = await self._redis.lrange(self._timeline_key(upstream, tenant, task_id), 0, -1)
+        return [e for e in (decode_entry(item) for item in raw) if e is not None]
+
+    async def prune_timeline(self, older_than: float) -> int:
+        """Delete the timelines whose last entry was kept before ``older_than`` (a busy
+        task's list keeps its older entries up to ``max_entries_per_task``). Returns how many
+        timelines were deleted."""
+        index, deleted = self._timelines_key(), 0
+        while True:
+            doomed = await self._redis.zrangebyscore(index, "-inf", f"({older_than!r}", start=0, num=PRUNE_CHUNK)
+            if not doomed:
+                return deleted
+            await self._delete_each(doomed)
+            await self._redis.zrem(index, *doomed)
+            deleted += len(doomed)
 
     # --- the replay window (docs/resume.md §2.3) -------------------------------------------------
 

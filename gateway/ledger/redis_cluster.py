@@ -224,6 +224,11 @@ class RedisClusterLedger(RedisLedger):
         """The hash beside the task's stream (``bytes``), in the slot of its record."""
         return f"{self.prefix}:window:{task_tag(upstream, task_id)}"
 
+    def _timeline_key(self, upstream: str, tenant: str, task_id: str) -> str:
+        """The list of the task's timeline entries, in the slot of its record (the tenant
+        after the tag)."""
+        return f"{self.prefix}:timeline:{task_tag(upstream, task_id)}:{_escape(tenant)}"
+
     def _windows_keys(self) -> tuple[str, str, str, str, str]:
         """The bookkeeping over all windows, as :meth:`RedisLedger._windows_keys`, under one
         hash tag of its own (``{windows}``): its scripts move several of these keys at once, and a

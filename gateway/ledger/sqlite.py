@@ -71,7 +71,17 @@ from typing import Any, TypeVar
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
-from gateway.ledger.base import LiveTask, Replay, Stored, WindowEvent, WindowLimits
+from gateway.ledger.base import (
+    LiveTask,
+    Replay,
+    Stored,
+    TimelineEntry,
+    TimelineLimits,
+    WindowEvent,
+    WindowLimits,
+    decode_entry,
+    encode_entry,
+)
 
 T = TypeVar("T")
 
@@ -79,7 +89,7 @@ T = TypeVar("T")
 #: (1: ``task_counts``; 2: the replay window's ``events``, ``event_windows``, ``event_total``).
 #: Version 2 was not released before ``event_total`` gained ``bytes``, so it has no version of
 #: its own: a file a development build made at version 2 without it is not migrated (delete it).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Statements, not a script: they run inside the migration's own transaction (executescript
 # would commit it first).
@@ -163,6 +173,38 @@ _SCHEMA = (
         SELECT upstream, task_id, COUNT(*), SUM(size) FROM events GROUP BY upstream, task_id""",
     "DELETE FROM event_total",
     "INSERT INTO event_total (one, n, bytes) SELECT 1, COUNT(*), COALESCE(SUM(size), 0) FROM events",
+    # -- version 3: the task timeline (docs/observability.md §2) --
+    """CREATE TABLE IF NOT EXISTS timeline (
+        id       INTEGER PRIMARY KEY AUTOINCREMENT,
+        upstream TEXT    NOT NULL,
+        tenant   TEXT    NOT NULL,
+        task_id  TEXT    NOT NULL,
+        at       REAL    NOT NULL,
+        entry    BLOB    NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS timeline_task ON timeline (upstream, tenant, task_id, id)",
+    "CREATE INDEX IF NOT EXISTS timeline_at ON timeline (at)",
+    # Per task with a timeline: its entries and its newest entry's id (kept by triggers).
+    """CREATE TABLE IF NOT EXISTS timelines (
+        upstream TEXT    NOT NULL,
+        tenant   TEXT    NOT NULL,
+        task_id  TEXT    NOT NULL,
+        n        INTEGER NOT NULL,
+        last_id  INTEGER NOT NULL,
+        PRIMARY KEY (upstream, tenant, task_id)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS timelines_last ON timelines (last_id)",
+    """CREATE TRIGGER IF NOT EXISTS timeline_insert AFTER INSERT ON timeline BEGIN
+        INSERT INTO timelines (upstream, tenant, task_id, n, last_id)
+            VALUES (NEW.upstream, NEW.tenant, NEW.task_id, 1, NEW.id)
+            ON CONFLICT (upstream, tenant, task_id) DO UPDATE SET n = n + 1, last_id = excluded.last_id;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS timeline_delete AFTER DELETE ON timeline BEGIN
+        UPDATE timelines SET n = n - 1
+            WHERE upstream = OLD.upstream AND tenant = OLD.tenant AND task_id = OLD.task_id;
+        DELETE FROM timelines
+            WHERE upstream = OLD.upstream AND tenant = OLD.tenant AND task_id = OLD.task_id AND n <= 0;
+    END""",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
@@ -205,6 +247,36 @@ _EVENT_PRUNE = ("DELETE FROM events WHERE id IN "
 #: ledger's other calls are not held up behind one long delete.
 PRUNE_CHUNK = 1000
 _MAX_ID = 2**63 - 1
+
+# -- the task timeline (docs/observability.md §2) -------------------------------------------------
+
+_TIMELINE_INSERT = "INSERT INTO timeline (upstream, tenant, task_id, at, entry) VALUES (?, ?, ?, ?, ?)"
+_TIMELINE_N = "SELECT n FROM timelines WHERE upstream = ? AND tenant = ? AND task_id = ?"
+_TIMELINE_TRIM = ("DELETE FROM timeline WHERE upstream = ?1 AND tenant = ?2 AND task_id = ?3 AND id <= "
+                  "(SELECT id FROM timeline WHERE upstream = ?1 AND tenant = ?2 AND task_id = ?3 "
+                  "ORDER BY id DESC LIMIT 1 OFFSET ?4)")
+_TIMELINE_TASKS = "SELECT COUNT(*) FROM timelines"
+_TIMELINE_OLDEST = "SELECT upstream, tenant, task_id FROM timelines ORDER BY last_id LIMIT ?"
+_TIMELINE_DROP = "DELETE FROM timeline WHERE upstream = ? AND tenant = ? AND task_id = ?"
+_TIMELINE_READ = "SELECT entry FROM timeline WHERE upstream = ? AND tenant = ? AND task_id = ? ORDER BY id"
+_TIMELINE_PRUNE = "DELETE FROM timeline WHERE id IN (SELECT id FROM timeline WHERE at < ? ORDER BY at LIMIT ?)"
+TIMELINE_CAP_EVERY = 64
+"""The bound on tasks with a timeline (``timeline.max_tasks``) is checked at every this many
+appends (a count of the ``timelines`` table), not at each."""
+
+
+def _append_timeline(conn: sqlite3.Connection, limits: TimelineLimits, key: tuple[str, str, str],
+                     at: float, entry: bytes) -> None:
+    """Insert one entry, trim its task's timeline, and now and then the number of timelines."""
+    row_id = conn.execute(_TIMELINE_INSERT, (*key, at, entry)).lastrowid
+    (n,) = conn.execute(_TIMELINE_N, key).fetchone()
+    if n > limits.max_entries_per_task:
+        conn.execute(_TIMELINE_TRIM, (*key, limits.max_entries_per_task))
+    if row_id is not None and row_id % TIMELINE_CAP_EVERY == 0:
+        (tasks,) = conn.execute(_TIMELINE_TASKS).fetchone()
+        if tasks > limits.max_tasks:
+            for old in conn.execute(_TIMELINE_OLDEST, (tasks - limits.max_tasks,)).fetchall():
+                conn.execute(_TIMELINE_DROP, old)
 
 
 def _event_number(event_id: str) -> int | None:
@@ -414,6 +486,8 @@ class SqliteLedger:
     """
 
     backend = "sqlite"
+    timeline_limits = TimelineLimits()
+    """The timeline's bounds (set by :func:`gateway.ledger.ledger_from_url`)."""
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 5.0, window: WindowLimits | None = None) -> None:
         self._window_limits = window or WindowLimits()
@@ -644,6 +718,31 @@ class SqliteLedger:
         :meth:`TaskLedger.events_after`."""
         return await self._submit(lambda c: _events_after(c, upstream, task_id, event_id),
                                   write=False)
+
+    # --- the task timeline (docs/observability.md §2) ---------------------------------------------
+
+    async def append_timeline(self, upstream: str, task_id: str, entry: TimelineEntry, *,
+                              tenant: str = "") -> None:
+        """Insert the entry and trim the task's timeline (one write operation); see
+        :meth:`TaskLedger.append_timeline`."""
+        limits, key, raw = self.timeline_limits, (upstream, tenant, task_id), encode_entry(entry)
+        await self._submit(lambda c: _append_timeline(c, limits, key, entry.at, raw), write=True)
+
+    async def timeline(self, upstream: str, task_id: str, *, tenant: str = "") -> list[TimelineEntry]:
+        """The task's entries, oldest first (an entry that does not decode is left out)."""
+        rows = await self._submit(lambda c: c.execute(_TIMELINE_READ, (upstream, tenant, task_id)).fetchall(),
+                                  write=False)
+        return [e for e in (decode_entry(raw) for (raw,) in rows) if e is not None]
+
+    async def prune_timeline(self, older_than: float) -> int:
+        """Delete entries kept before ``older_than``, in chunks of :data:`PRUNE_CHUNK`."""
+        deleted = 0
+        while True:
+            n = await self._submit(lambda c: c.execute(_TIMELINE_PRUNE, (older_than, PRUNE_CHUNK)).rowcount,
+                                   write=True)
+            deleted += n
+            if n < PRUNE_CHUNK:
+                return deleted
 
     async def prune_events(self, older_than: float) -> int:
         """Delete every window event appended at an ``at`` before ``older_than`` (epoch

@@ -46,6 +46,7 @@ class RequestLine:
     task_id: str | None = None
     context_id: str | None = None
     bridge: str | None = None
+    trace_id: str | None = None  # 32 hex digits, when tracing is on (docs/observability.md §1)
     started: float = field(default_factory=time.perf_counter)
 
     def fields(self) -> dict[str, Any]:
@@ -55,7 +56,7 @@ class RequestLine:
             "status": self.status, "jsonrpc_id": self.jsonrpc_id, "binding": self.binding,
             "version": self.version, "upstream": self.upstream, "method": self.method,
             "outcome": self.outcome, "task_id": self.task_id, "context_id": self.context_id,
-            "bridge": self.bridge, "duration_s": round(time.perf_counter() - self.started, 6),
+            "bridge": self.bridge, "trace_id": self.trace_id, "duration_s": round(time.perf_counter() - self.started, 6),
         }
 
 

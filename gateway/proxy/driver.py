@@ -17,7 +17,13 @@ exceptions) back in. What is left here is what is about time and sockets, never 
   timer per open stream, no task: a task exists only while a comment is being written);
 * an open client stream counts in ``a2a_gateway_open_streams{upstream}`` from its head to its
   end, and its task in :attr:`Runtime.streams` (the sweep skips it, docs/sweep.md §2);
-* report commands go to :class:`~gateway.observability.reporter.Reporter`.
+* report commands go to :class:`~gateway.observability.reporter.Reporter`;
+* a timeline entry (:class:`AppendTimeline`) is written to the ledger before the exchange goes
+  on (so before the payload it explains is forwarded); a failed write is counted
+  (``a2a_gateway_ledger_errors_total{operation="append_timeline"}``) and the request goes on;
+* with tracing on (``span`` set, docs/observability.md §1), every call to the worker is a
+  ``CLIENT`` span under the request's span, its ``traceparent`` sent to the worker; a
+  stream's span lasts until its response is closed.
 
 What a driver holds per open stream is small and bounded: the worker's response (aiohttp
 reads it in pieces of at most its ``read_bufsize``, 64 KiB), the frames of one upstream read
@@ -29,12 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Generator
 from typing import Any
 
 import httpx
 
+from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.sse import encode_comment
 from gateway.errors import LedgerError, UpstreamError, VersionConflictError
 from gateway.exchange.commands import (
@@ -43,6 +51,7 @@ from gateway.exchange.commands import (
     REPORTS,
     Answer,
     AppendEvent,
+    AppendTimeline,
     Deadline,
     Emit,
     EndStream,
@@ -94,7 +103,8 @@ class Driver:
     __slots__ = ("rt", "route", "scope", "client_send", "reporter", "operation", "started", "ended",
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
-                 "_streaming", "_stream_task", "_stream_key")
+                 "_streaming", "_stream_task", "_stream_key", "span", "status", "state", "card",
+                 "_stream_span", "version", "task_id")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
                  operation: str, *, task_id: str | None = None) -> None:
@@ -121,6 +131,13 @@ class Driver:
         self._streaming = False  # counted in a2a_gateway_open_streams
         self._stream_task = task_id  # the task the request names (None: learnt from the stream)
         self._stream_key: tuple[str, str, str] | None = None  # in rt.streams while streaming
+        self.span: Any = None  # the request's server span (tracing on)
+        self.card: Any = None  # the Agent Card the request was admitted under (span attributes)
+        self.version: str | None = None  # the A2A version of the request sent on (span attribute)
+        self.task_id: str | None = task_id  # the task the client's request names (span attribute)
+        self._stream_span: Any = None  # the client span of the open upstream stream
+        self.status: int | None = None  # the HTTP status sent to the client
+        self.state: str | None = None  # the canonical state last read or stored (tracing on)
 
     async def run(self, gen: Generator[Any, Any, Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
@@ -149,7 +166,7 @@ class Driver:
             if handler is None:
                 if kind not in REPORTS:
                     raise TypeError(f"not a command: {cmd!r}")
-                report(cmd, self.operation)  # Count, Found, Degraded, Log
+                report(cmd, self.operation, self.span)  # Count, Found, Degraded, Log
             else:
                 try:
                     self._reply = await handler(self, cmd)
@@ -169,6 +186,12 @@ class Driver:
         for response in self._responses:
             await response.aclose()
         self._responses = []
+        self._end_stream_span()
+
+    def _end_stream_span(self) -> None:
+        if self._stream_span is not None:
+            span, self._stream_span = self._stream_span, None
+            span.end()
 
     async def end_for_shutdown(self) -> None:
         """Shutdown: end the client's stream cleanly; it can resume with ``SubscribeToTask``."""
@@ -192,11 +215,24 @@ class Driver:
         stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id))
         if stored is None:
             return Loaded(None, Clock(time.time()))
+        if self.span is not None and self.operation is not Operation.LIST:  # a2a.task.state
+            self.state = stored.record.state.value
         return Loaded(stored.record, Clock(time.time()), stored.version, stored.needs_resync)
 
     async def _store(self, cmd: Store) -> int:
         ledger = self.rt.ledger
-        return await self.rt.ledger_call("put", lambda: ledger.put(cmd.record, cmd.expected_version))
+        version = await self.rt.ledger_call("put", lambda: ledger.put(cmd.record, cmd.expected_version))
+        if self.span is not None and self.operation is not Operation.LIST:  # a2a.task.state
+            self.state = cmd.record.state.value
+        return version
+
+    async def _append_timeline(self, cmd: AppendTimeline) -> None:
+        if not self.rt.config.timeline.enabled:
+            return
+        ledger, upstream = self.rt.ledger, self.route.upstream.name
+        entry = dataclasses.replace(cmd.entry, at=time.time())
+        with contextlib.suppress(LedgerError):  # counted and logged by ledger_call; it decides nothing
+            await self.rt.ledger_call("append_timeline", lambda: ledger.append_timeline(upstream, cmd.task_id, entry))
 
     async def _append_event(self, cmd: AppendEvent) -> tuple[str, str]:
         ledger, upstream = self.rt.ledger, self.route.upstream.name
@@ -229,11 +265,34 @@ class Driver:
             return url, [h for h in headers if h[0] != b"content-type"], None
         return url, headers, cmd.body
 
+    def _client_span(self, cmd: Post | Open, url: str) -> Any:
+        """The ``CLIENT`` span of a call to the worker (docs/observability.md §1)."""
+        if cmd.reason is None:
+            method = self.operation
+        else:
+            method = "GetTask" if type(cmd) is Post else "SubscribeToTask"
+        tracing = self.rt.tracing
+        assert tracing is not None
+        return tracing.client_span(self.span, method=str(method), http_method=cmd.method, url=url,
+                                   version=cmd.a2a_version if cmd.a2a_version is not None else self.version,
+                                   task_id=self.task_id, reason=cmd.reason, card=self.card)
+
     async def _post(self, cmd: Post) -> Answer:
         url, headers, body = self._request(cmd)
-        answer = await self.rt.client.fetch(cmd.method, url, headers=headers, content=body,
-                                            timeout=self.route.upstream.timeouts,
-                                            upstream=self.route.upstream)
+        span = None
+        if self.span is not None:
+            span = self._client_span(cmd, url)
+            headers = self.rt.tracing.propagate(span, headers)  # type: ignore[union-attr]
+        try:
+            answer = await self.rt.client.fetch(cmd.method, url, headers=headers, content=body,
+                                                timeout=self.route.upstream.timeouts,
+                                                upstream=self.route.upstream)
+        except UpstreamError as exc:
+            if span is not None:
+                self.rt.tracing.end_client(span, error=exc.reason)  # type: ignore[union-attr]
+            raise
+        if span is not None:
+            self.rt.tracing.end_client(span, status=answer.status_code)  # type: ignore[union-attr]
         return _answer(answer.status_code, answer.content, answer.headers)
 
     async def _open(self, cmd: Open) -> Any:
@@ -241,13 +300,28 @@ class Driver:
         for earlier in self._responses:  # a resubscribe: the cut stream is over
             await earlier.aclose()
         self._responses = []
-        response = await self.rt.client.send(cmd.method, url, headers=headers, content=body,
-                                             timeout=self.route.upstream.timeouts,
-                                             upstream=self.route.upstream)
+        self._end_stream_span()
+        span = None
+        if self.span is not None:
+            span = self._client_span(cmd, url)
+            headers = self.rt.tracing.propagate(span, headers)  # type: ignore[union-attr]
+        try:
+            response = await self.rt.client.send(cmd.method, url, headers=headers, content=body,
+                                                 timeout=self.route.upstream.timeouts,
+                                                 upstream=self.route.upstream)
+        except UpstreamError as exc:
+            if span is not None:
+                self.rt.tracing.end_client(span, error=exc.reason)  # type: ignore[union-attr]
+            raise
         self._responses.append(response)
         if response.status_code >= 300 or not is_event_stream(response.headers):
             content = await self.rt.client.read(response)
+            if span is not None:
+                self.rt.tracing.end_client(span, status=response.status_code)  # type: ignore[union-attr]
             return _answer(response.status_code, content, response.headers)
+        if span is not None:
+            span.set_attribute("http.response.status_code", response.status_code)
+            self._stream_span = span  # ends when the stream's response is closed
         if self._head_headers is None:
             self._head_headers = response.headers
         self._chunks = response.aiter_bytes()
@@ -285,6 +359,7 @@ class Driver:
             headers += cmd.headers
         headers.append((b"content-length", str(len(cmd.body)).encode()))
         self.started = True
+        self.status = cmd.status
         await self.client_send({"type": "http.response.start", "status": cmd.status, "headers": headers})
         await self.client_send({"type": "http.response.body", "body": cmd.body})
         self.ended = True
@@ -292,6 +367,7 @@ class Driver:
     async def _start_stream(self, cmd: StartStream) -> None:
         relayed = client_response_headers(self._head_headers or httpx.Headers(), drop=_STREAM_HEADERS)
         self.started = True
+        self.status = 200
         await self.client_send({"type": "http.response.start", "status": 200,
                                 "headers": [*relayed, *SSE_HEADERS]})
         self._last_write = time.monotonic()
@@ -378,7 +454,7 @@ class Driver:
 
 _HANDLERS: dict[type, Any] = {
     Load: Driver._load, Store: Driver._store, AppendEvent: Driver._append_event,
-    ReadWindow: Driver._read_window, Post: Driver._post, Open: Driver._open,
+    ReadWindow: Driver._read_window, AppendTimeline: Driver._append_timeline, Post: Driver._post, Open: Driver._open,
     Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver.respond,
     StartStream: Driver._start_stream, Flush: Driver._flush,
     EndStream: Driver._end_stream, Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale,

@@ -22,6 +22,7 @@ from gateway.exchange.bridge import worker_version
 from gateway.exchange.model import Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
 from gateway.observability import access
+from gateway.observability.tracing import Tracing
 from gateway.proxy.card import CardCache, public_base
 from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import Route, until_disconnect
@@ -63,7 +64,7 @@ class ExchangeHandler:
             await self.handle()
         finally:
             s, line = self.summary, self.line
-            self.reporter.request(s, time.perf_counter() - self.started)
+            self.reporter.request(s, time.perf_counter() - self.started, line.trace_id)
             line.binding, line.method, line.outcome = s.binding.value, s.method, s.outcome
             line.task_id, line.context_id, line.bridge = s.task_id, s.context_id, s.bridge
 
@@ -128,6 +129,11 @@ class ExchangeHandler:
         driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter,
                         exchange.ex.operation,  # a StrEnum: the v1.0 method name
                         task_id=exchange.ex.task_id)
+        tracing = self.rt.tracing
+        if tracing is not None:  # off: no span object is built (docs/observability.md §1)
+            driver.span = self._server_span(tracing, exchange)
+            driver.card, driver.version = exchange.card.doc, exchange.ex.version.value
+            self.line.trace_id = tracing.trace_id(driver.span)
         gen = exchange.run()
         stop = self.rt.drain_expired if streaming else None
         try:
@@ -151,3 +157,21 @@ class ExchangeHandler:
                 await driver.run(gen)
         finally:
             await driver.aclose()
+            if driver.span is not None:
+                s = self.summary
+                Tracing.end_server(driver.span, outcome=s.outcome, status=driver.status, task_id=s.task_id,
+                                   context_id=s.context_id, state=driver.state)
+
+    def _server_span(self, tracing: Tracing, exchange: RequestExchange) -> Any:
+        """The request's ``SERVER`` span, with what the request says (method, version, task,
+        message, tenant) and the upstream's Agent Card (name, version)."""
+        params = exchange.params if isinstance(exchange.params, dict) else {}
+        message = params.get("message")
+        message_id = message.get("messageId") if isinstance(message, dict) else None
+        tenant = params.get("tenant")
+        ex = exchange.ex
+        began = time.time_ns() - int((time.perf_counter() - self.started) * 1e9)  # the request's start
+        return tracing.server_span(
+            self.scope, start_time=began, method=str(ex.operation.value), version=ex.version.value, binding=ex.binding.value,
+            task_id=ex.task_id, message_id=message_id if isinstance(message_id, str) else None,
+            tenant=tenant if isinstance(tenant, str) else None, card=exchange.card.doc)

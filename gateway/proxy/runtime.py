@@ -12,6 +12,7 @@ exchange's decision (:mod:`gateway.exchange.judge`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
@@ -25,7 +26,8 @@ from gateway.exchange.model import Policy
 from gateway.invariants.model import Mode
 from gateway.ledger.base import TaskLedger
 from gateway.observability.metrics import Metrics
-from gateway.observability.reporter import Reporter
+from gateway.observability.reporter import RECENT_DIVERGENCES, Reporter
+from gateway.observability.tracing import Tracing
 from gateway.proxy.card import CardCache
 from gateway.proxy.forward import Router, Signal
 from gateway.proxy.transport import UpstreamClient
@@ -78,6 +80,11 @@ class Runtime:
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
     streams: OpenStreams = dataclasses.field(default_factory=OpenStreams)
     """The tasks with a client stream open through this process (the sweep skips them)."""
+    tracing: Tracing | None = None
+    """The span maker when tracing is on (docs/observability.md §1); ``None``: off, no span is built."""
+    divergences: collections.deque[dict[str, Any]] = dataclasses.field(
+        default_factory=lambda: collections.deque(maxlen=RECENT_DIVERGENCES))
+    """The latest divergences of this process, newest last (the status page's; fed by the reporters)."""
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
     reload_hooks: list[Callable[[GatewayConfig], None]] = dataclasses.field(default_factory=list)
     """Called with the new config on every reload (SIGHUP) before it is applied (the
@@ -94,7 +101,7 @@ class Runtime:
         they keep their old values (a warning says so). Returns the names of the upstreams whose cache was kept.
         """
         old = getattr(self, "config", None)
-        kept_keys = ("listen", "admin", "ledger", "replay_window")
+        kept_keys = ("listen", "admin", "ledger", "replay_window", "timeline", "tracing")
         changed = [key for key in kept_keys if old is not None and getattr(old, key) != getattr(config, key)]
         if changed:
             self.log.warning("config_needs_restart", extra={"keys": changed})
@@ -161,7 +168,8 @@ class Runtime:
         reporter = self._reporters.get(upstream)
         if reporter is None:
             reporter = self._reporters[upstream] = Reporter(
-                self.metrics, self.log, upstream=upstream, mode=self.mode, backend=self.ledger.backend)
+                self.metrics, self.log, upstream=upstream, mode=self.mode, backend=self.ledger.backend,
+                recent=self.divergences)
         return reporter
 
     def _new_card_cache(self, upstream: UpstreamConfig) -> CardCache:

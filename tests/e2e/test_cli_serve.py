@@ -123,10 +123,10 @@ def test_ledger_cli_reads_what_the_gateway_stored(worker: tuple[ScriptedWorker, 
     with subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz"):
         httpx.post(f"http://127.0.0.1:{port}/", trust_env=False, headers={"A2A-Version": "1.0"},
                    json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-9"}})
-    show = subprocess.run([sys.executable, "-m", "gateway", "ledger", "show", "t-9", "--ledger", ledger],
+    show = subprocess.run([sys.executable, "-m", "gateway", "ledger", "show", "t-9", "--json", "--ledger", ledger],
                           capture_output=True, text=True, timeout=30)
     assert show.returncode == 0, show.stderr
-    record = orjson.loads(show.stdout)[0]
+    record = orjson.loads(show.stdout)[0]["record"]
     assert record["state"] == "TASK_STATE_COMPLETED" and record["context_id"] == "c-9"
     stats = subprocess.run([sys.executable, "-m", "gateway", "ledger", "--ledger", ledger, "stats"],
                            capture_output=True, text=True, timeout=30)

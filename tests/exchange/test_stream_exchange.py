@@ -98,6 +98,23 @@ class TestCutStream:
         assert len(opens) == 2 and b'"SubscribeToTask"' in opens[1].body
         assert counted(book, "resubscribes") == [("resubscribed",)]
 
+    def test_the_probe_and_the_resubscribe_say_why_and_the_timeline_keeps_the_course(self):
+        """docs/observability.md §1.2, §2.1: the gateway's own requests carry their reason (the
+        driver's client spans), and the timeline holds the first state, the probe and the end —
+        not the repeated snapshot the resubscribe started with."""
+        book = play("SendStreamingMessage", V10_SEND, [
+            {"open": True}, {"events": [{"task": task("t-3", "TASK_STATE_WORKING")}]}, {"end": True},
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-3", "TASK_STATE_WORKING")}},
+            {"open": True}, {"events": [{"task": task("t-3", "TASK_STATE_WORKING")},
+                                        status("t-3", "TASK_STATE_COMPLETED")]}, {"end": True},
+        ])
+        own = [(type(c).__name__, c.reason) for c in book.commands if type(c) in (Post, Open)]
+        assert own == [("Open", None), ("Post", "upstream_eof"), ("Open", "resubscribe")]
+        course = [(tid, e.direction, e.state, e.forced_get) for tid, e in book.timeline]
+        assert course == [("t-3", "event", "TASK_STATE_WORKING", None),
+                          ("t-3", "probe", "TASK_STATE_WORKING", "upstream_eof"),
+                          ("t-3", "event", "TASK_STATE_COMPLETED", None)]
+
     def test_a_worker_that_stays_away_is_given_up_on_with_an_error_event(self):
         unreachable = {"fail": "connect"}
         book = play("SendStreamingMessage", V10_SEND, [

@@ -489,7 +489,7 @@ async def test_sqlite_a_database_of_the_earlier_schema_is_migrated_at_open(tmp_p
                           "WHERE task_id = 'old-1'")
             other.execute("DELETE FROM tasks WHERE task_id = 'old-3'")  # COMPLETED
             other.commit()
-            assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+            assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         expected = {"TASK_STATE_WORKING": 2, "TASK_STATE_COMPLETED": 2,
                     "TASK_STATE_INPUT_REQUIRED": 1, "TASK_STATE_SUBMITTED": 1,
                     "TASK_STATE_FAILED": 1}
@@ -664,3 +664,65 @@ async def test_redis_cluster_live_before_heals_a_lagging_index(request: pytest.F
         assert await led.live_before("w", 1e12, limit=10) == [LiveTask("w", "", "t-live", 500.0)]
     finally:
         await led.close()
+
+
+# --- the task timeline (docs/observability.md §2) ------------------------------------------------
+
+from gateway.ledger.base import TimelineEntry, TimelineLimits  # noqa: E402
+
+
+def entry(at: float, verdict: str = "forwarded", **kw: object) -> TimelineEntry:
+    return TimelineEntry("event", verdict, method="SendStreamingMessage", binding="jsonrpc", version="1.0",
+                         at=at, **kw)  # type: ignore[arg-type]
+
+
+async def test_timeline_round_trips_every_field_oldest_first(ledger: TaskLedger) -> None:
+    first = entry(1000.5, state_received="completed", state="TASK_STATE_COMPLETED")
+    second = TimelineEntry("request", "answered_locally", method="SendMessage", binding="rest", version="0.3",
+                           state="TASK_STATE_COMPLETED",
+                           findings=(("rejection", "terminal_task", "SendMessage on terminal t-1"),),
+                           forced_get="heartbeat_gap", error="-32004 task t-1 is completed", at=1001.25)
+    await ledger.append_timeline("w", "t-1", first)
+    await ledger.append_timeline("w", "t-1", second)
+    assert await ledger.timeline("w", "t-1") == [first, second]
+    assert await ledger.timeline("w", "t-2") == []
+
+
+async def test_timeline_is_keyed_by_upstream_tenant_and_task(ledger: TaskLedger) -> None:
+    await ledger.append_timeline("w", "t-1", entry(1.0, "rewritten"))
+    await ledger.append_timeline("w", "t-1", entry(2.0, "dropped"), tenant="acme")
+    await ledger.append_timeline("v", "t-1", entry(3.0, "rejected"))
+    assert [e.verdict for e in await ledger.timeline("w", "t-1")] == ["rewritten"]
+    assert [e.verdict for e in await ledger.timeline("w", "t-1", tenant="acme")] == ["dropped"]
+    assert [e.verdict for e in await ledger.timeline("v", "t-1")] == ["rejected"]
+
+
+async def test_timeline_keeps_the_newest_entries_per_task(ledger: TaskLedger) -> None:
+    ledger.timeline_limits = TimelineLimits(max_entries_per_task=3)  # type: ignore[attr-defined]
+    for i in range(7):
+        await ledger.append_timeline("w", "t-1", entry(float(i)))
+    assert [e.at for e in await ledger.timeline("w", "t-1")] == [4.0, 5.0, 6.0]
+
+
+async def test_timeline_keeps_at_most_max_tasks_timelines_least_recently_written_first(
+        ledger: TaskLedger) -> None:
+    ledger.timeline_limits = TimelineLimits(max_tasks=2)  # type: ignore[attr-defined]
+    every = 64 if ledger.backend == "sqlite" else 1  # SQLite checks the task bound every 64 appends
+    for i in range(every):
+        await ledger.append_timeline("w", "old", entry(float(i)))
+    await ledger.append_timeline("w", "t-1", entry(100.0))
+    await ledger.append_timeline("w", "old", entry(101.0))  # written again: now the newest
+    for i in range(every):
+        await ledger.append_timeline("w", "t-2", entry(200.0 + i))
+    kept = {t for t in ("old", "t-1", "t-2") if await ledger.timeline("w", t)}
+    assert kept == {"old", "t-2"}
+
+
+async def test_prune_timeline_deletes_old_entries(ledger: TaskLedger) -> None:
+    await ledger.append_timeline("w", "t-old", entry(10.0))
+    await ledger.append_timeline("w", "t-new", entry(10.0))
+    await ledger.append_timeline("w", "t-new", entry(500.0))
+    deleted = await ledger.prune_timeline(100.0)
+    assert deleted >= 1
+    assert await ledger.timeline("w", "t-old") == []
+    assert [e.at for e in await ledger.timeline("w", "t-new")][-1] == 500.0

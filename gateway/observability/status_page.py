@@ -1,0 +1,141 @@
+"""The admin listener's pages for a person: ``GET /status`` (docs/observability.md §3) and the
+readable form of a task timeline (docs/observability.md §2), shared by ``a2a-gateway ledger
+show`` and the status page's links.
+
+Server-rendered from string templates; every value from a worker, a card or the ledger goes
+through :func:`html.escape`. No script, no external resource: the page works offline and under
+a strict Content-Security-Policy. It shows upstreams, task counts and findings — never a
+message body, a header or anything about a caller.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.invariants.timeline import TimelineEntry
+
+CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'"
+"""The page's ``Content-Security-Policy``: its one inline style sheet, nothing else."""
+
+
+def iso(at: float | None) -> str:
+    """Epoch seconds as ISO-8601 UTC with milliseconds (``2026-12-01T18:32:30.125Z``); ``-``
+    for ``None``."""
+    if at is None:
+        return "-"
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def timeline_lines(entries: Iterable[TimelineEntry]) -> list[str]:
+    """A timeline as text, one entry per line (and one indented line per finding, forced
+    ``GetTask`` and error), oldest first — what ``ledger show`` prints::
+
+        2026-12-01T18:40:01.000Z  event    SendStreamingMessage jsonrpc 1.0  state completed -> TASK_STATE_COMPLETED  rewritten
+            normalization legacy_v03: …
+    """
+    lines: list[str] = []
+    for e in entries:
+        state = e.state or "-"
+        if e.state_received is not None and e.state_received != e.state:
+            state = f"{e.state_received} -> {state}"
+        call = " ".join(part for part in (e.method, e.binding, e.version) if part)
+        lines.append(f"{iso(e.at)}  {e.direction:<8} {call}  state {state}  {e.verdict.upper()}")
+        if e.forced_get is not None:
+            lines.append(f"    forced GetTask: {e.forced_get}")
+        for category, kind, detail in e.findings:
+            lines.append(f"    {category} {kind}: {detail}" if detail else f"    {category} {kind}")
+        if e.error is not None:
+            lines.append(f"    answered with error {e.error}")
+    return lines
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def timeline_href(upstream: str, task_id: str) -> str:
+    """The admin path of a task's timeline (JSON): ``/tasks/{upstream}/{task_id}/timeline``."""
+    quote = urllib.parse.quote
+    return f"/tasks/{quote(upstream, safe='')}/{quote(task_id, safe='')}/timeline"
+
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1d2433;background:#fff}
+h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.4em 0 .4em}
+table{border-collapse:collapse;min-width:40em}th,td{border:1px solid #ccd;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#eef1f7}.fresh{color:#11772d}.stale{color:#9a6700}.unreachable,.invalid{color:#b3261e;font-weight:bold}
+.muted{color:#667}code{font-size:.95em}.when{white-space:nowrap}
+"""
+
+
+def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, int] | None,
+                  divergences: list[Mapping[str, Any]], mode: str, version: str,
+                  now: float | None = None) -> str:
+    """The status page's HTML.
+
+    Args:
+        upstreams: one mapping per upstream: ``name``, ``url``, ``card`` (``fresh``, ``stale``,
+            ``pending``, ``unreachable``, ``invalid``), ``reason``, ``etag``, ``age_s``,
+            ``signed``, ``interfaces`` (``[(binding, version, url)]``), ``admitting``.
+        by_state: tracked tasks by canonical state (``None``: the ledger did not answer).
+        divergences: the latest divergences, newest first (``at``, ``upstream``, ``kind``,
+            ``task_id``, ``detail``, ``action``).
+    """
+    e = html.escape
+    now = time.time() if now is None else now
+    rows = []
+    for u in upstreams:
+        interfaces = "<br>".join(f"{e(b)} {e(v)} <code>{e(url)}</code>" for b, v, url in u["interfaces"]) or "-"
+        state = str(u["card"])
+        reason = f'<br><span class="muted">{e(str(u["reason"]))}</span>' if u.get("reason") else ""
+        rows.append(
+            f'<tr data-upstream="{e(str(u["name"]))}"><td>{e(str(u["name"]))}<br>'
+            f'<span class="muted">{e(str(u["url"]))}</span></td>'
+            f'<td class="card-state {e(state)}">{e(state)}{reason}</td>'
+            f'<td><code>{e(str(u["etag"] or "-"))}</code></td><td>{e(_age(u["age_s"]))}</td>'
+            f'<td>{"yes" if u["signed"] else "no"}</td><td>{"yes" if u["admitting"] else "no"}</td>'
+            f"<td>{interfaces}</td></tr>")
+    if by_state is None:
+        tasks = '<p class="unreachable" id="tasks-unavailable">the task ledger did not answer</p>'
+    elif not by_state:
+        tasks = '<p class="muted" id="tasks-none">no tracked tasks</p>'
+    else:
+        cells = "".join(f'<tr data-state="{e(s)}"><td>{e(s)}</td><td>{n}</td></tr>'
+                        for s, n in sorted(by_state.items()))
+        tasks = (f'<table id="tasks"><tr><th>state</th><th>tasks</th></tr>{cells}'
+                 f"<tr><th>all</th><th>{sum(by_state.values())}</th></tr></table>")
+    if divergences:
+        items = []
+        for d in divergences:
+            task = str(d.get("task_id") or "")
+            link = (f'<a href="{e(timeline_href(str(d["upstream"]), task))}">{e(task)}</a>' if task else "-")
+            items.append(f'<tr class="divergence"><td class="when">{e(iso(d["at"]))}</td><td>{e(str(d["upstream"]))}</td>'
+                         f'<td>{e(str(d["kind"]))}</td><td>{link}</td><td>{e(str(d["action"]))}</td>'
+                         f'<td>{e(str(d["detail"]))}</td></tr>')
+        found = ('<table id="divergences"><tr><th>when (UTC)</th><th>upstream</th><th>kind</th><th>task</th>'
+                 f'<th>action</th><th>detail</th></tr>{"".join(items)}</table>')
+    else:
+        found = '<p class="muted" id="divergences-none">no divergence since this process started</p>'
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>a2a-gateway status</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_STYLE}</style></head>
+<body><h1>a2a-gateway status</h1>
+<p class="muted">version {e(version)} · mode {e(mode)} · {e(iso(now))} · this process only</p>
+<h2>Upstreams</h2>
+<table id="upstreams"><tr><th>upstream</th><th>Agent Card</th><th>ETag</th><th>age</th><th>signed</th>
+<th>admitting new tasks</th><th>advertised interfaces</th></tr>{"".join(rows)}</table>
+<h2>Tracked tasks</h2>{tasks}
+<h2>Latest divergences</h2>{found}
+</body></html>
+"""

@@ -1,0 +1,149 @@
+"""OpenTelemetry traces from the running gateway (docs/observability.md §1), received as real
+OTLP/HTTP export by a receiver on 127.0.0.1 (tests/support/otlp.py): span names, kinds,
+parent/child links to the client's ``traceparent``, the A2A attributes, the worker's
+``traceparent``, forced ``GetTask`` reasons, findings as events."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gateway.config import TracingConfig
+from gateway.observability import tracing
+from tests.proxy.conftest import Harness
+from tests.support.objects import task
+from tests.support.otlp import OtlpReceiver, ReceivedSpan
+from tests.support.servers import serve_in_thread
+
+V1 = {"A2A-Version": "1.0"}
+
+
+def traceparent(n: int) -> tuple[str, str, str]:
+    """A client's (traceparent, trace id, span id), distinct per ``n``."""
+    trace_id, span_id = f"{n:032x}".replace("0", "a", 8), f"{n:016x}".replace("0", "b", 4)
+    return f"00-{trace_id}-{span_id}-01", trace_id, span_id
+
+
+def send(req_id: int, task_id: str | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"messageId": f"m-{req_id}", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    if task_id:
+        message.update(taskId=task_id, contextId=task_id.replace("t-", "c-"))
+    return {"jsonrpc": "2.0", "id": req_id, "method": "SendMessage", "params": {"message": message}}
+
+
+@pytest.fixture
+def otlp() -> Iterator[tuple[OtlpReceiver, str]]:
+    receiver = OtlpReceiver()
+    with serve_in_thread(receiver, name="otlp") as srv:
+        yield receiver, srv.url + "/v1/traces"
+
+
+@pytest.fixture
+def traced(make_harness: Any, otlp: tuple[OtlpReceiver, str], monkeypatch: pytest.MonkeyPatch) -> tuple[Harness, OtlpReceiver]:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # export every 50 ms, not 5 s
+    receiver, endpoint = otlp
+    h = make_harness(tracing={"enabled": True, "endpoint": endpoint, "service_name": "gw-under-test"})
+    assert h.runtime.tracing is not None
+    return h, receiver
+
+
+def of_trace(spans: list[ReceivedSpan], trace_id: str) -> list[ReceivedSpan]:
+    return [s for s in spans if s.trace_id == trace_id]
+
+
+def test_server_and_client_spans_continue_the_clients_trace_and_reach_the_worker(
+        traced: tuple[Harness, OtlpReceiver]) -> None:
+    h, receiver = traced
+    header, trace_id, client_span_id = traceparent(1)
+    h.worker.on("SendMessage", json_result=task("t-1", "TASK_STATE_WORKING"))
+    r = h.rpc(send(1), headers={**V1, "traceparent": header})
+    assert r.json()["result"]["status"]["state"] == "TASK_STATE_WORKING"
+    spans = of_trace(receiver.wait_for(lambda s: len(of_trace(s, trace_id)) >= 2), trace_id)
+    [server] = [s for s in spans if s.kind == "SERVER"]
+    [client] = [s for s in spans if s.kind == "CLIENT"]
+    assert server.name == client.name == "SendMessage"
+    assert server.parent_span_id == client_span_id  # the client's traceparent is the parent
+    assert client.parent_span_id == server.span_id
+    a = server.attributes
+    assert a["a2a.method.name"] == "SendMessage" and a["a2a.protocol.version"] == "1.0"
+    assert a["a2a.task.id"] == "t-1" and a["a2a.task.state"] == "TASK_STATE_WORKING"
+    assert a["a2a.message.id"] == "m-1" and a["gen_ai.conversation.id"] == "c-1"
+    assert a["gen_ai.agent.name"] == "scripted" and a["gen_ai.agent.version"] == "1.0.0"
+    assert a["http.request.method"] == "POST" and a["http.response.status_code"] == 200
+    assert a["server.address"] == "127.0.0.1" and isinstance(a["server.port"], int)
+    assert "error.type" not in a
+    c = client.attributes
+    assert c["a2a.method.name"] == "SendMessage" and c["server.address"] == "127.0.0.1"
+    assert c["http.response.status_code"] == 200 and "a2a_gateway.forced_get.reason" not in c
+    assert server.resource["service.name"] == "gw-under-test"
+    # the worker got the gateway's client span as its parent, not the client's header
+    [seen] = h.worker.calls("SendMessage")
+    assert seen.headers["traceparent"] == f"00-{trace_id}-{client.span_id}-01"
+
+
+def test_forced_get_is_a_client_span_saying_why_and_findings_are_events(traced: tuple[Harness, OtlpReceiver]) -> None:
+    h, receiver = traced
+    h.worker.on("SendMessage", json_error={"code": -32001, "message": "no such task"})
+    h.worker.on("GetTask", json_result=task("t-2", "TASK_STATE_COMPLETED"))
+    header, trace_id, _ = traceparent(2)
+    assert h.rpc(send(1, "t-2"), headers={**V1, "traceparent": header}).json()["error"]["code"] == -32004
+    spans = of_trace(receiver.wait_for(lambda s: len(of_trace(s, trace_id)) >= 3), trace_id)
+    [server] = [s for s in spans if s.kind == "SERVER"]
+    clients = {s.name: s for s in spans if s.kind == "CLIENT"}
+    assert set(clients) == {"SendMessage", "GetTask"}
+    assert all(c.parent_span_id == server.span_id for c in clients.values())
+    assert clients["GetTask"].attributes["a2a_gateway.forced_get.reason"] == "worker_error"
+    assert all(c.attributes["a2a.task.id"] == "t-2" for c in clients.values())
+    assert server.attributes["a2a.task.state"] == "TASK_STATE_COMPLETED"
+
+    # the worker reopens the task: a divergence event; the follow-up: a local refusal, no worker call
+    h.worker.on("GetTask", json_result=task("t-2", "TASK_STATE_WORKING"))
+    header, trace_id, _ = traceparent(3)
+    h.rpc({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "t-2"}},
+          headers={**V1, "traceparent": header})
+    header4, trace4, _ = traceparent(4)
+    assert h.rpc(send(3, "t-2"), headers={**V1, "traceparent": header4}).json()["error"]["code"] == -32004
+    spans = receiver.wait_for(lambda s: of_trace(s, trace_id) and of_trace(s, trace4))
+    [reopened] = [s for s in of_trace(spans, trace_id) if s.kind == "SERVER"]
+    assert ("a2a_gateway.divergence", "terminal_regression") in [
+        (name, attrs.get("a2a_gateway.finding.kind")) for name, attrs in reopened.events]
+    refused = of_trace(spans, trace4)
+    assert [s.kind for s in refused] == ["SERVER"]  # answered locally: the worker was not called
+    [(name, attrs)] = refused[0].events
+    assert name == "a2a_gateway.rejection" and attrs["a2a_gateway.finding.kind"] == "terminal_task"
+    assert refused[0].attributes["error.type"] == "rejected" and refused[0].status_code == 2  # ERROR
+    assert refused[0].attributes["a2a.task.state"] == "TASK_STATE_COMPLETED"  # as the ledger holds it
+
+
+def test_the_request_log_line_carries_the_trace_id(traced: tuple[Harness, OtlpReceiver],
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    h, _ = traced
+    header, trace_id, _ = traceparent(5)
+    h.worker.on("GetTask", json_result=task("t-5", "TASK_STATE_WORKING"))
+    with caplog.at_level(logging.INFO, logger="a2a_gateway"):
+        h.rpc({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-5"}},
+              headers={**V1, "traceparent": header})
+    lines = [r for r in caplog.records if r.getMessage() == "request"]
+    assert [getattr(r, "trace_id", None) for r in lines] == [trace_id]
+
+
+@pytest.mark.parametrize(("env", "enabled", "expected"), [
+    ({}, None, False),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, None, True),
+    ({"OTEL_TRACES_EXPORTER": "otlp"}, None, True),
+    ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, None, False),
+    ({}, True, True),
+    ({"OTEL_SDK_DISABLED": "true"}, True, False),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, False, False),
+])
+def test_tracing_is_off_unless_configured(env: dict[str, str], enabled: bool | None, expected: bool) -> None:
+    assert tracing.wanted(TracingConfig(enabled=enabled), env) is expected
+
+
+def test_tracing_off_builds_no_span(h: Harness) -> None:
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in os.environ
+    assert h.runtime.tracing is None
