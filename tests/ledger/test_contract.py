@@ -629,8 +629,6 @@ async def test_redis_resync_indexes_live_tasks_a_sweep_index_never_held(backend:
                                                                         request: pytest.FixtureRequest) -> None:
     """Tasks stored before the sweep's sorted set existed (here: the set deleted) are indexed
     again by the start-up resync scan."""
-    import redis.asyncio as aioredis
-
     url = request.getfixturevalue("redis_url" if backend == "redis" else "redis_cluster_url")
     led = ledger_from_url(url)
     led.prefix = f"t{uuid.uuid4().hex[:12]}"  # type: ignore[attr-defined]
