@@ -19,10 +19,11 @@ from gateway.invariants.model import Clock, Finding, TaskRecord
 
 @dataclass(slots=True)
 class Load:
-    """Read the record of ``task_id`` (``None``: no task, only the time). Reply:
-    :class:`Loaded`. Throws :class:`~gateway.errors.LedgerError`."""
+    """Read the record of ``task_id`` in ``tenant`` (``None``: no task, only the time;
+    docs/callers.md §1). Reply: :class:`Loaded`. Throws :class:`~gateway.errors.LedgerError`."""
 
     task_id: str | None
+    tenant: str = ""
 
 
 @dataclass(slots=True)
@@ -57,22 +58,24 @@ class AppendEvent:
     """Add one event the client is about to receive for ``task_id`` to the task's replay
     window (docs/resume.md §2), in ``lineage`` (``None``: a new one, named after the event's
     id). ``payload`` is the exchange's encoding of the event
-    (:func:`gateway.exchange.window.encode`). Reply: ``(event_id, lineage)``. Throws
-    :class:`~gateway.errors.LedgerError`."""
+    (:func:`gateway.exchange.window.encode`), ``tenant`` the task's tenant. Reply:
+    ``(event_id, lineage)``. Throws :class:`~gateway.errors.LedgerError`."""
 
     task_id: str
     lineage: str | None
     payload: bytes
+    tenant: str = ""
 
 
 @dataclass(slots=True)
 class ReadWindow:
-    """The replay window of ``task_id`` after the event ``after`` (a client's
+    """The replay window of ``task_id`` in ``tenant`` after the event ``after`` (a client's
     ``Last-Event-ID``). Reply: :class:`~gateway.ledger.base.Replay`. Throws
     :class:`~gateway.errors.LedgerError`."""
 
     task_id: str
     after: str
+    tenant: str = ""
 
 
 # --- the worker -----------------------------------------------------------------------------

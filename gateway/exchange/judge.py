@@ -44,15 +44,15 @@ def only_fresher(old: TaskRecord | None, new: TaskRecord) -> bool:
     return bool(_content(new) == _content(old))
 
 
-def load(policy: Policy, task_id: str | None) -> Generator[Any, Any, Loaded]:
-    """The record of ``task_id`` and the time.
+def load(policy: Policy, task_id: str | None, tenant: str = "") -> Generator[Any, Any, Loaded]:
+    """The record of ``task_id`` in ``tenant`` and the time.
 
     Raises:
         LedgerError: the ledger failed and ``policy.fail_open`` is off (with it, the failure
             reads as "no record").
     """
     try:
-        loaded: Loaded = yield Load(task_id)
+        loaded: Loaded = yield Load(task_id, tenant)
     except LedgerError:
         if not policy.fail_open:
             raise
@@ -65,7 +65,9 @@ def judge(
 ) -> Generator[Any, Any, Outcome]:
     """Judge one worker payload (a unary ``result`` or one stream event's ``result``) and
     store its ledger change first. A ``ListTasks`` result is judged task by task
-    (:func:`judge_list`).
+    (:func:`judge_list`). A payload the engine does not refuse records the exchange's caller
+    as seen on its task (:func:`~gateway.invariants.engine.with_caller`, docs/callers.md §2):
+    the worker answered that caller about that task.
 
     Returns the engine's :class:`~gateway.invariants.model.Outcome`, its findings reported.
 
@@ -76,13 +78,17 @@ def judge(
     if ex.operation is Operation.LIST:
         return (yield from judge_list(policy, ex, result))
     task_id = engine.payload_task_id(result)
-    load = Load(task_id)
+    load = Load(task_id, ex.tenant)
     try:
         for _ in range(CAS_ATTEMPTS):  # one generator level: this runs once per SSE event
             loaded: Loaded = yield load
             record = loaded.record
             outcome = engine.check_payload(ex, stream, record, result, loaded.clock)
             new = outcome.record
+            if ex.caller is not None and outcome.action is not Action.REJECT:
+                seen_on = new if new is not None else record
+                if seen_on is not None and ex.caller not in seen_on.callers:
+                    new = outcome.record = engine.with_caller(ex, seen_on)
             if new is not None and (loaded.needs_resync or not only_fresher(record, new)):
                 try:
                     yield Store(new, loaded.version)
@@ -124,14 +130,14 @@ def judge_list(policy: Policy, ex: Exchange, result: Any) -> Generator[Any, Any,
     return Outcome(Action.FORWARD, {**result, "tasks": out})
 
 
-def touch(task_id: str) -> Steps:
+def touch(task_id: str, tenant: str = "") -> Steps:
     """Record a sign of life of a live task without a payload (a ping on its own stream):
     ``observed_at`` moves on, nothing else. Best effort: a lost race or a ledger failure is
     ignored (the next event records the time anyway). A record flagged ``needs_resync`` is left
     alone: a store would clear the flag, which only an observation of the task's state may do
     (and until then its observation time decides nothing: ``restart`` comes first)."""
     try:
-        loaded: Loaded = yield Load(task_id)
+        loaded: Loaded = yield Load(task_id, tenant)
         record = loaded.record
         if record is None or record.terminal or loaded.needs_resync:
             return

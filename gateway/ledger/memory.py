@@ -28,7 +28,7 @@ from gateway.invariants.model import TaskRecord
 from gateway.ledger.base import Replay, Stored, WindowEvent, WindowLimits
 
 _log = logging.getLogger("a2a_gateway")
-Key = tuple[str, str]
+Key = tuple[str, str, str]  # (upstream, tenant, task_id)
 
 
 class MemoryLedger:
@@ -58,14 +58,14 @@ class MemoryLedger:
     async def open(self) -> None:
         """Nothing to open."""
 
-    async def get(self, upstream: str, task_id: str) -> Stored | None:
-        """The record of (``upstream``, ``task_id``) with its version, or ``None``."""
-        return self._records.get((upstream, task_id))
+    async def get(self, upstream: str, task_id: str, *, tenant: str = "") -> Stored | None:
+        """The record of (``upstream``, ``tenant``, ``task_id``) with its version, or ``None``."""
+        return self._records.get((upstream, tenant, task_id))
 
     async def put(self, record: TaskRecord, expected_version: int) -> int:
         """Compare-and-set on the version; see :meth:`TaskLedger.put`. Returns the new
         version."""
-        key = (record.upstream, record.task_id)
+        key = (record.upstream, record.tenant, record.task_id)
         current = self._records.pop(key, None)
         stored_version = current.version if current is not None else 0
         if stored_version != expected_version:
@@ -94,7 +94,8 @@ class MemoryLedger:
         stored = self._records.pop(victim)
         self._uncount(stored.record.state.value)
         self.evicted += 1
-        _log.warning("ledger_evicted", extra={"upstream": victim[0], "task_id": victim[1],
+        _log.warning("ledger_evicted", extra={"upstream": victim[0], "tenant": victim[1],
+                                               "task_id": victim[2],
                                                "state": stored.record.state.value,
                                                "backend": self.backend})
 
@@ -123,11 +124,11 @@ class MemoryLedger:
         return len(doomed)
 
     async def append_event(self, upstream: str, task_id: str, lineage: str | None,
-                           payload: bytes, at: float) -> tuple[str, str]:
+                           payload: bytes, at: float, *, tenant: str = "") -> tuple[str, str]:
         """Append to the task's window (ids are ``RUN.SEQ``: a process-wide counter after a
         token of this process, so an id from before a restart is unknown, never another
         event's); see :meth:`TaskLedger.append_event`."""
-        limits, key = self._window_limits, (upstream, task_id)
+        limits, key = self._window_limits, (upstream, tenant, task_id)
         self._seq += 1
         event_id = f"{self._run}.{self._seq}"
         lineage = lineage or event_id
@@ -168,10 +169,11 @@ class MemoryLedger:
                 self._pop_front(key, window)
                 return
 
-    async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
+    async def events_after(self, upstream: str, task_id: str, event_id: str, *,
+                           tenant: str = "") -> Replay:
         """The window's events after ``event_id`` in its lineage; see
         :meth:`TaskLedger.events_after`."""
-        window = self._windows.get((upstream, task_id))
+        window = self._windows.get((upstream, tenant, task_id))
         run, _, number = event_id.partition(".")
         if window is None or run != self._run or not (len(number) <= 19 and number.isascii() and number.isdigit()):
             return Replay(False)  # an id of no window, never an error (``int("²")`` raises)

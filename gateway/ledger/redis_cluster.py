@@ -58,7 +58,7 @@ from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec, redact
 from gateway.ledger.base import WindowLimits
-from gateway.ledger.redis import RedisLedger, RedisOptions, _read_secret, host_port
+from gateway.ledger.redis import RedisLedger, RedisOptions, _read_secret, escape_key_part, host_port
 
 _log = logging.getLogger("a2a_gateway")
 
@@ -107,16 +107,15 @@ MAX_CONNECTIONS_PER_NODE = 1024
 of the URL overrides it)."""
 
 
-def _escape(part: str) -> str:
-    return part.replace("%", "%25").replace("{", "%7B").replace("}", "%7D").replace(":", "%3A")
-
-
-def task_tag(upstream: str, task_id: str) -> str:
-    """The hash tag of a task's keys: ``{UPSTREAM:TASKID}`` with ``%``, ``{``, ``}`` and ``:``
-    of each part percent-escaped (``%25``, ``%7B``, ``%7D``, ``%3A``), so the tag holds no
-    ``}`` (Redis hashes up to the first one) and two (upstream, task id) pairs never share a
-    tag: ``task_tag("w", "t-1") == "{w:t-1}"``, ``task_tag("a:b", "c") == "{a%3Ab:c}"``."""
-    return f"{{{_escape(upstream)}:{_escape(task_id)}}}"
+def task_tag(upstream: str, task_id: str, tenant: str = "") -> str:
+    """The hash tag of a task's keys: ``{UPSTREAM:TASKID}``, or ``{UPSTREAM:TENANT:TASKID}``
+    for a task of an A2A tenant (docs/callers.md §1), with ``%``, ``{``, ``}`` and ``:`` of
+    each part percent-escaped (``%25``, ``%7B``, ``%7D``, ``%3A``), so the tag holds no ``}``
+    (Redis hashes up to the first one) and two (upstream, tenant, task id) triples never share
+    a tag (two parts or three): ``task_tag("w", "t-1") == "{w:t-1}"``,
+    ``task_tag("a:b", "c") == "{a%3Ab:c}"``, ``task_tag("w", "t-1", "acme") == "{w:acme:t-1}"``."""
+    middle = f"{escape_key_part(tenant)}:" if tenant else ""
+    return f"{{{escape_key_part(upstream)}:{middle}{escape_key_part(task_id)}}}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,16 +197,16 @@ class RedisClusterLedger(RedisLedger):
 
     # --- keys: one hash tag per task -------------------------------------------------------------
 
-    def _key(self, upstream: str, task_id: str) -> str:
-        return f"{self.prefix}:task:{task_tag(upstream, task_id)}"
+    def _key(self, upstream: str, task_id: str, tenant: str = "") -> str:
+        return f"{self.prefix}:task:{task_tag(upstream, task_id, tenant)}"
 
-    def _events_key(self, upstream: str, task_id: str) -> str:
+    def _events_key(self, upstream: str, task_id: str, tenant: str = "") -> str:
         """The stream of the task's replay window, in the slot of its record."""
-        return f"{self.prefix}:events:{task_tag(upstream, task_id)}"
+        return f"{self.prefix}:events:{task_tag(upstream, task_id, tenant)}"
 
-    def _window_key(self, upstream: str, task_id: str) -> str:
+    def _window_key(self, upstream: str, task_id: str, tenant: str = "") -> str:
         """The hash beside the task's stream (``bytes``), in the slot of its record."""
-        return f"{self.prefix}:window:{task_tag(upstream, task_id)}"
+        return f"{self.prefix}:window:{task_tag(upstream, task_id, tenant)}"
 
     def _windows_keys(self) -> tuple[str, str, str, str, str]:
         """The bookkeeping over all windows, as :meth:`RedisLedger._windows_keys`, under one
@@ -276,7 +275,7 @@ class RedisClusterLedger(RedisLedger):
         """
         blob = codec.encode(record)
         version = expected_version + 1
-        key = self._key(record.upstream, record.task_id)
+        key = self._key(record.upstream, record.task_id, record.tenant)
         live, counts, terminal = (f"{self.prefix}:live", f"{self.prefix}:counts",
                                   f"{self.prefix}:terminal")
         state = record.state.value

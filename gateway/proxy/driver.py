@@ -184,8 +184,8 @@ class Driver:
         task_id = cmd.task_id
         if task_id is None:
             return Loaded(None, Clock(time.time()))
-        ledger, upstream = self.rt.ledger, self.route.upstream.name
-        stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id))
+        ledger, upstream, tenant = self.rt.ledger, self.route.upstream.name, cmd.tenant
+        stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id, tenant=tenant))
         if stored is None:
             return Loaded(None, Clock(time.time()))
         return Loaded(stored.record, Clock(time.time()), stored.version, stored.needs_resync)
@@ -197,12 +197,12 @@ class Driver:
     async def _append_event(self, cmd: AppendEvent) -> tuple[str, str]:
         ledger, upstream = self.rt.ledger, self.route.upstream.name
         return await self.rt.ledger_call("append_event", lambda: ledger.append_event(
-            upstream, cmd.task_id, cmd.lineage, cmd.payload, time.time()))
+            upstream, cmd.task_id, cmd.lineage, cmd.payload, time.time(), tenant=cmd.tenant))
 
     async def _read_window(self, cmd: ReadWindow) -> Any:
         ledger, upstream = self.rt.ledger, self.route.upstream.name
         return await self.rt.ledger_call("events_after", lambda: ledger.events_after(
-            upstream, cmd.task_id, cmd.after))
+            upstream, cmd.task_id, cmd.after, tenant=cmd.tenant))
 
     # --- the worker -------------------------------------------------------------------------------
 
