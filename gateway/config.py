@@ -384,6 +384,72 @@ class ReplayWindowConfig(_Frozen):
                             retention_seconds=self.retention_seconds)
 
 
+class CallersConfig(_Frozen):
+    """Telling callers apart on a task (docs/callers.md §2-§4): an answer the gateway builds
+    from its ledger goes only to a caller seen on the task; anyone else's request goes to the
+    worker. ``identity``: what names a caller — the ``header`` (default ``Authorization``),
+    the TLS ``client_cert`` subject, or the ``jwt_subject`` verified by ``auth.jwt``.
+    ``secret_file``: the HMAC secrets of the fingerprints, one per line, the first signing
+    (``A2A_GATEWAY_CALLER_SECRET`` wins when set; none: a random secret of this process, with
+    a warning). ``enabled: false`` gives local answers to anyone (one caller per deployment).
+    Read at start only."""
+
+    enabled: bool = True
+    identity: Literal["header", "client_cert", "jwt_subject"] = "header"
+    header: str = Field(default="authorization", pattern=r"^[A-Za-z0-9-]{1,64}$")
+    secret_file: str | None = None
+
+
+#: The signature algorithms ``auth.jwt.algorithms`` may name: asymmetric ones only (a JWKS
+#: holds public keys; ``none`` and the HMAC family are refused).
+JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+                  "ES256", "ES384", "ES512", "EdDSA")
+
+
+class JwtConfig(_Frozen):
+    """Bearer JWTs checked at the gateway before anything reaches a worker (docs/callers.md
+    §5): signed by a key of the JWKS (``jwks_url``, fetched and cached ``cache_seconds``, or
+    ``jwks_file``) with one of ``algorithms``, issued by ``issuer`` for ``audience`` (one or
+    a list), with ``exp`` (and ``nbf``/``iat`` when present) checked with ``leeway_seconds``.
+    Read at start only."""
+
+    issuer: str = Field(min_length=1)
+    audience: str | list[str] = Field(min_length=1)
+    jwks_url: str | None = None
+    jwks_file: str | None = None
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
+    leeway_seconds: float = Field(default=30.0, ge=0, le=3600)
+    cache_seconds: Seconds = 300.0
+    fetch_timeout_seconds: Seconds = 5.0
+
+    @field_validator("algorithms")
+    @classmethod
+    def _asymmetric(cls, value: list[str]) -> list[str]:
+        bad = [a for a in value if a not in JWT_ALGORITHMS]
+        if bad:
+            raise ValueError(f"not allowed: {', '.join(bad)} (one of {', '.join(JWT_ALGORITHMS)})")
+        return value
+
+    @field_validator("jwks_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("http", "https"):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> JwtConfig:
+        if (self.jwks_url is None) == (self.jwks_file is None):
+            raise ValueError("exactly one of jwks_url and jwks_file")
+        return self
+
+
+class AuthConfig(_Frozen):
+    """Caller authentication at the gateway (docs/callers.md §5); off without ``jwt``."""
+
+    jwt: JwtConfig | None = None
+
+
 class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
@@ -399,6 +465,8 @@ class GatewayConfig(_Frozen):
     admission: AdmissionConfig = AdmissionConfig()
     bridge: BridgeConfig = BridgeConfig()
     replay_window: ReplayWindowConfig = ReplayWindowConfig()
+    callers: CallersConfig = CallersConfig()
+    auth: AuthConfig = AuthConfig()
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -411,6 +479,8 @@ class GatewayConfig(_Frozen):
         if self.admin.enabled and self.admin.port and self.admin.port == self.listen.port:
             raise ValueError("admin.port: must differ from listen.port (the admin listener is "
                              "apart from the traffic port; admin.enabled: false to have none)")
+        if self.callers.identity == "jwt_subject" and self.auth.jwt is None:
+            raise ValueError("callers.identity: jwt_subject needs auth.jwt")
         return self
 
 

@@ -190,6 +190,21 @@ build_record = _record_builder()
 
 
 @dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is asking, as the pure core sees it (docs/callers.md §2): ``fingerprint`` is the
+    keyed fingerprint recorded on a task the worker answers this caller about (``None``:
+    callers are not told apart), ``matches`` every fingerprint of the caller under the
+    secrets in force (the recorded one among them). Opaque strings, made by the shell."""
+
+    fingerprint: str | None = None
+    matches: frozenset[str] = frozenset()
+
+
+NO_CALLER = Caller()
+"""Callers not told apart: every local answer goes to anyone (replay, tests, ``callers.enabled: false``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Exchange:
     """The client request a payload belongs to.
 

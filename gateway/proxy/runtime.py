@@ -26,6 +26,8 @@ from gateway.invariants.model import Mode
 from gateway.ledger.base import TaskLedger
 from gateway.observability.metrics import Metrics
 from gateway.observability.reporter import Reporter
+from gateway.proxy.auth import JwtVerifier
+from gateway.proxy.callers import CallerKeys
 from gateway.proxy.card import CardCache
 from gateway.proxy.forward import Router, Signal
 from gateway.proxy.transport import UpstreamClient
@@ -48,6 +50,10 @@ class Runtime:
     :class:`~gateway.proxy.forward.Signal`: each stream watches it with a callback, no task)."""
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
+    callers: CallerKeys | None = None
+    """Who is asking (docs/callers.md §2); ``None``: callers are not told apart."""
+    auth: JwtVerifier | None = None
+    """Bearer JWT checking (``auth.jwt``, docs/callers.md §5); ``None``: off."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
@@ -60,7 +66,7 @@ class Runtime:
         they keep their old values (a warning says so). Returns the names of the upstreams whose cache was kept.
         """
         old = getattr(self, "config", None)
-        kept_keys = ("listen", "admin", "ledger", "replay_window")
+        kept_keys = ("listen", "admin", "ledger", "replay_window", "callers", "auth")
         changed = [key for key in kept_keys if old is not None and getattr(old, key) != getattr(config, key)]
         if changed:
             self.log.warning("config_needs_restart", extra={"keys": changed})
