@@ -38,6 +38,7 @@ examples:
   a2a-gateway replay tests/fixtures/transcripts/f04_cancel_then_completed.jsonl
   a2a-gateway ledger stats
   a2a-gateway ledger --config gateway.yaml show 6db7f1c2-...
+  a2a-gateway ledger --config gateway.yaml show --tenant acme 6db7f1c2-...
 """
 
 
@@ -131,6 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--upstream", metavar="NAME",
                       help="upstream name (default: every upstream of the config; 'worker' in "
                       "the sidecar form)")
+    show.add_argument("--tenant", metavar="TENANT", default="",
+                      help="the A2A tenant the task lives in (default: none; docs/callers.md §1)")
     ledger_sub.add_parser("stats", help="print tracked tasks by state as JSON", parents=[source])
 
     check = sub.add_parser("check-config", help="validate a config file and print it normalized",
@@ -357,9 +360,10 @@ def _ledger(args: argparse.Namespace) -> int:
                                "by_state": counts}
             else:
                 names = [args.upstream] if args.upstream else _upstreams(args)
-                found = [s for s in [await ledger.get(n, args.task_id) for n in names] if s]
+                found = [s for s in [await ledger.get(n, args.task_id, tenant=args.tenant) for n in names] if s]
                 if not found:
-                    print(f"task {args.task_id} is not in the ledger under upstream "
+                    tenant = f" in tenant {args.tenant!r}" if args.tenant else ""
+                    print(f"task {args.task_id}{tenant} is not in the ledger under upstream "
                           f"{', '.join(names)}", file=sys.stderr)
                     return 1
                 doc = [_record_json(r) for r in found]
@@ -383,8 +387,10 @@ def _upstreams(args: argparse.Namespace) -> list[str]:
 
 def _record_json(stored: Stored) -> dict[str, object]:
     """A ledger entry as ``ledger show`` prints it: the record's fields, then the ledger's
-    ``version`` and ``needs_resync`` kept beside it."""
+    ``version`` and ``needs_resync`` kept beside it. The callers' fingerprints are not shown,
+    only how many were seen (docs/callers.md §6)."""
     import dataclasses
 
-    return {**dataclasses.asdict(stored.record), "version": stored.version,
-            "needs_resync": stored.needs_resync}
+    doc = dataclasses.asdict(stored.record)
+    doc["callers"] = len(stored.record.callers)
+    return {**doc, "version": stored.version, "needs_resync": stored.needs_resync}
