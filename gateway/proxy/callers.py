@@ -38,7 +38,6 @@ from gateway.invariants.model import NO_CALLER, Caller
 SECRET_ENV = "A2A_GATEWAY_CALLER_SECRET"
 MIN_SECRET_CHARS = 16
 _ANONYMOUS = b"anonymous"
-_CACHE_MAX = 4096  # identities whose fingerprints are kept (per process; cleared when full)
 
 
 def read_secrets(config: CallersConfig, environ: Mapping[str, str]) -> list[bytes]:
@@ -89,7 +88,6 @@ class CallerKeys:
                      else config.identity).encode()
         self.generated = not secrets
         self._secrets = secrets or [_random.token_bytes(32)]
-        self._cache: dict[bytes, Caller] = {}
 
     @classmethod
     def from_config(cls, config: CallersConfig, log: logging.Logger,
@@ -131,15 +129,8 @@ class CallerKeys:
         if not self.enabled:
             return NO_CALLER
         message = self.kind + b"\x00" + identity if identity is not None else _ANONYMOUS
-        known = self._cache.get(message)
-        if known is not None:
-            return known
         prints = [_fingerprint(secret, message) for secret in self._secrets]
-        made = Caller(prints[0], frozenset(prints))
-        if len(self._cache) >= _CACHE_MAX:
-            self._cache.clear()
-        self._cache[message] = made
-        return made
+        return Caller(prints[0], frozenset(prints))
 
 
 def _fingerprint(secret: bytes, message: bytes) -> str:
