@@ -7,15 +7,16 @@ caller whose fingerprint is there (the decision is the pure core's:
 :func:`gateway.invariants.engine.caller_seen`). A fingerprint is
 ``base64url(HMAC-SHA256(secret, KIND NUL VALUE))[:22]`` (128 bits): ``KIND`` says where the
 identity came from (``header:authorization``, ``client_cert``, ``jwt_subject``), so equal text
-from two sources never matches, and a request with no identity is the one caller
-``anonymous``, whose fingerprint no identity can have (docs/callers.md §2.3).
+from two sources never matches. A request with no identity is the one caller
+:data:`ANONYMOUS`, whose fixed fingerprint no identity can have (docs/callers.md §2.3).
 
 Secrets (docs/callers.md §4): ``A2A_GATEWAY_CALLER_SECRET`` (when set and not empty) or the
 file ``callers.secret_file``, one or more secrets separated by whitespace (a file: one per
 line, ``#`` comments), each at least :data:`MIN_SECRET_CHARS` characters. The first one signs
 the fingerprints recorded from now on; every one of them matches. With none configured, a
 random secret of this process is used, with a warning: nothing is disclosed, but after a
-restart (or in another process) no caller matches until the worker has answered it again.
+restart (or in another process) no identified caller matches until the worker has answered
+it again (the anonymous caller needs no secret).
 Secrets are never logged.
 """
 
@@ -37,7 +38,10 @@ from gateway.invariants.model import NO_CALLER, Caller
 
 SECRET_ENV = "A2A_GATEWAY_CALLER_SECRET"
 MIN_SECRET_CHARS = 16
-_ANONYMOUS = b"anonymous"
+ANONYMOUS = Caller("anonymous", frozenset({"anonymous"}))
+"""The caller of every request without an identity: a fixed fingerprint (it names nobody, so
+it needs no secret, and it stays the same across restarts, processes and rotations), which no
+keyed fingerprint (22 characters) can equal."""
 
 
 def read_secrets(config: CallersConfig, environ: Mapping[str, str]) -> list[bytes]:
@@ -128,7 +132,9 @@ class CallerKeys:
         false``."""
         if not self.enabled:
             return NO_CALLER
-        message = self.kind + b"\x00" + identity if identity is not None else _ANONYMOUS
+        if identity is None:
+            return ANONYMOUS
+        message = self.kind + b"\x00" + identity
         prints = [_fingerprint(secret, message) for secret in self._secrets]
         return Caller(prints[0], frozenset(prints))
 

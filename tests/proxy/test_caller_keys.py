@@ -40,8 +40,9 @@ def test_the_same_identity_is_the_same_caller_and_another_is_not() -> None:
 def test_no_identity_is_the_caller_anonymous_which_no_identity_matches() -> None:
     k = keys(S1)
     anonymous = k.caller(k.identity_of(scope()))
-    assert anonymous == k.caller(None)
+    assert anonymous == k.caller(None) == keys(S2).caller(None)  # no secret in it: one across processes
     assert anonymous.fingerprint != k.caller(b"anonymous").fingerprint
+    assert not anonymous.matches & k.caller(b"anonymous").matches
 
 
 def test_the_source_is_part_of_the_fingerprint() -> None:
