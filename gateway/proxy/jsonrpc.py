@@ -40,16 +40,17 @@ class JsonRpcHandler(ExchangeHandler):
             await send_json(self.send, 413, jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, msg))
             return
         parsed = jsonrpc.parse_request(body, limits.max_json_depth)
-        self._reply_id = None if isinstance(parsed, jsonrpc.ParseFailure) else parsed.reply_id
+        self._reply_id = (parsed.error.get("id") if isinstance(parsed, jsonrpc.ParseFailure)
+                          else parsed.reply_id)
+        caller = await self.identify()  # before anything else is answered (docs/callers.md §5)
+        if caller is None:
+            return
         if isinstance(parsed, jsonrpc.ParseFailure):
             self.summary.outcome = "malformed"
             self.reporter.report(Count("rejections", ("invalid", f"jsonrpc_{-parsed.code}", "enforced")))
             if parsed.limit is not None:
                 self.reporter.limit_reached(parsed.limit, "client")
             await send_json(self.send, 200, parsed.error)
-            return
-        caller = await self.identify()
-        if caller is None:
             return
         info = jsonrpc.lookup_method(parsed.method)
         if info is None:

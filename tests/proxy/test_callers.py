@@ -370,6 +370,10 @@ def test_a_refused_jwt_never_reaches_the_worker(guarded: Harness, keys: Keys, ca
 def test_the_agent_card_stays_public(guarded: Harness) -> None:
     r, raw = guarded.rest("GET", "/.well-known/agent-card.json")
     assert r.status_code == 200 and orjson.loads(raw)["name"]
+    # everything else needs the token first, even a malformed body (no parse error before it)
+    r = guarded.rpc(b'{"jsonrpc": "2.0", "id": 5, "method": ', headers=V1)
+    assert r.status_code == 401 and r.json()["error"]["code"] == jsonrpc.INVALID_REQUEST
+    assert guarded.rpc_calls() == []
 
 
 def test_a_jwks_file_works_without_fetching(make_harness: Any, keys: Keys, tmp_path: Path, secret: str) -> None:
