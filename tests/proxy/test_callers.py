@@ -385,3 +385,38 @@ def test_a_jwks_file_works_without_fetching(make_harness: Any, keys: Keys, tmp_p
     r = h.rpc({"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "x"}},
               headers=_bearer(keys.token(key=keys.stranger, kid="k-2")))
     assert r.status_code == 401 and keys.fetches == 0
+
+
+# -- resuming a stream (docs/callers.md §3) ------------------------------------------------------
+
+
+def test_a_resume_from_the_window_is_replayed_only_to_a_caller_seen(make_harness: Any, secret: str) -> None:
+    """Alice's stream fills the replay window; Mallory resuming with one of its ids is sent
+    to the worker as a plain subscribe (the worker says "task not found"); Alice gets the
+    window's next event from the gateway, the worker not asked."""
+    from tests.proxy.conftest import frames
+    from tests.support.scripted_worker import Event
+
+    h = make_harness()
+    h.worker.on("SendStreamingMessage", sse=[
+        Event(result={"task": {"id": "t-r", "contextId": "c-r", "status": {"state": "TASK_STATE_WORKING"}}}),
+        Event(result={"statusUpdate": {"taskId": "t-r", "contextId": "c-r",
+                                       "status": {"state": "TASK_STATE_COMPLETED"}}}),
+    ])
+    send = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+            "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}}
+    r, raw = h.stream(send, headers=ALICE)
+    assert r.status_code == 200
+    ids = [line[3:].strip().decode() for line in raw.split(b"\n") if line.startswith(b"id:")]
+    assert len(ids) == 2
+    h.worker.on("SubscribeToTask", json_error={"code": jsonrpc.TASK_NOT_FOUND, "message": "task t-r not found"})
+    h.worker.on("GetTask", json_error={"code": jsonrpc.TASK_NOT_FOUND, "message": "task t-r not found"})
+    subscribe = {"jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask", "params": {"id": "t-r"}}
+    r, raw = h.stream(subscribe, headers={**MALLORY, "Last-Event-ID": ids[0]})
+    assert orjson.loads(raw)["error"]["code"] == jsonrpc.TASK_NOT_FOUND, raw
+    assert [c.headers.get("authorization") for c in h.worker.calls("SubscribeToTask")] == ["Bearer mallory"]
+    assert "last-event-id" not in h.worker.calls("SubscribeToTask")[0].headers
+    r, raw = h.stream(subscribe, headers={**ALICE, "Last-Event-ID": ids[0]})
+    replayed = [f["data"]["result"] for f in frames(raw) if isinstance(f["data"], dict)]
+    assert [e["statusUpdate"]["status"]["state"] for e in replayed] == ["TASK_STATE_COMPLETED"]
+    assert len(h.worker.calls("SubscribeToTask")) == 1  # Alice's resume was the gateway's
