@@ -85,7 +85,8 @@ def judge(
             record = loaded.record
             outcome = engine.check_payload(ex, stream, record, result, loaded.clock)
             new = outcome.record
-            if ex.caller is not None and outcome.action is not Action.REJECT:
+            if ex.caller is not None and outcome.action is not Action.REJECT \
+                    and (new is not None or not loaded.needs_resync):  # a store clears the flag
                 seen_on = new if new is not None else record
                 if seen_on is not None and ex.caller not in seen_on.callers:
                     new = outcome.record = engine.with_caller(ex, seen_on)
