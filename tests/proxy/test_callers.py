@@ -19,7 +19,7 @@ from jwt.algorithms import RSAAlgorithm
 
 from gateway.a2a import jsonrpc
 from tests.proxy.conftest import Harness
-from tests.support.scripted_worker import JsonBody, JsonError, JsonResult, ReceivedRequest
+from tests.support.scripted_worker import JsonError, JsonResult, ReceivedRequest
 from tests.support.servers import serve_in_thread
 
 V1 = {"A2A-Version": "1.0"}
@@ -43,8 +43,7 @@ class OwnedTasks:
         self.tasks[(tenant, tid)] = doc
         return doc
 
-    def visible(self, req_or_tenant: Any, tid: str, caller: str | None) -> dict[str, Any] | None:
-        tenant = req_or_tenant
+    def visible(self, tenant: str, tid: str, caller: str | None) -> dict[str, Any] | None:
         doc = self.tasks.get((tenant, tid))
         if doc is None:
             return None
