@@ -41,8 +41,10 @@ from gateway.proxy import passthrough
 from gateway.proxy.card import serve_card
 from gateway.errors import BadPathError
 from gateway.proxy.forward import Route as ProxyRoute
+from gateway.proxy.auth import AuthFailure, JwtVerifier
+from gateway.proxy.callers import CallerKeys
 from gateway.proxy.jsonrpc import JsonRpcHandler
-from gateway.proxy.rest import RestHandler
+from gateway.proxy.rest import RestHandler, refuse_rest_auth
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.sweep import Sweeper
 from gateway.proxy.tracked import refresh_tracked_forever
@@ -113,6 +115,13 @@ class ProxyApp:
         if call is not None:
             await RestHandler(self.rt, route, call, scope, receive, send).run()
             return
+        if self.rt.auth is not None:  # nothing unauthenticated reaches the worker (docs/callers.md §5)
+            try:
+                await self.rt.auth.verify(scope)
+            except AuthFailure as failure:
+                self.rt.metrics.auth_failures.labels(route.upstream.name, "other", failure.reason).inc()
+                await refuse_rest_auth(send, failure)
+                return
         await passthrough.relay(self.rt, route, scope, receive, send)
 
 
@@ -254,7 +263,8 @@ def build_app(
         registry: where metrics are registered (default: a fresh ``CollectorRegistry``).
         config_path: the file ``config`` came from; when given, SIGHUP re-reads it and
             replaces upstreams and policies without dropping open streams (changes of
-            ``listen``, ``admin``, ``ledger``, ``replay_window``, ``timeline`` and ``tracing`` need a restart).
+            ``listen``, ``admin``, ``ledger``, ``replay_window``, ``timeline``, ``tracing``,
+            ``callers`` and ``auth`` need a restart).
         resync_on_open: flag the ledger's live tasks for a resync at start-up (``False`` in
             the workers of ``serve --workers N``: the supervisor did it once for all).
         reload_config: how SIGHUP reads the new config (default: ``load_config(config_path)``).
@@ -266,7 +276,9 @@ def build_app(
         :class:`Runtime`, ``app.admin`` the admin ASGI app.
 
     Raises:
-        ConfigError: ``admin.token_file`` cannot be read or is empty.
+        ConfigError: ``admin.token_file`` cannot be read or is empty; a caller secret
+            (``A2A_GATEWAY_CALLER_SECRET``, ``callers.secret_file``) or ``auth.jwt.jwks_file``
+            is unusable (docs/callers.md §4, §5).
     """
     token = read_token(config.admin) if config.admin.enabled else None
     registry = registry or CollectorRegistry()
@@ -276,8 +288,11 @@ def build_app(
                                      timeline=config.timeline.limits(config.ledger.retention_seconds),
                                      redis=config.ledger.redis_options())
     http = UpstreamClient(max_answer_bytes=config.limits.max_answer_bytes)
-    runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger(),
-                      tracing=tracing_from_config(config.tracing, __version__, get_logger()))
+    log = get_logger()
+    runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=log,
+                      tracing=tracing_from_config(config.tracing, __version__, log),
+                      callers=CallerKeys.from_config(config.callers, log),
+                      auth=JwtVerifier(config.auth.jwt, log) if config.auth.jwt is not None else None)
     runtime.apply_config(config)
     ready = {"value": False}
 
@@ -313,6 +328,8 @@ def build_app(
             for card in runtime.cards.values():
                 card.cancel()  # a fetch still in flight does not fail on the closing client
             await http.aclose()
+            if runtime.auth is not None:
+                await runtime.auth.aclose()
             await ledger.close()
             if runtime.tracing is not None:
                 await asyncio.to_thread(runtime.tracing.shutdown)  # exports what is queued

@@ -119,6 +119,7 @@ examples:
   a2a-gateway replay tests/fixtures/transcripts/f04_cancel_then_completed.jsonl
   a2a-gateway ledger stats
   a2a-gateway ledger --config gateway.yaml show 6db7f1c2-...
+  a2a-gateway ledger --config gateway.yaml show --tenant acme 6db7f1c2-...
 """
 
 
@@ -275,10 +276,11 @@ def _parser() -> argparse.ArgumentParser:
                                  epilog=ledger_epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     show.add_argument("task_id", metavar="TASK_ID")
     show.add_argument("--json", action="store_true", help="print JSON instead of text")
-    show.add_argument("--tenant", metavar="TENANT", default="", help="the task's A2A tenant (default none)")
     show.add_argument("--upstream", metavar="NAME",
                       help="upstream name (default: every upstream of the config; 'worker' in "
                       "the sidecar form)")
+    show.add_argument("--tenant", metavar="TENANT", default="",
+                      help="the A2A tenant the task lives in (default: none; docs/callers.md §1)")
     ledger_sub.add_parser("stats", help="print tracked tasks by state as JSON", parents=[source],
                           epilog=ledger_epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
 
@@ -534,12 +536,13 @@ def _ledger(args: argparse.Namespace) -> int:
                 names = [args.upstream] if args.upstream else _upstreams(args)
                 found = []
                 for name in names:
-                    stored = await ledger.get(name, args.task_id)
+                    stored = await ledger.get(name, args.task_id, tenant=args.tenant)
                     entries = await ledger.timeline(name, args.task_id, tenant=args.tenant)
                     if stored is not None or entries:
                         found.append((name, stored, entries))
                 if not found:
-                    print(f"task {args.task_id} is not in the ledger under upstream "
+                    tenant = f" in tenant {args.tenant!r}" if args.tenant else ""
+                    print(f"task {args.task_id}{tenant} is not in the ledger under upstream "
                           f"{', '.join(names)}", file=sys.stderr)
                     return 1
                 if not args.json:
@@ -566,11 +569,13 @@ def _upstreams(args: argparse.Namespace) -> list[str]:
 
 def _record_json(stored: Stored) -> dict[str, object]:
     """A ledger entry as ``ledger show --json`` prints it: the record's fields, then the ledger's
-    ``version`` and ``needs_resync`` kept beside it."""
+    ``version`` and ``needs_resync`` kept beside it. The callers' fingerprints are not shown,
+    only how many were seen (docs/callers.md §6)."""
     import dataclasses
 
-    return {**dataclasses.asdict(stored.record), "version": stored.version,
-            "needs_resync": stored.needs_resync}
+    doc = dataclasses.asdict(stored.record)
+    doc["callers"] = len(stored.record.callers)
+    return {**doc, "version": stored.version, "needs_resync": stored.needs_resync}
 
 
 def _task_json(upstream: str, stored: Stored | None, entries: list[TimelineEntry]) -> dict[str, object]:

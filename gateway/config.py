@@ -634,6 +634,85 @@ class TracingConfig(_Frozen):
     """The share of new traces recorded (a client's sampled ``traceparent`` is followed)."""
 
 
+class CallersConfig(_Frozen):
+    """Telling callers apart on a task (docs/callers.md §2-§4): an answer the gateway builds
+    from its ledger goes only to a caller seen on the task; anyone else's request goes to the
+    worker. ``identity``: what names a caller — the ``header`` (default ``Authorization``),
+    the TLS ``client_cert`` subject, or the ``jwt_subject`` verified by ``auth.jwt``.
+    ``secret_file``: the HMAC secrets of the fingerprints, one per line, the first signing
+    (``A2A_GATEWAY_CALLER_SECRET`` wins when set; none: a random secret of this process, with
+    a warning). ``enabled: false`` gives local answers to anyone (one caller per deployment).
+    Read at start only."""
+
+    enabled: bool = True
+    """Tell callers apart (``false``: local answers go to anyone)."""
+    identity: Literal["header", "client_cert", "jwt_subject"] = "header"
+    """What names a caller: a request ``header``, the TLS ``client_cert`` subject, or the ``jwt_subject``."""
+    header: str = Field(default="authorization", pattern=r"^[A-Za-z0-9-]{1,64}$")
+    """The header whose value names the caller (``identity: header``)."""
+    secret_file: str | None = None
+    """A file of HMAC secrets, one per line, the first signing (``A2A_GATEWAY_CALLER_SECRET`` wins)."""
+
+
+#: The signature algorithms ``auth.jwt.algorithms`` may name: asymmetric ones only (a JWKS
+#: holds public keys; ``none`` and the HMAC family are refused).
+JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+                  "ES256", "ES384", "ES512", "EdDSA")
+
+
+class JwtConfig(_Frozen):
+    """Bearer JWTs checked at the gateway before anything reaches a worker (docs/callers.md
+    §5): signed by a key of the JWKS (``jwks_url``, fetched and cached ``cache_seconds``, or
+    ``jwks_file``) with one of ``algorithms``, issued by ``issuer`` for ``audience`` (one or
+    a list), with ``exp`` (and ``nbf``/``iat`` when present) checked with ``leeway_seconds``.
+    Read at start only."""
+
+    issuer: str = Field(min_length=1)
+    """The ``iss`` every token must carry."""
+    audience: str | list[str] = Field(min_length=1)
+    """The ``aud`` a token must name (one of them, when a list)."""
+    jwks_url: str | None = None
+    """The JWKS URL (fetched and cached; or ``jwks_file``)."""
+    jwks_file: str | None = None
+    """A JWKS file (or ``jwks_url``)."""
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
+    """The signature algorithms accepted (asymmetric only)."""
+    leeway_seconds: float = Field(default=30.0, ge=0, le=3600)
+    """Clock skew allowed on ``exp``, ``nbf`` and ``iat``."""
+    cache_seconds: Seconds = 300.0
+    """Seconds a fetched JWKS is used before it is fetched again."""
+    fetch_timeout_seconds: Seconds = 5.0
+    """Timeout of one JWKS fetch."""
+
+    @field_validator("algorithms")
+    @classmethod
+    def _asymmetric(cls, value: list[str]) -> list[str]:
+        bad = [a for a in value if a not in JWT_ALGORITHMS]
+        if bad:
+            raise ValueError(f"not allowed: {', '.join(bad)} (one of {', '.join(JWT_ALGORITHMS)})")
+        return value
+
+    @field_validator("jwks_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("http", "https"):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> JwtConfig:
+        if (self.jwks_url is None) == (self.jwks_file is None):
+            raise ValueError("exactly one of jwks_url and jwks_file")
+        return self
+
+
+class AuthConfig(_Frozen):
+    """Caller authentication at the gateway (docs/callers.md §5); off without ``jwt``."""
+
+    jwt: JwtConfig | None = None
+    """Bearer JWT checking (``null``: off)."""
+
+
 class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
@@ -669,6 +748,10 @@ class GatewayConfig(_Frozen):
     """The task timeline kept for ``ledger show`` and the admin listener."""
     tracing: TracingConfig = TracingConfig()
     """OpenTelemetry traces over OTLP/HTTP."""
+    callers: CallersConfig = CallersConfig()
+    """Telling callers apart on a task (local answers only to callers seen on it)."""
+    auth: AuthConfig = AuthConfig()
+    """Caller authentication at the gateway (bearer JWTs)."""
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -681,6 +764,8 @@ class GatewayConfig(_Frozen):
         if self.admin.enabled and self.admin.port and self.admin.port == self.listen.port:
             raise ValueError("admin.port: must differ from listen.port (the admin listener is "
                              "apart from the traffic port; admin.enabled: false to have none)")
+        if self.callers.identity == "jwt_subject" and self.auth.jwt is None:
+            raise ValueError("callers.identity: jwt_subject needs auth.jwt")
         return self
 
 

@@ -572,3 +572,36 @@ class TestPrecedence:
         for s in settings:
             assert s.env in out, s.env
         assert "A2A_GATEWAY_STATE_DIR" in out
+
+
+# -- callers and auth (docs/callers.md §2, §5) ------------------------------------------------------
+
+_UP = [{"name": "w", "url": "http://127.0.0.1:9"}]
+_JWT = {"issuer": "https://i.test", "audience": "gw", "jwks_url": "https://i.test/jwks.json"}
+
+
+def test_callers_default_to_the_authorization_header_and_auth_is_off() -> None:
+    config = parse_config({"upstreams": _UP})
+    assert (config.callers.enabled, config.callers.identity, config.callers.header) == (True, "header", "authorization")
+    assert config.auth.jwt is None
+
+
+@pytest.mark.parametrize("jwt,problem", [
+    ({**_JWT, "algorithms": ["none"]}, "auth.jwt.algorithms: not allowed: none"),
+    ({**_JWT, "algorithms": ["RS256", "HS256"]}, "auth.jwt.algorithms: not allowed: HS256"),
+    ({**_JWT, "jwks_file": "/etc/jwks.json"}, "auth.jwt: exactly one of jwks_url and jwks_file"),
+    ({"issuer": "https://i.test", "audience": "gw"}, "auth.jwt: exactly one of jwks_url and jwks_file"),
+    ({**_JWT, "jwks_url": "file:///etc/jwks.json"}, "auth.jwt.jwks_url: must be an http:// or https:// URL"),
+])
+def test_a_jwt_setting_a_production_proxy_would_not_take_is_refused(jwt: dict[str, object], problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({"upstreams": _UP, "auth": {"jwt": jwt}})
+    assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
+
+
+def test_the_jwt_subject_as_identity_needs_auth_jwt() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({"upstreams": _UP, "callers": {"identity": "jwt_subject"}})
+    assert any("jwt_subject needs auth.jwt" in p for p in info.value.problems)
+    config = parse_config({"upstreams": _UP, "callers": {"identity": "jwt_subject"}, "auth": {"jwt": _JWT}})
+    assert config.auth.jwt is not None and config.auth.jwt.algorithms == ["RS256", "ES256"]

@@ -221,6 +221,16 @@ def test_every_resume_citation_resolves():
     assert missing == []
 
 
+def test_every_callers_citation_resolves():
+    """``docs/callers.md §N.M`` (tenants, callers, the secret, JWTs)."""
+    numbers = section_index("callers.md")
+    assert {"1", "2", "2.1", "2.2", "2.3", "3", "4", "5", "6"} <= numbers
+    missing = [f"{rel}: docs/callers.md §{section}" for rel, text in _scanned_files()
+               for source, section, _ in section_citations(text)
+               if source == "docs/callers.md" and section not in numbers]
+    assert missing == []
+
+
 def test_the_bridge_scanner_catches_a_missing_section():
     """Self-check: a bridge citation is read with its source, and a wrong number is seen."""
     rows = section_citations("docs/bridge.md §1.8 (blocking), §1.99")

@@ -437,19 +437,34 @@ def _exact_value(obj: object) -> Any:
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
-def task_get_request(task_id: str, version: ProtocolVersion) -> dict[str, Any]:
+def task_get_request(task_id: str, version: ProtocolVersion, tenant: str = "") -> dict[str, Any]:
     """The gateway's own ``GetTask`` / ``tasks/get`` for ``task_id`` in ``version``, asking for
-    no history (docs/protocol.md §1.2): ``{"jsonrpc", "id": PROBE_ID, "method", "params"}``."""
-    return {"jsonrpc": "2.0", "id": PROBE_ID, "method": _TASK_GET[version],
-            "params": {"id": task_id, "historyLength": 0}}
+    no history (docs/protocol.md §1.2): ``{"jsonrpc", "id": PROBE_ID, "method", "params"}``;
+    with the client's ``tenant`` when it named one (v1.0, docs/callers.md §1)."""
+    params: dict[str, Any] = {"id": task_id, "historyLength": 0}
+    if tenant:
+        params["tenant"] = tenant
+    return {"jsonrpc": "2.0", "id": PROBE_ID, "method": _TASK_GET[version], "params": params}
 
 
-def subscribe_request(req_id: JsonId, task_id: str, version: ProtocolVersion) -> dict[str, Any]:
+def subscribe_request(req_id: JsonId, task_id: str, version: ProtocolVersion,
+                      tenant: str = "") -> dict[str, Any]:
     """``SubscribeToTask`` / ``tasks/resubscribe`` for ``task_id`` with the client's ``req_id``:
     the gateway's resubscribe after a cut stream (docs/protocol.md §7; its first event is the
-    current Task)."""
-    return {"jsonrpc": "2.0", "id": req_id, "method": _SUBSCRIBE[version],
-            "params": {"id": task_id}}
+    current Task); with the client's ``tenant`` when it named one (v1.0)."""
+    params: dict[str, Any] = {"id": task_id}
+    if tenant:
+        params["tenant"] = tenant
+    return {"jsonrpc": "2.0", "id": req_id, "method": _SUBSCRIBE[version], "params": params}
+
+
+def request_tenant(info: MethodInfo, params: object) -> str:
+    """The A2A tenant a JSON-RPC request names (docs/callers.md §1): v1.0 ``params.tenant``
+    when it is a string; ``""`` for none, and always for v0.3 (which has no tenant)."""
+    if info.version is not ProtocolVersion.V1_0 or not isinstance(params, dict):
+        return ""
+    tenant = params.get("tenant")
+    return tenant if isinstance(tenant, str) else ""
 
 
 def request_message(params: object) -> dict[str, Any] | None:

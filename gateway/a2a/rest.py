@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
@@ -66,7 +67,7 @@ _HTTP: dict[int, tuple[int, str]] = {
     jsonrpc.METHOD_NOT_FOUND: (404, "NOT_FOUND"),
     jsonrpc.INTERNAL_ERROR: (500, "INTERNAL"),
 }
-_STATUS_NAMES = {413: "INVALID_ARGUMENT", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
+_STATUS_NAMES = {401: "UNAUTHENTICATED", 413: "INVALID_ARGUMENT", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
                  504: "DEADLINE_EXCEEDED"}
 REASONS: dict[int, str] = {
     **jsonrpc.ERROR_REASONS,
@@ -192,6 +193,30 @@ def match(http_method: str, path: str, a2a_version: str | None = None, *,
 
 
 _CARRIED = ("tenant", "a2a-version")
+
+
+def rest_tenant(call: RestCall, prefixes: Iterable[str] = ()) -> str:
+    """The A2A tenant of a REST call (docs/callers.md §1): the call's ``base`` with the
+    worker's own REST prefix taken off its end — the longest of ``prefixes`` (paths such as
+    ``/rest``, from the HTTP+JSON interfaces of the worker's card) that ends it at a segment
+    boundary — then percent-decoded, without its outer slashes; when that leaves nothing, the
+    ``tenant`` query parameter the call carries (@a2a-js/sdk sends it there); ``""`` for none.
+    Without a known prefix the whole base is the tenant (``/rest`` reads as tenant ``rest``).
+    """
+    base = call.base
+    known = {"/" + p.strip("/") for p in prefixes if p.strip("/")}  # "/rest": whole segments
+    folded = base.lower()  # read in any letter case, as the workers' routers read paths
+    for prefix in sorted(known, key=len, reverse=True):
+        if folded.endswith(prefix.lower()):
+            base = base[:-len(prefix)]
+            break
+    tenant = unquote(base.strip("/"))
+    if tenant:
+        return tenant
+    for name, value in parse_qsl(call.query, keep_blank_values=True):
+        if name == "tenant":
+            return value
+    return ""
 
 
 def client_version(headers: list[tuple[bytes, bytes]], query: bytes) -> str | None:

@@ -39,6 +39,7 @@ from gateway.exchange.model import Policy, Summary
 from gateway.exchange.request import CardRewrite
 from gateway.exchange.rest import RestExchange
 from gateway.invariants.admission import CardView
+from gateway.invariants.model import NO_CALLER, Caller
 
 Speaks = frozenset[tuple[ProtocolVersion, Binding]]
 """The versions and bindings a worker serves (from its card, or the configuration)."""
@@ -115,8 +116,9 @@ class BridgedJsonRpcExchange(_Bridged, JsonRpcExchange):
     """
 
     def __init__(self, req: Request, body: bytes, info: MethodInfo, card: CardView, policy: Policy,
-                 worker_version: ProtocolVersion, rewrite_card: CardRewrite | None = None) -> None:
-        super().__init__(req, body, info, card, policy, rewrite_card)
+                 worker_version: ProtocolVersion, rewrite_card: CardRewrite | None = None, *,
+                 caller: Caller = NO_CALLER) -> None:
+        super().__init__(req, body, info, card, policy, rewrite_card, caller=caller)
         self._setup(worker_version, Binding.JSONRPC)
         method = jsonrpc.method_name(info.operation, worker_version)
         params = self._params(req.params if req.params is not None else {})
@@ -188,8 +190,10 @@ class BridgedRestExchange(_Bridged, RestExchange):
 
     def __init__(self, call: RestCall, http_method: str, body: bytes, params: dict[str, Any],
                  card: CardView, policy: Policy, worker_version: ProtocolVersion, query: str = "",
-                 doc: Any = None, rewrite_card: CardRewrite | None = None) -> None:
-        super().__init__(call, http_method, body, params, card, policy, rewrite_card)
+                 doc: Any = None, rewrite_card: CardRewrite | None = None, *, tenant: str = "",
+                 caller: Caller = NO_CALLER) -> None:
+        super().__init__(call, http_method, body, params, card, policy, rewrite_card,
+                         tenant=tenant, caller=caller)
         self._setup(worker_version, Binding.REST)
         self.worker_call = dataclasses.replace(call, version=worker_version, query=_without_version(call.query))
         kept = _without_version(query)

@@ -20,10 +20,11 @@ from gateway.invariants.timeline import TimelineEntry
 
 @dataclass(slots=True)
 class Load:
-    """Read the record of ``task_id`` (``None``: no task, only the time). Reply:
-    :class:`Loaded`. Throws :class:`~gateway.errors.LedgerError`."""
+    """Read the record of ``task_id`` in ``tenant`` (``None``: no task, only the time;
+    docs/callers.md §1). Reply: :class:`Loaded`. Throws :class:`~gateway.errors.LedgerError`."""
 
     task_id: str | None
+    tenant: str = ""
 
 
 @dataclass(slots=True)
@@ -58,22 +59,24 @@ class AppendEvent:
     """Add one event the client is about to receive for ``task_id`` to the task's replay
     window (docs/resume.md §2), in ``lineage`` (``None``: a new one, named after the event's
     id). ``payload`` is the exchange's encoding of the event
-    (:func:`gateway.exchange.window.encode`). Reply: ``(event_id, lineage)``. Throws
-    :class:`~gateway.errors.LedgerError`."""
+    (:func:`gateway.exchange.window.encode`), ``tenant`` the task's tenant. Reply:
+    ``(event_id, lineage)``. Throws :class:`~gateway.errors.LedgerError`."""
 
     task_id: str
     lineage: str | None
     payload: bytes
+    tenant: str = ""
 
 
 @dataclass(slots=True)
 class ReadWindow:
-    """The replay window of ``task_id`` after the event ``after`` (a client's
+    """The replay window of ``task_id`` in ``tenant`` after the event ``after`` (a client's
     ``Last-Event-ID``). Reply: :class:`~gateway.ledger.base.Replay`. Throws
     :class:`~gateway.errors.LedgerError`."""
 
     task_id: str
     after: str
+    tenant: str = ""
 
 
 @dataclass(slots=True)
@@ -81,10 +84,11 @@ class AppendTimeline:
     """Keep ``entry`` in the timeline of ``task_id`` (docs/observability.md §2); the driver
     sets its time. Performed after the observation's record was stored and before the payload
     is forwarded; a failed write is counted and logged, never thrown in (the timeline explains,
-    it decides nothing). Reply: ``None``."""
+    it decides nothing). ``tenant``: the task's A2A tenant (docs/callers.md §1). Reply: ``None``."""
 
     task_id: str
     entry: TimelineEntry
+    tenant: str = ""
 
 
 # --- the worker -----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from gateway.exchange.commands import Answer, Found, Open, Post, Respond
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.request import CardRewrite, RequestExchange, error_message, retry_after
 from gateway.invariants.admission import CardView
-from gateway.invariants.model import Exchange, Finding
+from gateway.invariants.model import NO_CALLER, Caller, Exchange, Finding
 
 
 def decode_answer(answer: Answer, max_depth: int) -> dict[str, Any]:
@@ -79,13 +79,16 @@ class JsonRpcExchange(RequestExchange):
         card: the upstream's card as the driver holds it now.
         policy: the settings (:class:`~gateway.exchange.model.Policy`).
         rewrite_card: applied to a ``GetExtendedAgentCard`` answer.
+        caller: who is asking (docs/callers.md §2; default: callers not told apart).
     """
 
     def __init__(self, req: Request, body: bytes, info: MethodInfo, card: CardView,
-                 policy: Policy, rewrite_card: CardRewrite | None = None) -> None:
+                 policy: Policy, rewrite_card: CardRewrite | None = None, *,
+                 caller: Caller = NO_CALLER) -> None:
         task_id = jsonrpc.request_task_id(info, req.params)
         ex = Exchange(policy.upstream, info.operation, info.version, task_id, policy.mode,
-                      card_etag=card.etag)
+                      card_etag=card.etag, tenant=jsonrpc.request_tenant(info, req.params),
+                      caller=caller.fingerprint, caller_matches=caller.matches)
         message = jsonrpc.request_message(req.params)
         context_id = jsonrpc.member(message, "contextId", "context_id") if message else None
         summary = Summary(info.name, task_id=task_id, context_id=context_id)
@@ -103,10 +106,11 @@ class JsonRpcExchange(RequestExchange):
         return Open(self.body)
 
     def probe_request(self, task_id: str) -> Post:
-        return Post(jsonrpc.dumps(jsonrpc.task_get_request(task_id, self.ex.version)))
+        return Post(jsonrpc.dumps(jsonrpc.task_get_request(task_id, self.ex.version, self.ex.tenant)))
 
     def subscribe_request(self, task_id: str) -> Open:
-        return Open(jsonrpc.dumps(jsonrpc.subscribe_request(self.req.reply_id, task_id, self.ex.version)))
+        return Open(jsonrpc.dumps(jsonrpc.subscribe_request(self.req.reply_id, task_id, self.ex.version,
+                                                            self.ex.tenant)))
 
     # --- answers to the client -----------------------------------------------------------------
 

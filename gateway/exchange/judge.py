@@ -45,15 +45,15 @@ def only_fresher(old: TaskRecord | None, new: TaskRecord) -> bool:
     return bool(_content(new) == _content(old))
 
 
-def load(policy: Policy, task_id: str | None) -> Generator[Any, Any, Loaded]:
-    """The record of ``task_id`` and the time.
+def load(policy: Policy, task_id: str | None, tenant: str = "") -> Generator[Any, Any, Loaded]:
+    """The record of ``task_id`` in ``tenant`` and the time.
 
     Raises:
         LedgerError: the ledger failed and ``policy.fail_open`` is off (with it, the failure
             reads as "no record").
     """
     try:
-        loaded: Loaded = yield Load(task_id)
+        loaded: Loaded = yield Load(task_id, tenant)
     except LedgerError:
         if not policy.fail_open:
             raise
@@ -69,7 +69,10 @@ def judge(
     store its ledger change first. A ``ListTasks`` result is judged task by task
     (:func:`judge_list`). Once stored, an observation worth it goes into the task's timeline
     (:func:`~gateway.invariants.timeline.payload_entry`, as ``direction``: ``answer``,
-    ``event`` or ``probe``, with the ``forced_get`` reason of a probe).
+    ``event`` or ``probe``, with the ``forced_get`` reason of a probe). A payload the engine
+    does not refuse records the exchange's caller as seen on its task
+    (:func:`~gateway.invariants.engine.with_caller`, docs/callers.md §2): the worker answered
+    that caller about that task.
 
     Returns the engine's :class:`~gateway.invariants.model.Outcome`, its findings reported.
 
@@ -80,13 +83,18 @@ def judge(
     if ex.operation is Operation.LIST:
         return (yield from judge_list(policy, ex, result))
     task_id = engine.payload_task_id(result)
-    load = Load(task_id)
+    load = Load(task_id, ex.tenant)
     try:
         for _ in range(CAS_ATTEMPTS):  # one generator level: this runs once per SSE event
             loaded: Loaded = yield load
             record = loaded.record
             outcome = engine.check_payload(ex, stream, record, result, loaded.clock)
             new = outcome.record
+            if ex.caller is not None and outcome.action is not Action.REJECT \
+                    and (new is not None or not loaded.needs_resync):  # a store clears the flag
+                seen_on = new if new is not None else record
+                if seen_on is not None and ex.caller not in seen_on.callers:
+                    new = outcome.record = engine.with_caller(ex, seen_on)
             if new is not None and (loaded.needs_resync or not only_fresher(record, new)):
                 try:
                     yield Store(new, loaded.version)
@@ -99,7 +107,7 @@ def judge(
             if noted is not None:
                 entry = payload_entry(ex, direction, record, outcome, result, forced_get=forced_get)
                 if entry is not None:
-                    yield AppendTimeline(noted, entry)
+                    yield AppendTimeline(noted, entry, ex.tenant)
             return outcome
         raise LedgerError(f"task {task_id}: too many concurrent updates")
     except LedgerError:
@@ -133,14 +141,14 @@ def judge_list(policy: Policy, ex: Exchange, result: Any) -> Generator[Any, Any,
     return Outcome(Action.FORWARD, {**result, "tasks": out})
 
 
-def touch(task_id: str) -> Steps:
+def touch(task_id: str, tenant: str = "") -> Steps:
     """Record a sign of life of a live task without a payload (a ping on its own stream):
     ``observed_at`` moves on, nothing else. Best effort: a lost race or a ledger failure is
     ignored (the next event records the time anyway). A record flagged ``needs_resync`` is left
     alone: a store would clear the flag, which only an observation of the task's state may do
     (and until then its observation time decides nothing: ``restart`` comes first)."""
     try:
-        loaded: Loaded = yield Load(task_id)
+        loaded: Loaded = yield Load(task_id, tenant)
         record = loaded.record
         if record is None or record.terminal or loaded.needs_resync:
             return

@@ -57,12 +57,12 @@ from gateway.invariants.timeline import TimelineEntry
 from gateway.exchange.window import Replay, WindowEvent
 
 
-Key = tuple[str, str]
+Key = tuple[str, str, str]
 
 
 @dataclass
 class Ledger:
-    """The records of an offline run, keyed by (upstream, task id), with the real ledgers'
+    """The records of an offline run, keyed by (upstream, tenant, task id), with the real ledgers'
     bookkeeping beside them and the same compare-and-set (:class:`~gateway.ledger.base.TaskLedger`):
     ``versions`` holds each record's version (a record put into ``records`` directly, without
     one, counts as version 1) and ``resync`` the keys flagged ``needs_resync``
@@ -75,30 +75,35 @@ class Ledger:
     """Each task's replay window, unbounded (ids ``"1"``, ``"2"``, … in append order)."""
     appended: int = 0
 
-    def append_event(self, upstream: str, task_id: str, lineage: str | None, payload: bytes) -> tuple[str, str]:
+    def append_event(self, upstream: str, task_id: str, lineage: str | None, payload: bytes, *,
+                     tenant: str = "") -> tuple[str, str]:
         """Add an event to the task's window; returns ``(event_id, lineage)``."""
         self.appended += 1
         event_id = str(self.appended)
         event = WindowEvent(event_id, lineage or event_id, payload)
-        self.windows.setdefault((upstream, task_id), []).append(event)
+        self.windows.setdefault((upstream, tenant, task_id), []).append(event)
         return event_id, event.lineage
 
-    def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
+    def events_after(self, upstream: str, task_id: str, event_id: str, *, tenant: str = "") -> Replay:
         """The window's events after ``event_id`` in its lineage (:class:`Replay`)."""
-        events = self.windows.get((upstream, task_id), [])
+        events = self.windows.get((upstream, tenant, task_id), [])
         for index, event in enumerate(events):
             if event.event_id == event_id:
                 return Replay(True, event.lineage,
                               tuple(e for e in events[index + 1:] if e.lineage == event.lineage))
         return Replay(False)
 
-    def get(self, upstream: str, task_id: str) -> TaskRecord | None:
+    def get(self, upstream: str, task_id: str, *, tenant: str = "") -> TaskRecord | None:
         """The record, or ``None``."""
-        return self.records.get((upstream, task_id))
+        return self.records.get((upstream, tenant, task_id))
 
-    def load(self, upstream: str, task_id: str, clock: Clock) -> Loaded:
+    def add(self, record: TaskRecord) -> None:
+        """Hold ``record`` (as version 1) without a compare-and-set."""
+        self.records[(record.upstream, record.tenant, record.task_id)] = record
+
+    def load(self, upstream: str, task_id: str, clock: Clock, *, tenant: str = "") -> Loaded:
         """The record with its version and flag, read at ``clock``."""
-        key = (upstream, task_id)
+        key = (upstream, tenant, task_id)
         record = self.records.get(key)
         if record is None:
             return Loaded(None, clock)
@@ -112,7 +117,7 @@ class Ledger:
         Raises:
             VersionConflictError: the stored version is not ``expected_version`` (0: absent).
         """
-        key = (record.upstream, record.task_id)
+        key = (record.upstream, record.tenant, record.task_id)
         current = self.versions.get(key, 1) if key in self.records else 0
         if current != expected_version:
             raise VersionConflictError(f"{key}: expected version {expected_version}")
@@ -205,13 +210,14 @@ class Offline:
         if kind is Load:
             if cmd.task_id is None:
                 return Loaded(None, Clock(self.now))
-            return self.ledger.load(self.upstream, cmd.task_id, Clock(self.now))
+            return self.ledger.load(self.upstream, cmd.task_id, Clock(self.now), tenant=cmd.tenant)
         if kind is Store:
             return self.ledger.put(cmd.record, cmd.expected_version)
         if kind is AppendEvent:
-            return self.ledger.append_event(self.upstream, cmd.task_id, cmd.lineage, cmd.payload)
+            return self.ledger.append_event(self.upstream, cmd.task_id, cmd.lineage, cmd.payload,
+                                            tenant=cmd.tenant)
         if kind is ReadWindow:
-            return self.ledger.events_after(self.upstream, cmd.task_id, cmd.after)
+            return self.ledger.events_after(self.upstream, cmd.task_id, cmd.after, tenant=cmd.tenant)
         if kind in (Post, Open, Read):
             return self._act(kind, self.worker.popleft())
         if kind is Respond:

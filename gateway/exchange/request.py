@@ -10,7 +10,8 @@ the client reached it (docs/architecture.md, "The exchange layer"):
 * a message with ``taskId``, a cancel or a subscribe is checked against the ledger first: a
   forced ``GetTask`` only for a reason (restart, card unreachable, ETag changed, heartbeat
   gap) — sent over the client's own binding, which the worker serves — then -32004 / -32002
-  answered here for a terminal task;
+  answered here for a terminal task, to a caller seen on the task (anyone else's request
+  goes to the worker, which decides: docs/callers.md §3);
 * the worker's answer is judged and stored before it is sent; a worker error hiding a
   terminal task is rewritten after a confirming ``GetTask``; an extended Agent Card is
   rewritten like the public one, never cached;
@@ -266,7 +267,7 @@ class RequestExchange:
     def fresh_record(self) -> Generator[Any, Any, TaskRecord | None]:
         """The ledger's record of the task the request names, after a forced ``GetTask`` when
         there is a reason to doubt it (:func:`~gateway.invariants.admission.forced_get_reason`)."""
-        loaded = yield from load(self.policy, self.ex.task_id)
+        loaded = yield from load(self.policy, self.ex.task_id, self.ex.tenant)
         record = loaded.record
         reason = forced_get_reason(record, self.card, needs_resync=loaded.needs_resync,
                                    now=loaded.clock.wall,
@@ -292,16 +293,33 @@ class RequestExchange:
         action may go on."""
         ex = self.ex
         admission = engine.check_request(ex, record)
+        if admission.action is Action.REJECT and record is not None \
+                and not (yield from self.may_answer_locally(record)):
+            return True  # not this caller's task as far as the gateway knows: the worker decides
         if admission.findings:
             yield Found(tuple(admission.findings), ex.task_id, self.summary.method)
         entry = request_entry(ex, record, admission)
         if entry is not None and ex.task_id is not None:
-            yield AppendTimeline(ex.task_id, entry)
+            yield AppendTimeline(ex.task_id, entry, ex.tenant)
         if admission.action is not Action.REJECT or admission.error is None:
             return True
         self.summary.outcome = "rejected"
         code, message = admission.error
         yield self.error(200, code, message, task_id=ex.task_id)
+        return False
+
+    def may_answer_locally(self, record: TaskRecord) -> Generator[Any, Any, bool]:
+        """True when an answer built from ``record`` may go to this request's caller
+        (:func:`~gateway.invariants.engine.caller_seen`, docs/callers.md §3). Otherwise the
+        skipped local answer is counted
+        (``a2a_gateway_local_answer_skipped_total{reason="unknown_caller"}``) and logged with
+        the task id, and the request goes to the worker."""
+        if engine.caller_seen(self.ex, record):
+            return True
+        yield Count("local_answer_skipped", ("unknown_caller",))
+        yield Log("info", "local_answer_skipped", (("upstream", self.policy.upstream),
+                                                   ("task_id", record.task_id),
+                                                   ("reason", "unknown_caller")))
         return False
 
     def forced_get(self, loaded: Loaded, reason: str) -> Generator[Any, Any, TaskRecord | None]:
@@ -315,7 +333,7 @@ class RequestExchange:
         _, fresh = yield from self._probe(self.ex.task_id or record.task_id, reason)
         if fresh.record is not None and fresh.needs_resync:
             yield from clear_resync(self.policy, fresh)  # the worker did not answer with a task
-            fresh = yield from load(self.policy, record.task_id)
+            fresh = yield from load(self.policy, record.task_id, self.ex.tenant)
         elif fresh.record is None:
             yield from clear_resync(self.policy, loaded)
         current = fresh.record
@@ -352,7 +370,7 @@ class RequestExchange:
             outcome = yield from judge(self.policy, get_ex, None, doc["result"], direction="probe",
                                        forced_get=reason)
             task = outcome.result if outcome.action is Action.FORWARD else None
-        return task, (yield from load(self.policy, task_id))
+        return task, (yield from load(self.policy, task_id, self.ex.tenant))
 
     # --- the answer ---------------------------------------------------------------------------
 
@@ -420,10 +438,10 @@ class RequestExchange:
         if not engine.wants_terminal_probe(ex, code) or ex.task_id is None:
             return None
         _, record = yield from self.probe_task(ex.task_id, "worker_error")
-        if record is None or not record.terminal:
+        if record is None or not record.terminal or not (yield from self.may_answer_locally(record)):
             return None
         new_code, message = engine.terminal_error(ex, record)
         yield Count("error_rewrites", (jsonrpc.code_label(code), jsonrpc.code_label(new_code)))
-        yield AppendTimeline(record.task_id, rewrite_entry(ex, record, code, new_code, message))
+        yield AppendTimeline(record.task_id, rewrite_entry(ex, record, code, new_code, message), ex.tenant)
         self.summary.outcome = "rewritten"
         return new_code, message, record.task_id

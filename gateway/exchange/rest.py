@@ -33,7 +33,7 @@ from gateway.exchange.commands import Answer, Open, Post, Respond
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.request import CardRewrite, RequestExchange, error_message, retry_after
 from gateway.invariants.admission import CardView
-from gateway.invariants.model import Exchange
+from gateway.invariants.model import NO_CALLER, Caller, Exchange
 
 
 class RestExchange(RequestExchange):
@@ -46,10 +46,13 @@ class RestExchange(RequestExchange):
         params: the request as JSON-RPC ``params`` would carry it
             (:func:`gateway.a2a.rest.request_params`).
         card, policy, rewrite_card: as for :class:`~gateway.exchange.request.RequestExchange`.
+        tenant: the call's A2A tenant (:func:`gateway.a2a.rest.rest_tenant`, docs/callers.md §1).
+        caller: who is asking (docs/callers.md §2; default: callers not told apart).
     """
 
     def __init__(self, call: RestCall, http_method: str, body: bytes, params: dict[str, Any],
-                 card: CardView, policy: Policy, rewrite_card: CardRewrite | None = None) -> None:
+                 card: CardView, policy: Policy, rewrite_card: CardRewrite | None = None, *,
+                 tenant: str = "", caller: Caller = NO_CALLER) -> None:
         message = jsonrpc.request_message(params)
         task_id = call.task_id
         context_id = None
@@ -57,7 +60,8 @@ class RestExchange(RequestExchange):
             task_id = jsonrpc.member(message, "taskId", "task_id") or task_id
             context_id = jsonrpc.member(message, "contextId", "context_id")
         ex = Exchange(policy.upstream, call.operation, call.version, task_id, policy.mode,
-                      card_etag=card.etag, binding=Binding.REST)
+                      card_etag=card.etag, binding=Binding.REST, tenant=tenant,
+                      caller=caller.fingerprint, caller_matches=caller.matches)
         summary = Summary(call.operation.value, task_id=task_id, context_id=context_id,
                           binding=Binding.REST)
         super().__init__(ex, params, summary, card, policy, rewrite_card)

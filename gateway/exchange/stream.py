@@ -98,6 +98,8 @@ class RequestSide(Protocol):
 
     def refuse_task_action(self, record: TaskRecord | None) -> Generator[Any, Any, bool]: ...
 
+    def may_answer_locally(self, record: TaskRecord) -> Generator[Any, Any, bool]: ...
+
     def answer(self, answer: Answer) -> Steps: ...
 
     def probe_task(self, task_id: str, reason: str = "probe") -> Generator[Any, Any, tuple[Any, TaskRecord | None]]: ...
@@ -174,11 +176,12 @@ class StreamExchange:
         instead, and the repeated snapshot the worker's stream starts with is dropped. A task
         the ledger holds terminal is answered from the window alone (and a ``GetTask`` snapshot
         when the window ends before its terminal event), never subscribed upstream. A task the
-        gateway has no record of is subscribed as without the header."""
+        gateway has no record of, or whose record has not seen this caller (docs/callers.md
+        §3), is subscribed as without the header."""
         task_id = self.ex.task_id
         assert task_id is not None
         try:
-            replay: Replay = yield ReadWindow(task_id, after)
+            replay: Replay = yield ReadWindow(task_id, after, self.ex.tenant)
         except LedgerError:
             if not self.policy.fail_open:
                 raise
@@ -186,8 +189,8 @@ class StreamExchange:
             yield from self.run()
             return
         record = yield from self.owner.fresh_record()
-        if record is None:
-            yield from self.run()
+        if record is None or not (yield from self.owner.may_answer_locally(record)):
+            yield from self.run()  # no record, or not this caller's: as without the header
             return
         if record.terminal and replay.found and not replay.events:
             # the client had the last event of its stream: a subscribe to a terminal task,
@@ -247,7 +250,7 @@ class StreamExchange:
             if state is not None and state is not TaskState.UNSPECIFIED:
                 self._last_state = state
         if not self.stream.terminal:
-            record = (yield from load(self.policy, task_id)).record
+            record = (yield from load(self.policy, task_id, self.ex.tenant)).record
             if record is not None and record.terminal:  # the window ends before the terminal event
                 yield from self._probe_snapshot(task_id)
 
@@ -302,7 +305,7 @@ class StreamExchange:
             return None
         payload = window.encode(result, self.dialect, terminal)
         try:
-            event_id, self.lineage = yield AppendEvent(task_id, self.lineage, payload)
+            event_id, self.lineage = yield AppendEvent(task_id, self.lineage, payload, self.ex.tenant)
         except LedgerError:
             if not self.policy.fail_open:
                 raise
@@ -376,7 +379,7 @@ class StreamExchange:
                 if type(item) is Comment:
                     yield Emit(encode_comment(item.text))
                     if self.stream.task_id is not None:  # a ping on the task's own stream: alive
-                        yield from touch(self.stream.task_id)
+                        yield from touch(self.stream.task_id, self.ex.tenant)
                     continue
                 nxt = yield from self._on_event(item)
                 if nxt is not Next.CONTINUE:
@@ -413,7 +416,7 @@ class StreamExchange:
             # a direct Message (the whole reply, docs/protocol.md §7, also to a message naming
             # an existing task), or already ended: a normal close
             return Next.CLOSE
-        record = (yield from load(self.policy, task_id)).record
+        record = (yield from load(self.policy, task_id, self.ex.tenant)).record
         if record is not None and record.state.is_interrupted:
             return Next.CLOSE  # workers close streams on interrupted states (docs/protocol.md §7)
         p = self.policy

@@ -185,8 +185,9 @@ def probe_exchange(route: ProbeRoute, task: LiveTask, card: CardView, policy: Po
     base = route.path + (f"/{task.tenant}" if task.tenant else "")
     call = RestCall(Operation.GET, v10, base, task.task_id)
     if route.version is v10:
-        return RestExchange(call, "GET", b"", params, card, policy)
-    return BridgedRestExchange(call, "GET", b"", params, card, policy, route.version)
+        return RestExchange(call, "GET", b"", params, card, policy, tenant=task.tenant)
+    return BridgedRestExchange(call, "GET", b"", params, card, policy, route.version,
+                               tenant=task.tenant)
 
 
 # --- the exchange -----------------------------------------------------------------------------
@@ -243,7 +244,7 @@ class SweepExchange:
         task_id = self.task.task_id
         log = (("upstream", self.task.upstream), ("task_id", task_id))
         try:
-            loaded: Loaded = yield Load(task_id)
+            loaded: Loaded = yield Load(task_id, self.task.tenant)
             record = loaded.record
             if not self._still_due(record, loaded.clock.wall):
                 result.outcome = "not_due"  # terminal, gone, or observed since it was listed

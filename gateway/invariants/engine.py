@@ -48,6 +48,7 @@ from gateway.a2a.states import (
 )
 from gateway.invariants.artifacts import apply_update, clean_snapshot_artifacts
 from gateway.invariants.model import (
+    MAX_CALLERS,
     NO_ARTIFACTS,
     Action,
     Clock,
@@ -123,6 +124,28 @@ def check_request(ex: Exchange, record: TaskRecord | None) -> Outcome:
     if ex.mode is Mode.OBSERVE:
         return Outcome(Action.FORWARD, None, findings=[finding])
     return Outcome(Action.REJECT, None, findings=[finding], error=terminal_error(ex, record))
+
+
+def caller_seen(ex: Exchange, record: TaskRecord) -> bool:
+    """True when a local answer built from ``record`` may go to the caller of ``ex``: callers
+    are not told apart (``ex.caller`` is ``None``), or one of the caller's fingerprints is
+    among those seen on the task (docs/callers.md §3). Otherwise the request goes to the
+    worker, which decides."""
+    if ex.caller is None:
+        return True
+    return not ex.caller_matches.isdisjoint(record.callers)
+
+
+def with_caller(ex: Exchange, record: TaskRecord) -> TaskRecord:
+    """``record`` with the caller of ``ex`` recorded as seen (docs/callers.md §2): its
+    fingerprint under the signing secret appended when absent, the oldest dropped past
+    :data:`~gateway.invariants.model.MAX_CALLERS`. ``record`` itself when there is nothing
+    to add."""
+    caller = ex.caller
+    if caller is None or caller in record.callers:
+        return record
+    kept = record.callers[max(0, len(record.callers) - MAX_CALLERS + 1):]
+    return dataclasses.replace(record, callers=(*kept, caller))
 
 
 def is_task_action(ex: Exchange) -> bool:
@@ -570,11 +593,12 @@ def _transition(
     if record is None:  # a new task: the record starts unspecified, without artifacts
         upstream, task_id, context_id = ex.upstream, tid, item.context_id
         base_state, base_status, poisoned = _UNSPECIFIED, None, False
-        known, card_etag = NO_ARTIFACTS, ex.card_etag
+        known, card_etag, tenant, callers = NO_ARTIFACTS, ex.card_etag, ex.tenant, ()
     else:
         upstream, task_id, context_id = record.upstream, record.task_id, record.context_id or item.context_id
         base_state, base_status, poisoned = record.state, record.terminal_status, record.poisoned
         known, card_etag = record.artifacts, ex.card_etag or record.card_etag
+        tenant, callers = record.tenant, record.callers
     if state is _UNSPECIFIED:
         state = base_state  # an unspecified payload never erases a known state (F03)
     if (record is None or record.generation is None) and "generation" not in item.obj:
@@ -616,7 +640,7 @@ def _transition(
         pending_get = None  # nothing about a terminal task can be refreshed into life
     new_record = build_record(
         upstream, task_id, context_id, state, clock.wall, terminal_status,
-        poisoned, artifacts, card_etag, generation, pending_get,
+        poisoned, artifacts, card_etag, generation, pending_get, tenant, callers,
     )
     new_stream = _bind(stream, item, terminal=terminal, generation=stream_generation)
     return Outcome(_FORWARD, obj, new_stream, new_record, findings, None,

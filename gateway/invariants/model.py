@@ -71,6 +71,9 @@ class ArtifactRecord:
     parts: int = 0
 
 
+MAX_CALLERS = 16
+"""The most callers a record keeps (docs/callers.md §2): the 16 most recently first seen."""
+
 NO_ARTIFACTS: Mapping[str, ArtifactRecord] = MappingProxyType({})  # shared by artifact-less records
 # Interned small ArtifactRecord values (frozen, so sharing one instance is invisible).
 _ARTIFACT_RECORDS = {(sealed, parts): ArtifactRecord(sealed, parts)
@@ -85,7 +88,7 @@ def artifact_record(sealed: bool, parts: int) -> ArtifactRecord:
 
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
-    """The ledger's record of one task, keyed by (``upstream``, ``task_id``).
+    """The ledger's record of one task, keyed by (``upstream``, ``tenant``, ``task_id``).
 
     ``state`` is canonical. ``terminal_status`` is the status object (v1.0 spelling) recorded
     when the task first became terminal; it wins over anything the worker says later.
@@ -101,6 +104,11 @@ class TaskRecord:
     is a ``GetTask`` the gateway owes the worker before the next action on the task, and why
     (``generation_gap``, ``generation_regression``; docs/resume.md §3.2): the next task action
     is preceded by one, whose Task answer clears it.
+
+    ``tenant`` is the A2A tenant the task lives in (``""``: none, its own namespace;
+    docs/callers.md §1): task ids are unique only within a tenant. ``callers`` are the keyed
+    fingerprints of the callers seen on the task, oldest first, at most
+    :data:`MAX_CALLERS` (docs/callers.md §2); opaque strings, never shown.
     """
 
     upstream: str
@@ -114,6 +122,8 @@ class TaskRecord:
     card_etag: str | None = None
     generation: int | None = None
     pending_get: str | None = None
+    tenant: str = ""
+    callers: tuple[str, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -124,6 +134,7 @@ class TaskRecord:
 _RECORD_FIELDS = (
     "upstream", "task_id", "context_id", "state", "observed_at",
     "terminal_status", "poisoned", "artifacts", "card_etag", "generation", "pending_get",
+    "tenant", "callers",
 )
 if tuple(f.name for f in fields(TaskRecord)) != _RECORD_FIELDS:  # pragma: no cover
     raise RuntimeError("TaskRecord fields changed: update _RECORD_FIELDS and build_record")
@@ -132,7 +143,8 @@ if tuple(f.name for f in fields(TaskRecord)) != _RECORD_FIELDS:  # pragma: no co
 def _record_builder() -> Any:
     new = object.__new__
     (s_upstream, s_task_id, s_context_id, s_state, s_observed_at,
-     s_terminal_status, s_poisoned, s_artifacts, s_card_etag, s_generation, s_pending_get) = (
+     s_terminal_status, s_poisoned, s_artifacts, s_card_etag, s_generation, s_pending_get,
+     s_tenant, s_callers) = (
         TaskRecord.__dict__[name].__set__ for name in _RECORD_FIELDS)
 
     def build_record(
@@ -147,6 +159,8 @@ def _record_builder() -> Any:
         card_etag: str | None,
         generation: int | None,
         pending_get: str | None,
+        tenant: str = "",
+        callers: tuple[str, ...] = (),
     ) -> TaskRecord:
         """``TaskRecord(...)`` with every field given, positionally, at about half the cost.
 
@@ -165,12 +179,29 @@ def _record_builder() -> Any:
         s_card_etag(record, card_etag)
         s_generation(record, generation)
         s_pending_get(record, pending_get)
+        s_tenant(record, tenant)
+        s_callers(record, callers)
         return record
 
     return build_record
 
 
 build_record = _record_builder()
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is asking, as the pure core sees it (docs/callers.md §2): ``fingerprint`` is the
+    keyed fingerprint recorded on a task the worker answers this caller about (``None``:
+    callers are not told apart), ``matches`` every fingerprint of the caller under the
+    secrets in force (the recorded one among them). Opaque strings, made by the shell."""
+
+    fingerprint: str | None = None
+    matches: frozenset[str] = frozenset()
+
+
+NO_CALLER = Caller()
+"""Callers not told apart: every local answer goes to anyone (replay, tests, ``callers.enabled: false``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +213,13 @@ class Exchange:
     is the upstream's Agent Card ETag in force; it is written into every record the exchange
     produces. ``binding`` is the client's binding; with ``version`` it decides ``spelling``,
     how states are spelled for the client (:func:`~gateway.a2a.states.spelling_of`).
+
+    ``tenant`` is the request's A2A tenant (``""``: none), part of every ledger key it
+    touches (docs/callers.md §1). ``caller`` is the keyed fingerprint the gateway records for
+    the caller on a task (``None``: callers are not told apart, every local answer goes to
+    anyone), ``caller_matches`` every fingerprint of the caller under the secrets in force,
+    ``caller`` included: a record that holds any of them has seen this caller
+    (docs/callers.md §2, §3).
     """
 
     upstream: str
@@ -191,6 +229,9 @@ class Exchange:
     mode: Mode = Mode.ENFORCE
     card_etag: str | None = None
     binding: Binding = Binding.JSONRPC
+    tenant: str = ""
+    caller: str | None = None
+    caller_matches: frozenset[str] = frozenset()
     spelling: Spelling = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,7 +1,9 @@
 """The task ledger interface: per-task records behind one small async Protocol.
 
 The ledger stores :class:`~gateway.invariants.model.TaskRecord` values keyed by
-(``upstream``, ``task_id``) and updates them with compare-and-set on a version it keeps beside
+(``upstream``, ``tenant``, ``task_id``) — the A2A tenant the task lives in, ``""`` for none,
+its own namespace (docs/callers.md §1); every per-task method takes it as the keyword
+``tenant: str = ""``, and ``put`` reads it from the record — and updates them with compare-and-set on a version it keeps beside
 each record (:class:`Stored`), so two concurrent events for one task — two streams, or two
 gateway replicas — can never both win a transition out of the same state. Backends: :mod:`~gateway.ledger.memory` (bounded, one
 process), :mod:`~gateway.ledger.sqlite` (the embedded default, one host),
@@ -101,13 +103,14 @@ class TaskLedger(Protocol):
         """Connect / create the schema. Called once before use."""
         ...
 
-    async def get(self, upstream: str, task_id: str) -> Stored | None:
-        """The record of (``upstream``, ``task_id``) with its version and restart flag, or
-        ``None``."""
+    async def get(self, upstream: str, task_id: str, *, tenant: str = "") -> Stored | None:
+        """The record of (``upstream``, ``tenant``, ``task_id``) with its version and restart
+        flag, or ``None``."""
         ...
 
     async def put(self, record: TaskRecord, expected_version: int) -> int:
-        """Store ``record`` if the stored version equals ``expected_version`` (0: absent), and
+        """Store ``record`` (under its ``upstream``, ``tenant`` and ``task_id``) if the stored
+        version equals ``expected_version`` (0: absent), and
         clear its ``needs_resync`` flag (a record stored by the running gateway is an
         observation made since the restart).
 
@@ -153,8 +156,8 @@ class TaskLedger(Protocol):
         ...
 
     async def append_event(self, upstream: str, task_id: str, lineage: str | None,
-                           payload: bytes, at: float) -> tuple[str, str]:
-        """Add one delivered event of (``upstream``, ``task_id``) to its replay window, at
+                           payload: bytes, at: float, *, tenant: str = "") -> tuple[str, str]:
+        """Add one delivered event of (``upstream``, ``tenant``, ``task_id``) to its replay window, at
         ``at`` (epoch seconds), trimming the window to the ledger's :class:`WindowLimits`.
         ``lineage`` ``None`` starts a new lineage named after this event's id.
 
@@ -164,8 +167,9 @@ class TaskLedger(Protocol):
         """
         ...
 
-    async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
-        """The events of ``task_id``'s window after ``event_id`` in ``event_id``'s lineage
+    async def events_after(self, upstream: str, task_id: str, event_id: str, *,
+                           tenant: str = "") -> Replay:
+        """The events of ``task_id``'s window (in ``tenant``) after ``event_id`` in ``event_id``'s lineage
         (:class:`Replay`); an id that is not in the window (trimmed, expired, another task's,
         malformed) is ``Replay(found=False)``, never an error."""
         ...

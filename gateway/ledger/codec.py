@@ -4,11 +4,14 @@ The stored document uses short keys to keep a tracked task small::
 
     {"u": upstream, "t": taskId, "c": contextId|null, "s": "WORKING", "oa": 1764445538.47,
      "ts": {terminal status}|null, "p": poisoned, "a": {"artifactId": [sealed, parts]},
-     "e": card ETag|null, "g": generation, "pg": "generation_gap"}
+     "e": card ETag|null, "g": generation, "pg": "generation_gap", "n": tenant,
+     "cl": [caller fingerprint, …]}
 
 ``g`` (the task generation, A2A v1.1 draft) and ``pg`` (the reason a ``GetTask`` is owed) are
 written only when set (docs/resume.md §3.1): a record of a worker without generations keeps
-its size, and a document written before they existed reads as ``None`` for both.
+its size, and a document written before they existed reads as ``None`` for both. ``n`` (the
+tenant, docs/callers.md §1) and ``cl`` (the callers seen, docs/callers.md §2) likewise: absent
+is no tenant (``""``) and no caller seen.
 
 The ledger's bookkeeping, ``version`` and ``needs_resync``, is not part of the record: it lives
 beside the document (columns / hash fields), so the ledger updates it without rewriting the
@@ -44,6 +47,10 @@ def encode(record: TaskRecord) -> bytes:
         doc["g"] = record.generation
     if record.pending_get is not None:
         doc["pg"] = record.pending_get
+    if record.tenant:
+        doc["n"] = record.tenant
+    if record.callers:
+        doc["cl"] = list(record.callers)
     return orjson.dumps(doc)
 
 
@@ -67,6 +74,8 @@ def decode(data: bytes | str) -> TaskRecord:
             card_etag=doc.get("e"),
             generation=_generation(doc.get("g")),
             pending_get=_text(doc.get("pg")),
+            tenant=_text(doc.get("n")) or "",
+            callers=_callers(doc.get("cl")),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"not a stored task record: {exc}") from exc
@@ -79,6 +88,15 @@ def _generation(value: Any) -> int | None:
     if type(value) is not int or value < 0:
         raise ValueError(f"generation {value!r} is not a non-negative integer")
     return value
+
+
+def _callers(value: Any) -> tuple[str, ...]:
+    """Stored caller fingerprints: absent is none, else a list of strings."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"callers {value!r} are not a list of strings")
+    return tuple(value)
 
 
 def _text(value: Any) -> str | None:

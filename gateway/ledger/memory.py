@@ -37,7 +37,7 @@ from gateway.ledger.base import (
 )
 
 _log = logging.getLogger("a2a_gateway")
-Key = tuple[str, str]
+Key = tuple[str, str, str]  # (upstream, tenant, task_id)
 
 
 class MemoryLedger:
@@ -62,7 +62,7 @@ class MemoryLedger:
         self._run = os.urandom(4).hex()  # ids of an earlier process are never this run's
         self._records: dict[Key, Stored] = {}
         self._terminal: dict[Key, None] = {}
-        self._live: dict[str, dict[str, None]] = {}  # upstream -> task ids not yet terminal (the sweep)
+        self._live: dict[str, dict[tuple[str, str], None]] = {}  # upstream -> (tenant, task id)s not yet terminal (the sweep)
         self._counts: dict[str, int] = {}  # state value -> records in it (no zero entries)
         self._max = max_tasks
         self.evicted = 0
@@ -71,14 +71,14 @@ class MemoryLedger:
     async def open(self) -> None:
         """Nothing to open."""
 
-    async def get(self, upstream: str, task_id: str) -> Stored | None:
-        """The record of (``upstream``, ``task_id``) with its version, or ``None``."""
-        return self._records.get((upstream, task_id))
+    async def get(self, upstream: str, task_id: str, *, tenant: str = "") -> Stored | None:
+        """The record of (``upstream``, ``tenant``, ``task_id``) with its version, or ``None``."""
+        return self._records.get((upstream, tenant, task_id))
 
     async def put(self, record: TaskRecord, expected_version: int) -> int:
         """Compare-and-set on the version; see :meth:`TaskLedger.put`. Returns the new
         version."""
-        key = (record.upstream, record.task_id)
+        key = (record.upstream, record.tenant, record.task_id)
         current = self._records.pop(key, None)
         stored_version = current.version if current is not None else 0
         if stored_version != expected_version:
@@ -95,9 +95,9 @@ class MemoryLedger:
         if record.terminal:
             self._terminal.pop(key, None)
             self._terminal[key] = None
-            live.pop(record.task_id, None)
+            live.pop((record.tenant, record.task_id), None)
         else:
-            live[record.task_id] = None
+            live[(record.tenant, record.task_id)] = None
         if len(self._records) > self._max:
             self._evict()
         return version
@@ -109,10 +109,11 @@ class MemoryLedger:
         else:
             victim = next(iter(self._records))
         stored = self._records.pop(victim)
-        self._live.get(victim[0], {}).pop(victim[1], None)
+        self._live.get(victim[0], {}).pop((victim[1], victim[2]), None)
         self._uncount(stored.record.state.value)
         self.evicted += 1
-        _log.warning("ledger_evicted", extra={"upstream": victim[0], "task_id": victim[1],
+        _log.warning("ledger_evicted", extra={"upstream": victim[0], "tenant": victim[1],
+                                               "task_id": victim[2],
                                                "state": stored.record.state.value,
                                                "backend": self.backend})
 
@@ -142,24 +143,25 @@ class MemoryLedger:
 
     async def live_before(self, upstream: str, before: float, *, limit: int,
                           after: LiveTask | None = None) -> list[LiveTask]:
-        """Live tasks of ``upstream`` observed before ``before``, by ``(observed_at, task_id)``;
+        """Live tasks of ``upstream`` observed before ``before``, by ``(observed_at, tenant,
+        task_id)``;
         one pass over the upstream's live tasks. See :meth:`TaskLedger.live_before`."""
         floor = (after.observed_at, after.tenant, after.task_id) if after is not None else None
         records = self._records
         rows = []
-        for task_id in self._live.get(upstream, ()):
-            at = records[(upstream, task_id)].record.observed_at
-            if at < before and (floor is None or (at, "", task_id) > floor):
-                rows.append((at, "", task_id))
+        for tenant, task_id in self._live.get(upstream, ()):
+            at = records[(upstream, tenant, task_id)].record.observed_at
+            if at < before and (floor is None or (at, tenant, task_id) > floor):
+                rows.append((at, tenant, task_id))
         return [LiveTask(upstream, tenant, task_id, at)
                 for at, tenant, task_id in heapq.nsmallest(limit, rows)]
 
     async def append_event(self, upstream: str, task_id: str, lineage: str | None,
-                           payload: bytes, at: float) -> tuple[str, str]:
+                           payload: bytes, at: float, *, tenant: str = "") -> tuple[str, str]:
         """Append to the task's window (ids are ``RUN.SEQ``: a process-wide counter after a
         token of this process, so an id from before a restart is unknown, never another
         event's); see :meth:`TaskLedger.append_event`."""
-        limits, key = self._window_limits, (upstream, task_id)
+        limits, key = self._window_limits, (upstream, tenant, task_id)
         self._seq += 1
         event_id = f"{self._run}.{self._seq}"
         lineage = lineage or event_id
@@ -200,10 +202,11 @@ class MemoryLedger:
                 self._pop_front(key, window)
                 return
 
-    async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
+    async def events_after(self, upstream: str, task_id: str, event_id: str, *,
+                           tenant: str = "") -> Replay:
         """The window's events after ``event_id`` in its lineage; see
         :meth:`TaskLedger.events_after`."""
-        window = self._windows.get((upstream, task_id))
+        window = self._windows.get((upstream, tenant, task_id))
         run, _, number = event_id.partition(".")
         if window is None or run != self._run or not (len(number) <= 19 and number.isascii() and number.isdigit()):
             return Replay(False)  # an id of no window, never an error (``int("²")`` raises)

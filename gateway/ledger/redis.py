@@ -4,6 +4,9 @@ Layout (``prefix`` defaults to ``a2agw``)::
 
     {prefix}:task:{upstream}:{taskId}  hash  v (version), s (state), term (0/1), resync (0/1),
                                              oa (observed_at), rec (codec JSON)
+    {prefix}:task@{tenant}:{upstream}:{taskId}  the same, for a task of an A2A tenant
+                                             (escaped: :func:`tenant_part`; docs/callers.md §1);
+                                             ``events`` and ``window`` keys likewise
     {prefix}:counts                    hash  state → number of tracked tasks
     {prefix}:live                      set   task keys not yet terminal (crash-recovery scan)
     {prefix}:terminal                  zset  task keys of terminal tasks, scored by observed_at
@@ -24,7 +27,8 @@ The replay window (docs/resume.md §2.3)::
     {prefix}:windows:total               string  events in all windows
     {prefix}:windows:bytes               string  payload bytes in all windows [_windows_keys]
 
-A window is named in the last five by the JSON ``[upstream, taskId]``. Every key is built by a
+A window is named in the last five by the JSON ``[upstream, taskId]`` (``[upstream, taskId,
+tenant]`` for a task of a tenant). Every key is built by a
 method (in brackets). A window script runs on the keys of one task only (``KEYS``: its stream
 and its hash), a bookkeeping script on the five keys over all windows only, never both; the
 keys carry no hash tag, so Redis Cluster would still need one in the key methods
@@ -150,18 +154,30 @@ return #doomed
 _RESYNC = """
 local keys = redis.call('SMEMBERS', KEYS[1])
 local n = 0
-local skip = string.len(ARGV[1]) + 7  -- past '{prefix}:task:'
+local base = string.len(ARGV[1]) + 6  -- past '{prefix}:task': ':' or '@TENANT:' follows
 for _, key in ipairs(keys) do
   local term, oa = unpack(redis.call('HMGET', key, 'term', 'oa'))
   if term == '0' then
     redis.call('HSET', key, 'resync', '1')
     n = n + 1
     -- index it for the sweep (a task stored by a version before the index had none)
-    local rest = string.sub(key, skip)
+    local rest, tenant = string.sub(key, base), ''
+    if string.sub(rest, 1, 1) == '@' then  -- '@TENANT:UPSTREAM:TASK', the tenant escaped
+      local c = string.find(rest, ':', 1, true)
+      if c then
+        tenant = string.sub(rest, 2, c - 1)
+        tenant = (string.gsub(tenant, '%%3A', ':'))
+        tenant = (string.gsub(tenant, '%%7D', '}'))
+        tenant = (string.gsub(tenant, '%%7B', '{'))
+        tenant = (string.gsub(tenant, '%%25', '%%'))
+        rest = string.sub(rest, c)
+      end
+    end
+    rest = string.sub(rest, 2)
     local colon = string.find(rest, ':', 1, true)
     if colon then
       redis.call('ZADD', ARGV[1] .. ':observed:' .. string.sub(rest, 1, colon - 1), oa,
-                 '\\0' .. string.sub(rest, colon + 1))
+                 tenant .. '\\0' .. string.sub(rest, colon + 1))
     end
   end
 end
@@ -266,6 +282,20 @@ def host_port(item: str, shown: str, *, what: str = "Sentinel", default_port: in
     if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
         raise ValueError(f"{shown}: bad {what} port {port_text!r}")
     return host, int(port_text) if port_text else default_port
+
+
+def escape_key_part(part: str) -> str:
+    """``part`` with ``%``, ``{``, ``}`` and ``:`` percent-escaped (``%25``, ``%7B``, ``%7D``,
+    ``%3A``): it holds no key separator and no hash-tag brace."""
+    return part.replace("%", "%25").replace("{", "%7B").replace("}", "%7D").replace(":", "%3A")
+
+
+def tenant_part(tenant: str) -> str:
+    """What a task's key names gain for its tenant (docs/callers.md §1): nothing for none, so
+    the keys of tasks without a tenant are those of earlier versions, else ``@`` and the
+    escaped tenant (``{prefix}:task@acme:{upstream}:{taskId}``), which no key of a task
+    without a tenant can spell (those go on with ``:``)."""
+    return f"@{escape_key_part(tenant)}" if tenant else ""
 
 
 def _read_secret(path: str) -> str:
@@ -499,8 +529,8 @@ class RedisLedger:
         self._prune: Any = None
         self._resync: Any = None
 
-    def _key(self, upstream: str, task_id: str) -> str:
-        return f"{self.prefix}:task:{upstream}:{task_id}"
+    def _key(self, upstream: str, task_id: str, tenant: str = "") -> str:
+        return f"{self.prefix}:task{tenant_part(tenant)}:{upstream}:{task_id}"
 
     def _observed_key(self, upstream: str) -> str:
         """The sorted set of ``upstream``'s live tasks by ``observed_at`` (docs/sweep.md §5),
@@ -509,20 +539,20 @@ class RedisLedger:
 
     @staticmethod
     def _observed_member(tenant: str, task_id: str) -> bytes:
-        """A task in :meth:`_observed_key`: ``TENANT\\0TASKID`` (no tenant yet: ``\\0TASKID``)."""
+        """A task in :meth:`_observed_key`: ``TENANT\\0TASKID`` (no tenant: ``\\0TASKID``)."""
         return f"{tenant}\x00{task_id}".encode("utf-8", "surrogatepass")
 
-    def _events_key(self, upstream: str, task_id: str) -> str:
+    def _events_key(self, upstream: str, task_id: str, tenant: str = "") -> str:
         """The stream of the task's replay window (docs/resume.md §2.3)."""
-        return f"{self.prefix}:events:{upstream}:{task_id}"
+        return f"{self.prefix}:events{tenant_part(tenant)}:{upstream}:{task_id}"
 
-    def _window_key(self, upstream: str, task_id: str) -> str:
+    def _window_key(self, upstream: str, task_id: str, tenant: str = "") -> str:
         """The hash beside the task's stream: ``bytes``, the payload bytes of its entries."""
-        return f"{self.prefix}:window:{upstream}:{task_id}"
+        return f"{self.prefix}:window{tenant_part(tenant)}:{upstream}:{task_id}"
 
     def _timeline_key(self, upstream: str, tenant: str, task_id: str) -> str:
         """The list of the task's timeline entries (docs/observability.md §2)."""
-        return f"{self.prefix}:timeline:{upstream}:{tenant}:{task_id}"
+        return f"{self.prefix}:timeline{tenant_part(tenant)}:{upstream}:{task_id}"
 
     def _timelines_key(self) -> str:
         """The index of timelines: a zset of their list keys by the time of their last entry."""
@@ -651,14 +681,14 @@ class RedisLedger:
             pipe.execute_command(*command)
         return await pipe.execute(raise_on_error=False)
 
-    async def get(self, upstream: str, task_id: str) -> Stored | None:
-        """The record of (``upstream``, ``task_id``) with its version and restart flag, or
-        ``None``.
+    async def get(self, upstream: str, task_id: str, *, tenant: str = "") -> Stored | None:
+        """The record of (``upstream``, ``tenant``, ``task_id``) with its version and restart
+        flag, or ``None``.
 
         Raises:
             ValueError: the stored document is not a record (:func:`codec.decode`).
         """
-        values = await self._call("HMGET", self._key(upstream, task_id), "rec", "v", "resync")
+        values = await self._call("HMGET", self._key(upstream, task_id, tenant), "rec", "v", "resync")
         if values[0] is None:
             return None
         return Stored(codec.decode(values[0]), int(values[1]), values[2] == b"1")
@@ -675,13 +705,13 @@ class RedisLedger:
         """
         blob = codec.encode(record)
         version = expected_version + 1
-        key = self._key(record.upstream, record.task_id)
+        key = self._key(record.upstream, record.task_id, record.tenant)
         done = await self._call(
             "EVALSHA", self._cas_sha, 5, key,
             f"{self.prefix}:counts", f"{self.prefix}:live", f"{self.prefix}:terminal",
             self._observed_key(record.upstream),
             expected_version, version, record.state.value, int(record.terminal),
-            repr(record.observed_at), blob, self._observed_member("", record.task_id))
+            repr(record.observed_at), blob, self._observed_member(record.tenant, record.task_id))
         if done != 1:
             raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
         if record.terminal and self.options.min_replica_acks > 0:
@@ -861,14 +891,15 @@ class RedisLedger:
     # --- the replay window (docs/resume.md §2.3) -------------------------------------------------
 
     @staticmethod
-    def _tag(upstream: str, task_id: str) -> str:
+    def _tag(upstream: str, task_id: str, tenant: str = "") -> str:
         """8 hex digits naming the task in its event ids: a stream entry id is unique only
         within its stream, and another task's id must not be found in this one's."""
-        name = f"{upstream}\x00{task_id}".encode("utf-8", "surrogatepass")
+        name = f"{upstream}\x00{task_id}" + (f"\x00{tenant}" if tenant else "")
+        name = name.encode("utf-8", "surrogatepass")
         return hashlib.blake2s(name, digest_size=4).hexdigest()
 
     async def append_event(self, upstream: str, task_id: str, lineage: str | None,
-                           payload: bytes, at: float) -> tuple[str, str]:
+                           payload: bytes, at: float, *, tenant: str = "") -> tuple[str, str]:
         """``XADD`` the event to the task's stream and trim it (oldest first, to
         ``max_events_per_task`` entries and ``max_bytes_per_task`` payload bytes) in one
         script, sent in call order with ``put``/``get`` and in the same pipeline as the
@@ -886,13 +917,13 @@ class RedisLedger:
                 is taken back) or the connection did.
         """
         limits = self._window_limits
-        member = orjson.dumps([upstream, task_id])
+        member = orjson.dumps([upstream, task_id, tenant] if tenant else [upstream, task_id])
         size = len(payload)
         # The script, and the bookkeeping of an append that trims nothing (the common case),
         # in one pipeline; what the script did otherwise is put right by a script after it.
         script, book = await asyncio.gather(
-            self._call("EVALSHA", _APPEND_SHA, 2, self._events_key(upstream, task_id),
-                       self._window_key(upstream, task_id), lineage or "", payload, repr(at),
+            self._call("EVALSHA", _APPEND_SHA, 2, self._events_key(upstream, task_id, tenant),
+                       self._window_key(upstream, task_id, tenant), lineage or "", payload, repr(at),
                        limits.max_events_per_task, limits.max_bytes_per_task,
                        max(1, int(limits.retention_seconds * 1000))),
             self._book(member, "add", 1, size, repr(at)),
@@ -905,7 +936,7 @@ class RedisLedger:
             raise book
         entry, new, left, dropped, oldest, kept_bytes, freed = script
         total, total_bytes, count, count_bytes = book
-        event_id = f"{entry.decode()}.{self._tag(upstream, task_id)}"
+        event_id = f"{entry.decode()}.{self._tag(upstream, task_id, tenant)}"
         # Moved by differences, not set: the bookkeeping of appends called after this one (of
         # the same window, maybe already counted) stands.
         if new:  # the count held the events of an earlier window of the task (expired): replace it
@@ -935,10 +966,10 @@ class RedisLedger:
         and its bookkeeping — is healed here), its score to its oldest entry; a window that
         vanished (expired) leaves the bookkeeping. The totals move by the difference, in the
         same bookkeeping script. Returns the events the script dropped and the totals after."""
-        upstream, task_id = orjson.loads(member)
+        upstream, task_id, *tenant = orjson.loads(member)
         dropped, left, oldest, kept_bytes = await self._call(
-            "EVALSHA", _TRIM_SHA, 2, self._events_key(upstream, task_id),
-            self._window_key(upstream, task_id), *args)
+            "EVALSHA", _TRIM_SHA, 2, self._events_key(upstream, task_id, *tenant),
+            self._window_key(upstream, task_id, *tenant), *args)
         total, total_bytes, _, _ = await self._book(
             member, "set", left, kept_bytes, oldest.decode() if isinstance(oldest, bytes) else oldest)
         return max(0, int(dropped)), int(total), int(total_bytes)
@@ -965,18 +996,19 @@ class RedisLedger:
                 _, total, total_bytes = await self._trim_window(
                     oldest[0][0], max(0, total - cap), max(0, total_bytes - cap_bytes), bound, "")
 
-    async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
+    async def events_after(self, upstream: str, task_id: str, event_id: str, *,
+                           tenant: str = "") -> Replay:
         """``XRANGE`` of the task's stream from the entry ``event_id`` names (sent in call
         order, so it sees every append called before it): found when that entry is the
         first one; then its lineage's later entries. An id that is not this task's
         ``ENTRYID.TAG`` (or that the server refuses as a stream id) is ``Replay(False)``.
         See :meth:`TaskLedger.events_after`."""
         match = _EVENT_ID.fullmatch(event_id)
-        if match is None or match[2] != self._tag(upstream, task_id):
+        if match is None or match[2] != self._tag(upstream, task_id, tenant):
             return Replay(False)
         entry = match[1]
         try:
-            entries = await self._call("XRANGE", self._events_key(upstream, task_id), entry, "+")
+            entries = await self._call("XRANGE", self._events_key(upstream, task_id, tenant), entry, "+")
         except ResponseError as exc:
             if "stream ID" in str(exc):
                 return Replay(False)

@@ -58,7 +58,7 @@ from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec, redact
 from gateway.ledger.base import LiveTask, WindowLimits
-from gateway.ledger.redis import RedisLedger, RedisOptions, _read_secret, host_port
+from gateway.ledger.redis import RedisLedger, RedisOptions, _read_secret, escape_key_part, host_port
 
 _log = logging.getLogger("a2a_gateway")
 
@@ -107,31 +107,34 @@ MAX_CONNECTIONS_PER_NODE = 1024
 of the URL overrides it)."""
 
 
-def _escape(part: str) -> str:
-    return part.replace("%", "%25").replace("{", "%7B").replace("}", "%7D").replace(":", "%3A")
-
-
 def _unescape(part: str) -> str:
     return part.replace("%3A", ":").replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
 
 
-def untag(key: bytes | str, prefix: str) -> tuple[str, str] | None:
-    """``(upstream, task_id)`` of a task hash's key ``{prefix}:task:{TAG}`` (the inverse of
-    :func:`task_tag`), or ``None`` for a key of another shape."""
+def untag(key: bytes | str, prefix: str) -> tuple[str, str, str] | None:
+    """``(upstream, tenant, task_id)`` of a task hash's key ``{prefix}:task:{TAG}`` (the
+    inverse of :func:`task_tag`; ``""`` for no tenant), or ``None`` for a key of another shape."""
     text = key.decode("utf-8", "surrogatepass") if isinstance(key, bytes) else key
     head = f"{prefix}:task:{{"
     if not (text.startswith(head) and text.endswith("}")):
         return None
-    upstream, colon, task_id = text[len(head):-1].partition(":")
-    return (_unescape(upstream), _unescape(task_id)) if colon else None
+    parts = text[len(head):-1].split(":")
+    if len(parts) == 2:
+        return (_unescape(parts[0]), "", _unescape(parts[1]))
+    if len(parts) == 3:
+        return (_unescape(parts[0]), _unescape(parts[1]), _unescape(parts[2]))
+    return None
 
 
-def task_tag(upstream: str, task_id: str) -> str:
-    """The hash tag of a task's keys: ``{UPSTREAM:TASKID}`` with ``%``, ``{``, ``}`` and ``:``
-    of each part percent-escaped (``%25``, ``%7B``, ``%7D``, ``%3A``), so the tag holds no
-    ``}`` (Redis hashes up to the first one) and two (upstream, task id) pairs never share a
-    tag: ``task_tag("w", "t-1") == "{w:t-1}"``, ``task_tag("a:b", "c") == "{a%3Ab:c}"``."""
-    return f"{{{_escape(upstream)}:{_escape(task_id)}}}"
+def task_tag(upstream: str, task_id: str, tenant: str = "") -> str:
+    """The hash tag of a task's keys: ``{UPSTREAM:TASKID}``, or ``{UPSTREAM:TENANT:TASKID}``
+    for a task of an A2A tenant (docs/callers.md §1), with ``%``, ``{``, ``}`` and ``:`` of
+    each part percent-escaped (``%25``, ``%7B``, ``%7D``, ``%3A``), so the tag holds no ``}``
+    (Redis hashes up to the first one) and two (upstream, tenant, task id) triples never share
+    a tag (two parts or three): ``task_tag("w", "t-1") == "{w:t-1}"``,
+    ``task_tag("a:b", "c") == "{a%3Ab:c}"``, ``task_tag("w", "t-1", "acme") == "{w:acme:t-1}"``."""
+    middle = f"{escape_key_part(tenant)}:" if tenant else ""
+    return f"{{{escape_key_part(upstream)}:{middle}{escape_key_part(task_id)}}}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,21 +216,20 @@ class RedisClusterLedger(RedisLedger):
 
     # --- keys: one hash tag per task -------------------------------------------------------------
 
-    def _key(self, upstream: str, task_id: str) -> str:
-        return f"{self.prefix}:task:{task_tag(upstream, task_id)}"
+    def _key(self, upstream: str, task_id: str, tenant: str = "") -> str:
+        return f"{self.prefix}:task:{task_tag(upstream, task_id, tenant)}"
 
-    def _events_key(self, upstream: str, task_id: str) -> str:
+    def _events_key(self, upstream: str, task_id: str, tenant: str = "") -> str:
         """The stream of the task's replay window, in the slot of its record."""
-        return f"{self.prefix}:events:{task_tag(upstream, task_id)}"
+        return f"{self.prefix}:events:{task_tag(upstream, task_id, tenant)}"
 
-    def _window_key(self, upstream: str, task_id: str) -> str:
+    def _window_key(self, upstream: str, task_id: str, tenant: str = "") -> str:
         """The hash beside the task's stream (``bytes``), in the slot of its record."""
-        return f"{self.prefix}:window:{task_tag(upstream, task_id)}"
+        return f"{self.prefix}:window:{task_tag(upstream, task_id, tenant)}"
 
     def _timeline_key(self, upstream: str, tenant: str, task_id: str) -> str:
-        """The list of the task's timeline entries, in the slot of its record (the tenant
-        after the tag)."""
-        return f"{self.prefix}:timeline:{task_tag(upstream, task_id)}:{_escape(tenant)}"
+        """The list of the task's timeline entries, in the slot of its record."""
+        return f"{self.prefix}:timeline:{task_tag(upstream, task_id, tenant)}"
 
     def _windows_keys(self) -> tuple[str, str, str, str, str]:
         """The bookkeeping over all windows, as :meth:`RedisLedger._windows_keys`, under one
@@ -296,7 +298,7 @@ class RedisClusterLedger(RedisLedger):
         """
         blob = codec.encode(record)
         version = expected_version + 1
-        key = self._key(record.upstream, record.task_id)
+        key = self._key(record.upstream, record.task_id, record.tenant)
         live, counts, terminal = (f"{self.prefix}:live", f"{self.prefix}:counts",
                                   f"{self.prefix}:terminal")
         state = record.state.value
@@ -317,7 +319,7 @@ class RedisClusterLedger(RedisLedger):
             if old:
                 calls.append(self._call("HINCRBY", counts, old, -1))
             calls.append(self._call("HINCRBY", counts, state, 1))
-        observed, member = self._observed_key(record.upstream), self._observed_member("", record.task_id)
+        observed, member = self._observed_key(record.upstream), self._observed_member(record.tenant, record.task_id)
         if record.terminal:
             calls.append(self._call("ZADD", terminal, repr(record.observed_at), key))
             calls.append(self._call("SREM", live, key))
@@ -341,7 +343,7 @@ class RedisClusterLedger(RedisLedger):
         if not page:
             return page
         client = self._redis
-        rows = await asyncio.gather(*(client.hmget(self._key(upstream, t.task_id), "term", "oa") for t in page))
+        rows = await asyncio.gather(*(client.hmget(self._key(upstream, t.task_id, t.tenant), "term", "oa") for t in page))
         observed = self._observed_key(upstream)
         out, fixes = [], []
         for task, (term, oa) in zip(page, rows):
@@ -378,7 +380,7 @@ class RedisClusterLedger(RedisLedger):
                     named = untag(member, self.prefix)
                     if named is not None:  # indexed for the sweep (heals a lost ZADD)
                         fixes.append(client.zadd(self._observed_key(named[0]),
-                                                 {self._observed_member("", named[1]): float(oa)}))
+                                                 {self._observed_member(named[1], named[2]): float(oa)}))
                     continue
                 if code == 0:
                     fixes.append(client.zadd(terminal, {member: float(oa)}))

@@ -24,16 +24,17 @@ whole is lost — ``BEGIN`` or ``COMMIT`` failed, or SQLite rolled the whole tra
 nothing of the batch was delivered yet, and every operation is run again in a transaction of its
 own, so each call gets the outcome it would have had alone.
 
-Schema (created on open; ``PRAGMA user_version`` 2)::
+Schema (created on open; ``PRAGMA user_version`` 3)::
 
-    tasks(upstream TEXT, task_id TEXT, version INTEGER, state TEXT, terminal INTEGER,
-          resync INTEGER, observed_at REAL, record BLOB, PRIMARY KEY (upstream, task_id))
+    tasks(upstream TEXT, tenant TEXT, task_id TEXT, version INTEGER, state TEXT,
+          terminal INTEGER, resync INTEGER, observed_at REAL, record BLOB,
+          PRIMARY KEY (upstream, tenant, task_id))
     task_counts(state TEXT PRIMARY KEY, n INTEGER)
     events(id INTEGER PRIMARY KEY AUTOINCREMENT, upstream TEXT, task_id TEXT,
-           lineage TEXT (NULL: its own id), at REAL, size INTEGER, payload BLOB)
-        index (upstream, task_id, id), index (at)
-    event_windows(upstream TEXT, task_id TEXT, n INTEGER, bytes INTEGER,
-                  PRIMARY KEY (upstream, task_id))
+           lineage TEXT (NULL: its own id), at REAL, size INTEGER, payload BLOB, tenant TEXT)
+        index (upstream, tenant, task_id, id), index (at)
+    event_windows(upstream TEXT, tenant TEXT, task_id TEXT, n INTEGER, bytes INTEGER,
+                  PRIMARY KEY (upstream, tenant, task_id))
     event_total(one INTEGER PRIMARY KEY CHECK (one = 1), n INTEGER, bytes INTEGER)
 
 ``task_counts`` holds the number of rows of ``tasks`` in each state, kept by three triggers on
@@ -55,6 +56,12 @@ two rows, deletes from the front of the task's index (per task) or of the table 
 caps, the smallest ids), and costs amortised O(1) however many events the ledger holds. An append is one write
 operation under a savepoint: all of it is committed or none. Version 1 (and 0) databases gain
 the three tables at open, in the same one transaction as above.
+
+Version 3 puts the A2A tenant into every key (docs/callers.md §1). A database of an earlier
+version is migrated in the same one transaction (:data:`_TO_TENANTS`): ``tasks`` is rebuilt
+with the new primary key and its rows copied under tenant ``""`` (the counts follow through
+the insert trigger), ``events`` gains a ``tenant`` column (``""`` for every existing event),
+and ``event_windows`` is rebuilt from the events.
 """
 
 from __future__ import annotations
@@ -96,6 +103,7 @@ SCHEMA_VERSION = 3
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS tasks (
         upstream    TEXT    NOT NULL,
+        tenant      TEXT    NOT NULL DEFAULT '',
         task_id     TEXT    NOT NULL,
         version     INTEGER NOT NULL,
         state       TEXT    NOT NULL,
@@ -103,7 +111,7 @@ _SCHEMA = (
         resync      INTEGER NOT NULL DEFAULT 0,
         observed_at REAL    NOT NULL,
         record      BLOB    NOT NULL,
-        PRIMARY KEY (upstream, task_id)
+        PRIMARY KEY (upstream, tenant, task_id)
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS tasks_terminal_observed ON tasks (terminal, observed_at)",
     """CREATE TABLE IF NOT EXISTS task_counts (
@@ -136,19 +144,21 @@ _SCHEMA = (
         lineage  TEXT,
         at       REAL    NOT NULL,
         size     INTEGER NOT NULL,
-        payload  BLOB    NOT NULL
+        payload  BLOB    NOT NULL,
+        tenant   TEXT    NOT NULL DEFAULT ''
     )""",
-    "CREATE INDEX IF NOT EXISTS events_task ON events (upstream, task_id, id)",
+    "CREATE INDEX IF NOT EXISTS events_tenant_task ON events (upstream, tenant, task_id, id)",
     "CREATE INDEX IF NOT EXISTS events_at ON events (at)",
     # Per task: its events and their payload bytes (a row only while it has events); and the
     # events and payload bytes of all tasks (one row). Kept by triggers on events, like
     # task_counts.
     """CREATE TABLE IF NOT EXISTS event_windows (
         upstream TEXT    NOT NULL,
+        tenant   TEXT    NOT NULL,
         task_id  TEXT    NOT NULL,
         n        INTEGER NOT NULL,
         bytes    INTEGER NOT NULL,
-        PRIMARY KEY (upstream, task_id)
+        PRIMARY KEY (upstream, tenant, task_id)
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS event_total (
         one   INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
@@ -156,21 +166,23 @@ _SCHEMA = (
         bytes INTEGER NOT NULL
     )""",
     """CREATE TRIGGER IF NOT EXISTS events_window_insert AFTER INSERT ON events BEGIN
-        INSERT INTO event_windows (upstream, task_id, n, bytes)
-            VALUES (NEW.upstream, NEW.task_id, 1, NEW.size)
-            ON CONFLICT (upstream, task_id) DO UPDATE SET n = n + 1, bytes = bytes + excluded.bytes;
+        INSERT INTO event_windows (upstream, tenant, task_id, n, bytes)
+            VALUES (NEW.upstream, NEW.tenant, NEW.task_id, 1, NEW.size)
+            ON CONFLICT (upstream, tenant, task_id) DO UPDATE SET n = n + 1, bytes = bytes + excluded.bytes;
         UPDATE event_total SET n = n + 1, bytes = bytes + NEW.size;
     END""",
     """CREATE TRIGGER IF NOT EXISTS events_window_delete AFTER DELETE ON events BEGIN
         UPDATE event_windows SET n = n - 1, bytes = bytes - OLD.size
-            WHERE upstream = OLD.upstream AND task_id = OLD.task_id;
-        DELETE FROM event_windows WHERE upstream = OLD.upstream AND task_id = OLD.task_id AND n <= 0;
+            WHERE upstream = OLD.upstream AND tenant = OLD.tenant AND task_id = OLD.task_id;
+        DELETE FROM event_windows
+            WHERE upstream = OLD.upstream AND tenant = OLD.tenant AND task_id = OLD.task_id AND n <= 0;
         UPDATE event_total SET n = n - 1, bytes = bytes - OLD.size;
     END""",
     # Filled once, from the events the database already holds (none before version 2).
     "DELETE FROM event_windows",
-    """INSERT INTO event_windows (upstream, task_id, n, bytes)
-        SELECT upstream, task_id, COUNT(*), SUM(size) FROM events GROUP BY upstream, task_id""",
+    """INSERT INTO event_windows (upstream, tenant, task_id, n, bytes)
+        SELECT upstream, tenant, task_id, COUNT(*), SUM(size) FROM events
+        GROUP BY upstream, tenant, task_id""",
     "DELETE FROM event_total",
     "INSERT INTO event_total (one, n, bytes) SELECT 1, COUNT(*), COALESCE(SUM(size), 0) FROM events",
     # -- version 3: the task timeline (docs/observability.md §2) --
@@ -208,39 +220,67 @@ _SCHEMA = (
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
-_GET = "SELECT record, version, resync FROM tasks WHERE upstream = ? AND task_id = ?"
+# -- version 3: the tenant in every key (docs/callers.md §1) --
+# Run before _SCHEMA on a database whose tasks table has no tenant column: what is keyed by
+# (upstream, task_id) is moved aside or dropped (triggers and indexes are named globally, so
+# the old ones go first, or _SCHEMA's IF NOT EXISTS would find them), _SCHEMA creates the
+# new forms, and _TENANTS_COPY then copies the tasks under tenant "" (the insert trigger
+# counts them into task_counts, which _SCHEMA emptied).
+_TO_TENANTS = (
+    "DROP TRIGGER IF EXISTS tasks_count_insert",
+    "DROP TRIGGER IF EXISTS tasks_count_update",
+    "DROP TRIGGER IF EXISTS tasks_count_delete",
+    "DROP INDEX IF EXISTS tasks_terminal_observed",
+    "ALTER TABLE tasks RENAME TO tasks_before_tenants",
+    "DROP TRIGGER IF EXISTS events_window_insert",
+    "DROP TRIGGER IF EXISTS events_window_delete",
+    "DROP INDEX IF EXISTS events_task",
+    "DROP TABLE IF EXISTS event_windows",
+)
+_EVENTS_TENANT = "ALTER TABLE events ADD COLUMN tenant TEXT NOT NULL DEFAULT ''"
+_TENANTS_COPY = (
+    """INSERT INTO tasks (upstream, tenant, task_id, version, state, terminal, resync,
+                          observed_at, record)
+        SELECT upstream, '', task_id, version, state, terminal, resync, observed_at, record
+        FROM tasks_before_tenants""",
+    "DROP TABLE tasks_before_tenants",
+)
+
+_GET = "SELECT record, version, resync FROM tasks WHERE upstream = ? AND tenant = ? AND task_id = ?"
 # A put clears the restart flag (resync = 0): see TaskLedger.put.
 #: The sweep's page (docs/sweep.md §5), on the ``(terminal, observed_at)`` index; ties of
 #: ``observed_at`` in ``task_id`` order.
-_LIVE_BEFORE = ("SELECT task_id, observed_at FROM tasks WHERE terminal = 0 AND observed_at < ? "
-                "AND upstream = ? ORDER BY observed_at, task_id LIMIT ?")
-_LIVE_AFTER = ("SELECT task_id, observed_at FROM tasks WHERE terminal = 0 AND observed_at < ? "
-               "AND upstream = ? AND observed_at >= ? AND (observed_at, task_id) > (?, ?) "
-               "ORDER BY observed_at, task_id LIMIT ?")
+_LIVE_BEFORE = ("SELECT tenant, task_id, observed_at FROM tasks WHERE terminal = 0 AND observed_at < ? "
+                "AND upstream = ? ORDER BY observed_at, tenant, task_id LIMIT ?")
+_LIVE_AFTER = ("SELECT tenant, task_id, observed_at FROM tasks WHERE terminal = 0 AND observed_at < ? "
+               "AND upstream = ? AND observed_at >= ? AND (observed_at, tenant, task_id) > (?, ?, ?) "
+               "ORDER BY observed_at, tenant, task_id LIMIT ?")
 #: (A row value, not ``observed_at > ? OR …``: with the OR, SQLite sorts every row after the
 #: cursor before the LIMIT; so it reads the index from the cursor on and sorts only ties.)
 _INSERT = ("INSERT INTO tasks (version, state, terminal, resync, observed_at, record, upstream, "
-           "task_id) VALUES (?, ?, ?, 0, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+           "tenant, task_id) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
 _UPDATE = ("UPDATE tasks SET version = ?, state = ?, terminal = ?, resync = 0, observed_at = ?, "
-           "record = ? WHERE upstream = ? AND task_id = ? AND version = ?")
+           "record = ? WHERE upstream = ? AND tenant = ? AND task_id = ? AND version = ?")
 
 #: At most this many operations share one transaction (the write lock is held for one batch).
 MAX_BATCH = 256
 
 # -- the replay window (docs/resume.md §2.2) ------------------------------------------------------
 
-_EVENT_INSERT = ("INSERT INTO events (upstream, task_id, lineage, at, size, payload) "
-                 "VALUES (?, ?, ?, ?, ?, ?)")
+_EVENT_INSERT = ("INSERT INTO events (upstream, tenant, task_id, lineage, at, size, payload) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?)")
 _EVENT_WINDOW = ("SELECT w.n, w.bytes, t.n, t.bytes FROM event_windows AS w, event_total AS t "
-                 "WHERE w.upstream = ? AND w.task_id = ?")
-_EVENT_FRONT = "SELECT id, size FROM events WHERE upstream = ? AND task_id = ? ORDER BY id"
-_EVENT_DROP_FRONT = "DELETE FROM events WHERE upstream = ? AND task_id = ? AND id <= ?"
+                 "WHERE w.upstream = ? AND w.tenant = ? AND w.task_id = ?")
+_EVENT_FRONT = ("SELECT id, size FROM events WHERE upstream = ? AND tenant = ? AND task_id = ? "
+                "ORDER BY id")
+_EVENT_DROP_FRONT = "DELETE FROM events WHERE upstream = ? AND tenant = ? AND task_id = ? AND id <= ?"
 _EVENT_OLDEST = "SELECT id, size FROM events ORDER BY id"
 _EVENT_DROP_OLDEST = "DELETE FROM events WHERE id <= ?"
-_EVENT_LOOKUP = "SELECT lineage FROM events WHERE id = ? AND upstream = ? AND task_id = ?"
+_EVENT_LOOKUP = ("SELECT lineage FROM events WHERE id = ? AND upstream = ? AND tenant = ? "
+                 "AND task_id = ?")
 # Later events of the lineage: a later event with lineage NULL starts a lineage of its own.
-_EVENT_LATER = ("SELECT id, payload FROM events WHERE upstream = ? AND task_id = ? AND id > ? "
-                "AND lineage = ? ORDER BY id")
+_EVENT_LATER = ("SELECT id, payload FROM events WHERE upstream = ? AND tenant = ? AND task_id = ? "
+                "AND id > ? AND lineage = ? ORDER BY id")
 _EVENT_PRUNE = ("DELETE FROM events WHERE id IN "
                 "(SELECT id FROM events WHERE at < ? ORDER BY at LIMIT ?)")
 #: ``prune_events`` deletes in chunks of this many events, each its own operation, so the
@@ -306,20 +346,20 @@ def _last_to_drop(front: sqlite3.Cursor, n: int, size: int, max_n: int,
     return last, dropped, freed
 
 
-def _append_event(conn: sqlite3.Connection, limits: WindowLimits, upstream: str, task_id: str,
-                  lineage: str | None, payload: bytes, at: float) -> tuple[str, str]:
+def _append_event(conn: sqlite3.Connection, limits: WindowLimits, upstream: str, tenant: str,
+                  task_id: str, lineage: str | None, payload: bytes, at: float) -> tuple[str, str]:
     """Insert one event and trim its window, then all windows, to ``limits``; all of it or
     nothing (a savepoint inside the batch's transaction)."""
     conn.execute("SAVEPOINT append_event")
     try:
-        row_id = conn.execute(_EVENT_INSERT, (upstream, task_id, lineage, at, len(payload),
-                                              payload)).lastrowid
+        key = (upstream, tenant, task_id)
+        row_id = conn.execute(_EVENT_INSERT, (*key, lineage, at, len(payload), payload)).lastrowid
         assert row_id is not None
-        n, size, total, total_bytes = conn.execute(_EVENT_WINDOW, (upstream, task_id)).fetchone()
+        n, size, total, total_bytes = conn.execute(_EVENT_WINDOW, key).fetchone()
         if n > limits.max_events_per_task or size > limits.max_bytes_per_task:
-            last, dropped, freed = _last_to_drop(conn.execute(_EVENT_FRONT, (upstream, task_id)), n, size,
+            last, dropped, freed = _last_to_drop(conn.execute(_EVENT_FRONT, key), n, size,
                                                  limits.max_events_per_task, limits.max_bytes_per_task)
-            conn.execute(_EVENT_DROP_FRONT, (upstream, task_id, last))
+            conn.execute(_EVENT_DROP_FRONT, (*key, last))
             total, total_bytes = total - dropped, total_bytes - freed
         if total > limits.max_events_total or total_bytes > limits.max_bytes_total:
             last, _, _ = _last_to_drop(conn.execute(_EVENT_OLDEST), total, total_bytes,
@@ -337,15 +377,16 @@ def _append_event(conn: sqlite3.Connection, limits: WindowLimits, upstream: str,
     return event_id, lineage or event_id
 
 
-def _events_after(conn: sqlite3.Connection, upstream: str, task_id: str, event_id: str) -> Replay:
+def _events_after(conn: sqlite3.Connection, upstream: str, tenant: str, task_id: str,
+                  event_id: str) -> Replay:
     number = _event_number(event_id)
     if number is None:
         return Replay(False)
-    row = conn.execute(_EVENT_LOOKUP, (number, upstream, task_id)).fetchone()
+    row = conn.execute(_EVENT_LOOKUP, (number, upstream, tenant, task_id)).fetchone()
     if row is None:
         return Replay(False)
     lineage = row[0] if row[0] is not None else event_id
-    later = conn.execute(_EVENT_LATER, (upstream, task_id, number, lineage)).fetchall()
+    later = conn.execute(_EVENT_LATER, (upstream, tenant, task_id, number, lineage)).fetchall()
     return Replay(True, lineage, tuple(WindowEvent(str(i), lineage, bytes(p)) for i, p in later))
 
 
@@ -420,13 +461,28 @@ def _migrate(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         if _schema_version(conn) < SCHEMA_VERSION:
+            moved = _columns(conn, "tasks") and "tenant" not in _columns(conn, "tasks")
+            if moved:
+                for statement in _TO_TENANTS:
+                    conn.execute(statement)
+            events = _columns(conn, "events")
+            if events and "tenant" not in events:
+                conn.execute(_EVENTS_TENANT)
             for statement in _SCHEMA:
                 conn.execute(statement)
+            if moved:
+                for statement in _TENANTS_COPY:
+                    conn.execute(statement)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """The column names of ``table`` (empty when there is no such table)."""
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
 def _run(conn: sqlite3.Connection, op: _Op) -> bool:
@@ -611,14 +667,14 @@ class SqliteLedger:
             self._thread = None
             raise
 
-    async def get(self, upstream: str, task_id: str) -> Stored | None:
-        """The record of (``upstream``, ``task_id``) with its version and restart flag, or
-        ``None``.
+    async def get(self, upstream: str, task_id: str, *, tenant: str = "") -> Stored | None:
+        """The record of (``upstream``, ``tenant``, ``task_id``) with its version and restart
+        flag, or ``None``.
 
         Raises:
             ValueError: the stored document is not a record (:func:`codec.decode`).
         """
-        row = await self._submit(lambda c: c.execute(_GET, (upstream, task_id)).fetchone(),
+        row = await self._submit(lambda c: c.execute(_GET, (upstream, tenant, task_id)).fetchone(),
                                  write=False)
         if row is None:
             return None
@@ -632,11 +688,12 @@ class SqliteLedger:
         if expected_version == 0:
             sql = _INSERT
             params: tuple[Any, ...] = (version, record.state.value, int(record.terminal),
-                                       record.observed_at, blob, record.upstream, record.task_id)
+                                       record.observed_at, blob, record.upstream, record.tenant,
+                                       record.task_id)
         else:
             sql = _UPDATE
             params = (version, record.state.value, int(record.terminal), record.observed_at,
-                      blob, record.upstream, record.task_id, expected_version)
+                      blob, record.upstream, record.tenant, record.task_id, expected_version)
         if await self._submit(lambda c: c.execute(sql, params).rowcount, write=True) != 1:
             raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
         return version
@@ -668,16 +725,16 @@ class SqliteLedger:
 
     async def live_before(self, upstream: str, before: float, *, limit: int,
                           after: LiveTask | None = None) -> list[LiveTask]:
-        """Live tasks of ``upstream`` observed before ``before``, by ``(observed_at,
+        """Live tasks of ``upstream`` observed before ``before``, by ``(observed_at, tenant,
         task_id)``, read on the ``(terminal, observed_at)`` index. See
         :meth:`TaskLedger.live_before`."""
         if after is None:
             sql, params = _LIVE_BEFORE, (before, upstream, limit)
         else:
             sql = _LIVE_AFTER
-            params = (before, upstream, after.observed_at, after.observed_at, after.task_id, limit)
+            params = (before, upstream, after.observed_at, after.observed_at, after.tenant, after.task_id, limit)
         rows = await self._submit(lambda c: c.execute(sql, params).fetchall(), write=False)
-        return [LiveTask(upstream, "", task_id, at) for task_id, at in rows]
+        return [LiveTask(upstream, tenant, task_id, at) for tenant, task_id, at in rows]
 
     async def close(self) -> None:
         """Run what is queued, close the connection and stop the worker thread."""
@@ -692,7 +749,7 @@ class SqliteLedger:
     # --- the replay window (docs/resume.md §2.2) -------------------------------------------------
 
     async def append_event(self, upstream: str, task_id: str, lineage: str | None,
-                           payload: bytes, at: float) -> tuple[str, str]:
+                           payload: bytes, at: float, *, tenant: str = "") -> tuple[str, str]:
         """Insert the event and trim its task's window (oldest first, to
         ``max_events_per_task`` events and ``max_bytes_per_task`` payload bytes), then the whole
         ledger (oldest first, whatever the task, to ``max_events_total`` events and
@@ -708,15 +765,16 @@ class SqliteLedger:
             sqlite3.Error: the append failed; nothing of it was kept (its savepoint was undone).
         """
         limits = self._window_limits
-        return await self._submit(lambda c: _append_event(c, limits, upstream, task_id, lineage,
-                                                          payload, at), write=True)
+        return await self._submit(lambda c: _append_event(c, limits, upstream, tenant, task_id,
+                                                          lineage, payload, at), write=True)
 
-    async def events_after(self, upstream: str, task_id: str, event_id: str) -> Replay:
+    async def events_after(self, upstream: str, task_id: str, event_id: str, *,
+                           tenant: str = "") -> Replay:
         """The window's later events of ``event_id``'s lineage, oldest first (a read
         operation: it sees every call made before it). An id that is not a row of this task's
         window, or not a row id at all, is ``Replay(False)``. See
         :meth:`TaskLedger.events_after`."""
-        return await self._submit(lambda c: _events_after(c, upstream, task_id, event_id),
+        return await self._submit(lambda c: _events_after(c, upstream, tenant, task_id, event_id),
                                   write=False)
 
     # --- the task timeline (docs/observability.md §2) ---------------------------------------------

@@ -15,6 +15,8 @@ metric                                                 labels
 ``a2a_gateway_state_normalizations_total``             upstream, family
 ``a2a_gateway_divergences_total``                      upstream, kind, action
 ``a2a_gateway_local_rejections_total``                 upstream, method, reason, action
+``a2a_gateway_local_answer_skipped_total``             upstream, reason
+``a2a_gateway_auth_failures_total``                    upstream, binding, reason
 ``a2a_gateway_error_rewrites_total``                   upstream, from_code, to_code
 ``a2a_gateway_forced_get_total``                       upstream, reason
 ``a2a_gateway_sweep_total``                            upstream, outcome
@@ -138,6 +140,21 @@ class Metrics:
             "a2a_gateway_local_rejections_total",
             "Client requests answered by the gateway without forwarding, by reason",
             ["upstream", "method", "reason", "action"],
+            registry=registry,
+        ))
+        self.local_answer_skipped = Labelled(Counter(
+            "a2a_gateway_local_answer_skipped_total",
+            "Local answers from the ledger not given because the caller was not seen on the "
+            "task (the request went to the worker instead; docs/callers.md §3), by reason",
+            ["upstream", "reason"],
+            registry=registry,
+        ))
+        self.auth_failures = Labelled(Counter(
+            "a2a_gateway_auth_failures_total",
+            "Requests refused by the gateway's caller authentication before reaching the "
+            "worker (docs/callers.md §5), by reason (missing, invalid, expired, audience, "
+            "issuer, unknown_key, jwks_unavailable)",
+            ["upstream", "binding", "reason"],
             registry=registry,
         ))
         self.error_rewrites = Labelled(Counter(

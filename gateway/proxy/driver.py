@@ -103,11 +103,11 @@ class Driver:
     __slots__ = ("rt", "route", "scope", "client_send", "reporter", "operation", "started", "ended",
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
-                 "_streaming", "_stream_task", "_stream_key", "span", "status", "state", "card",
+                 "_streaming", "_stream_task", "_stream_tenant", "_stream_key", "span", "status", "state", "card",
                  "_stream_span", "version", "task_id")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
-                 operation: str, *, task_id: str | None = None) -> None:
+                 operation: str, *, task_id: str | None = None, tenant: str = "") -> None:
         self.rt = rt
         self.route = route
         self.scope = scope
@@ -130,6 +130,7 @@ class Driver:
         self._keepalive_send: asyncio.Future[None] | None = None  # a comment being written
         self._streaming = False  # counted in a2a_gateway_open_streams
         self._stream_task = task_id  # the task the request names (None: learnt from the stream)
+        self._stream_tenant = tenant  # its A2A tenant (docs/callers.md §1)
         self._stream_key: tuple[str, str, str] | None = None  # in rt.streams while streaming
         self.span: Any = None  # the request's server span (tracing on)
         self.card: Any = None  # the Agent Card the request was admitted under (span attributes)
@@ -209,10 +210,10 @@ class Driver:
         task_id = cmd.task_id
         if task_id is None:
             return Loaded(None, Clock(time.time()))
+        ledger, upstream, tenant = self.rt.ledger, self.route.upstream.name, cmd.tenant
         if self._streaming and self._stream_key is None:  # a new task's stream: its first event
-            self._open_stream_of(task_id)
-        ledger, upstream = self.rt.ledger, self.route.upstream.name
-        stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id))
+            self._open_stream_of(task_id, tenant)
+        stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id, tenant=tenant))
         if stored is None:
             return Loaded(None, Clock(time.time()))
         if self.span is not None and self.operation is not Operation.LIST:  # a2a.task.state
@@ -232,17 +233,18 @@ class Driver:
         ledger, upstream = self.rt.ledger, self.route.upstream.name
         entry = dataclasses.replace(cmd.entry, at=time.time())
         with contextlib.suppress(LedgerError):  # counted and logged by ledger_call; it decides nothing
-            await self.rt.ledger_call("append_timeline", lambda: ledger.append_timeline(upstream, cmd.task_id, entry))
+            await self.rt.ledger_call("append_timeline", lambda: ledger.append_timeline(
+                upstream, cmd.task_id, entry, tenant=cmd.tenant))
 
     async def _append_event(self, cmd: AppendEvent) -> tuple[str, str]:
         ledger, upstream = self.rt.ledger, self.route.upstream.name
         return await self.rt.ledger_call("append_event", lambda: ledger.append_event(
-            upstream, cmd.task_id, cmd.lineage, cmd.payload, time.time()))
+            upstream, cmd.task_id, cmd.lineage, cmd.payload, time.time(), tenant=cmd.tenant))
 
     async def _read_window(self, cmd: ReadWindow) -> Any:
         ledger, upstream = self.rt.ledger, self.route.upstream.name
         return await self.rt.ledger_call("events_after", lambda: ledger.events_after(
-            upstream, cmd.task_id, cmd.after))
+            upstream, cmd.task_id, cmd.after, tenant=cmd.tenant))
 
     # --- the worker -------------------------------------------------------------------------------
 
@@ -374,7 +376,7 @@ class Driver:
         self._streaming = True
         self.rt.metrics.open_streams.labels(self.route.upstream.name).inc()
         if self._stream_task is not None:
-            self._open_stream_of(self._stream_task)
+            self._open_stream_of(self._stream_task, self._stream_tenant)
         self._arm_keepalive(self.rt.config.streams.keepalive_seconds)
 
     async def _flush(self, cmd: Flush | None) -> None:
@@ -398,10 +400,10 @@ class Driver:
             self.rt.streams.closed(self._stream_key)
             self._stream_key = None
 
-    def _open_stream_of(self, task_id: str) -> None:
-        """The open client stream is ``task_id``'s: the sweep passes over the task until the
-        stream ends (docs/sweep.md §2). No tenant yet: the key's tenant is ``""``."""
-        self._stream_key = (self.route.upstream.name, "", task_id)
+    def _open_stream_of(self, task_id: str, tenant: str) -> None:
+        """The open client stream is (``tenant``, ``task_id``)'s: the sweep passes over the
+        task until the stream ends (docs/sweep.md §2)."""
+        self._stream_key = (self.route.upstream.name, tenant, task_id)
         self.rt.streams.opened(self._stream_key)
 
     def _arm_keepalive(self, delay: float) -> None:

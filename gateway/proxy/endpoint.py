@@ -19,10 +19,13 @@ from gateway.a2a.card_bridge import CardBridgeError, bridge_card
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.exchange.bridge import worker_version
+from gateway.exchange.commands import Count
 from gateway.exchange.model import Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
 from gateway.observability import access
 from gateway.observability.tracing import Tracing
+from gateway.invariants.model import NO_CALLER, Caller
+from gateway.proxy.auth import AuthFailure
 from gateway.proxy.card import CardCache, public_base
 from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import Route, until_disconnect
@@ -70,6 +73,31 @@ class ExchangeHandler:
 
     async def handle(self) -> None:
         """Read, parse and answer the request (the binding's part)."""
+        raise NotImplementedError
+
+    async def identify(self) -> Caller | None:
+        """Who is asking (docs/callers.md §2, §5): with ``auth.jwt``, the bearer token is
+        checked first — a refused one is answered here in the binding's form
+        (:meth:`refuse_auth`), counted and ``None`` returned, nothing having reached the
+        worker; then the caller's :class:`~gateway.invariants.model.Caller`."""
+        subject = None
+        if self.rt.auth is not None:
+            try:
+                claims = await self.rt.auth.verify(self.scope)
+            except AuthFailure as failure:
+                self.summary.outcome = "unauthenticated"
+                self.reporter.report(Count("auth_failures", (self.summary.binding.value, failure.reason)))
+                await self.refuse_auth(failure)
+                return None
+            sub = claims.get("sub")
+            subject = sub if isinstance(sub, str) and sub else None
+        keys = self.rt.callers
+        if keys is None:
+            return NO_CALLER
+        return keys.caller(keys.identity_of(self.scope, subject))
+
+    async def refuse_auth(self, failure: AuthFailure) -> None:
+        """Answer a refused credential in the binding's error form (docs/callers.md §5)."""
         raise NotImplementedError
 
     def header(self, name: bytes) -> str | None:

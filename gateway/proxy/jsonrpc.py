@@ -16,12 +16,15 @@ from gateway.exchange.bridge import BridgedJsonRpcExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.request import error_message, retry_after
+from gateway.proxy.auth import AuthFailure
 from gateway.proxy.endpoint import ExchangeHandler, send_json
 from gateway.proxy.forward import client_response_headers, read_body, upstream_request_headers
 
 
 class JsonRpcHandler(ExchangeHandler):
     """Handles one JSON-RPC POST for a route; a new instance per request."""
+
+    _reply_id: jsonrpc.JsonId = None
 
     async def handle(self) -> None:
         limits = self.rt.config.limits
@@ -37,6 +40,11 @@ class JsonRpcHandler(ExchangeHandler):
             await send_json(self.send, 413, jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, msg))
             return
         parsed = jsonrpc.parse_request(body, limits.max_json_depth)
+        self._reply_id = (parsed.error.get("id") if isinstance(parsed, jsonrpc.ParseFailure)
+                          else parsed.reply_id)
+        caller = await self.identify()  # before anything else is answered (docs/callers.md §5)
+        if caller is None:
+            return
         if isinstance(parsed, jsonrpc.ParseFailure):
             self.line.jsonrpc_id = parsed.error.get("id")
             self.summary.outcome = "malformed"
@@ -59,10 +67,19 @@ class JsonRpcHandler(ExchangeHandler):
         rewrite = self.card_rewrite(info.operation)
         worker = self.bridge_to(info.version, Binding.JSONRPC, cards)
         if worker is None:
-            await self.drive(JsonRpcExchange(parsed, body, info, card, policy, rewrite))
+            await self.drive(JsonRpcExchange(parsed, body, info, card, policy, rewrite, caller=caller))
         else:
             await self.drive(BridgedJsonRpcExchange(parsed, body, info, card, policy, worker,
-                                                    self.bridged_card_rewrite(rewrite, info.version)))
+                                                    self.bridged_card_rewrite(rewrite, info.version),
+                                                    caller=caller))
+
+    async def refuse_auth(self, failure: AuthFailure) -> None:
+        """HTTP 401 (503: the keys cannot be had now) with ``WWW-Authenticate: Bearer`` and a
+        JSON-RPC error with the client's id (-32600; -32603 for 503; docs/callers.md §5)."""
+        code = jsonrpc.INTERNAL_ERROR if failure.status == 503 else jsonrpc.INVALID_REQUEST
+        headers = () if failure.status == 503 else ((b"www-authenticate", failure.www_authenticate()),)
+        await send_json(self.send, failure.status,
+                        jsonrpc.error_response(self._reply_id, code, str(failure)), headers=headers)
 
     async def _relay_unknown(self, body: bytes, req_id: jsonrpc.JsonId) -> None:
         """A method no A2A version defines: relayed untouched (custom extension methods)."""

@@ -10,22 +10,54 @@ body over ``limits.max_body_bytes``.
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import urlsplit
+
 import orjson
 
 from gateway.a2a import jsonrpc, rest
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.rest import RestCall
-from gateway.a2a.version import Binding
+from gateway.a2a.card_bridge import card_endpoints
+from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import BodyTooLargeError, ClientGoneError, NestingTooDeepError
 from gateway.exchange.bridge import BridgedRestExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.rest import RestExchange
+from gateway.proxy.auth import AuthFailure
 from gateway.proxy.endpoint import ExchangeHandler, send_json
 from gateway.proxy.forward import Route, read_body
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
 
 _JSON_BODY = (Operation.SEND, Operation.STREAM, Operation.PUSH_CREATE)
+
+
+def rest_prefixes(card: dict[str, Any] | None, upstream_url: str) -> list[str]:
+    """The worker's own REST prefixes (``/rest``): the paths of its card's HTTP+JSON
+    interfaces below the upstream's URL path, for :func:`gateway.a2a.rest.rest_tenant`
+    (docs/callers.md §1). None without a card."""
+    if not isinstance(card, dict):
+        return []
+    base = urlsplit(upstream_url).path.rstrip("/")
+    found = []
+    for (_, binding), url in card_endpoints(card).items():
+        if binding is not Binding.REST:
+            continue
+        path = urlsplit(url).path.rstrip("/")
+        if path.startswith(base) and len(path) > len(base):
+            found.append(path[len(base):])
+    return found
+
+
+async def refuse_rest_auth(send: Send, failure: AuthFailure,
+                           version: ProtocolVersion = ProtocolVersion.V1_0) -> None:
+    """A refused credential in REST's error form: HTTP 401 (``UNAUTHENTICATED``) with
+    ``WWW-Authenticate: Bearer``, or 503 when the keys cannot be had now (docs/callers.md §5)."""
+    code = jsonrpc.INTERNAL_ERROR if failure.status == 503 else jsonrpc.INVALID_REQUEST
+    headers = () if failure.status == 503 else ((b"www-authenticate", failure.www_authenticate()),)
+    await send_json(send, failure.status, rest.error_body(code, str(failure), status=failure.status,
+                                                          version=version), headers=headers)
 _BODILESS = ("GET", "DELETE")
 
 
@@ -42,6 +74,9 @@ class RestHandler(ExchangeHandler):
 
     async def handle(self) -> None:
         call, method = self.call, self.scope["method"]
+        caller = await self.identify()
+        if caller is None:
+            return
         body = b""
         if method not in _BODILESS:
             limit = self.rt.config.limits.max_body_bytes
@@ -74,13 +109,21 @@ class RestHandler(ExchangeHandler):
         params = rest.request_params(call, doc)
         rewrite = self.card_rewrite(call.operation)
         worker = self.bridge_to(call.version, Binding.REST, cards)
+        tenant = rest.rest_tenant(call, rest_prefixes(card.doc, self.route.upstream.url))
         if worker is None:
-            await self.drive(RestExchange(call, method, body, params, card, policy, rewrite))
+            await self.drive(RestExchange(call, method, body, params, card, policy, rewrite,
+                                          tenant=tenant, caller=caller))
         else:
             query = self.scope.get("query_string", b"").decode("latin-1")
             await self.drive(BridgedRestExchange(call, method, body, params, card, policy, worker,
                                                  query=query, doc=doc,
-                                                 rewrite_card=self.bridged_card_rewrite(rewrite, call.version)))
+                                                 rewrite_card=self.bridged_card_rewrite(rewrite, call.version),
+                                                 tenant=tenant, caller=caller))
+
+    async def refuse_auth(self, failure: AuthFailure) -> None:
+        """HTTP 401 with ``WWW-Authenticate: Bearer`` (503 when the keys cannot be had now)
+        and the REST error body of the client's version (docs/callers.md §5)."""
+        await refuse_rest_auth(self.send, failure, self.call.version)
 
     async def _malformed(self, message: str) -> None:
         self.summary.outcome = "malformed"

@@ -28,6 +28,8 @@ from gateway.ledger.base import TaskLedger
 from gateway.observability.metrics import Metrics
 from gateway.observability.reporter import RECENT_DIVERGENCES, Reporter
 from gateway.observability.tracing import Tracing
+from gateway.proxy.auth import JwtVerifier
+from gateway.proxy.callers import CallerKeys
 from gateway.proxy.card import CardCache
 from gateway.proxy.forward import Router, Signal
 from gateway.proxy.transport import UpstreamClient
@@ -89,6 +91,10 @@ class Runtime:
     reload_hooks: list[Callable[[GatewayConfig], None]] = dataclasses.field(default_factory=list)
     """Called with the new config on every reload (SIGHUP) before it is applied (the
     listener's TLS certificate is re-read by one, :mod:`gateway.server`)."""
+    callers: CallerKeys | None = None
+    """Who is asking (docs/callers.md §2); ``None``: callers are not told apart."""
+    auth: JwtVerifier | None = None
+    """Bearer JWT checking (``auth.jwt``, docs/callers.md §5); ``None``: off."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
@@ -101,7 +107,7 @@ class Runtime:
         they keep their old values (a warning says so). Returns the names of the upstreams whose cache was kept.
         """
         old = getattr(self, "config", None)
-        kept_keys = ("listen", "admin", "ledger", "replay_window", "timeline", "tracing")
+        kept_keys = ("listen", "admin", "ledger", "replay_window", "timeline", "tracing", "callers", "auth")
         changed = [key for key in kept_keys if old is not None and getattr(old, key) != getattr(config, key)]
         if changed:
             self.log.warning("config_needs_restart", extra={"keys": changed})

@@ -3,6 +3,7 @@ the ``google.rpc.Status`` errors both ways (§6.1, §6.3). Pure: strings and dic
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -327,3 +328,29 @@ class TestV03ErrorForm:
         assert body == {"code": code, "message": "refused", "type": name}
         assert rest.http_status(code, V03) == http
         assert rest.error_code(http, body) == code
+
+
+# -- the tenant of a REST call (docs/callers.md §1) ------------------------------------------------
+
+
+@pytest.mark.parametrize("path,prefixes,tenant", [
+    ("/tasks/t-1", ["/rest"], ""),
+    ("/rest/tasks/t-1", ["/rest"], ""),
+    ("/acme/rest/tasks/t-1", ["/rest"], "acme"),
+    ("/acme/REST/tasks/t-1", ["/rest/"], "acme"),
+    ("/acme/tasks/t-1", ["/rest"], "acme"),
+    ("/a%20b/rest/message:send", ["/rest"], "a b"),
+    ("/acme/rest/tasks/t-1", [], "acme/rest"),
+    ("/xrest/tasks/t-1", ["/rest"], "xrest"),
+])
+def test_rest_tenant_is_the_base_without_the_workers_prefix(path: str, prefixes: list[str], tenant: str) -> None:
+    method = "POST" if path.endswith(":send") else "GET"
+    call = rest.match(method, path)
+    assert call is not None and rest.rest_tenant(call, prefixes) == tenant
+
+
+def test_rest_tenant_falls_back_to_the_tenant_query_parameter() -> None:
+    call = rest.match("GET", "/tasks/t-1")
+    assert call is not None
+    assert rest.rest_tenant(dataclasses.replace(call, query="tenant=acme&A2A-Version=1.0")) == "acme"
+    assert rest.rest_tenant(dataclasses.replace(rest.match("GET", "/beta/tasks/t-1"), query="tenant=acme")) == "beta"

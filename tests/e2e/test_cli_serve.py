@@ -117,20 +117,32 @@ def test_ledger_cli_reads_what_the_gateway_stored(worker: tuple[ScriptedWorker, 
     w, wurl = worker
     ledger = f"sqlite:///{tmp_path}/ledger.db"
     w.on("GetTask", json_result={"id": "t-9", "contextId": "c-9", "status": {"state": "completed"}})
+    w.on("GetTask", json_result={"id": "t-9", "contextId": "c-acme", "status": {"state": "working"}})
     port, admin_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
            "--admin-port", str(admin_port), "--ledger", ledger]
     with subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz"):
-        httpx.post(f"http://127.0.0.1:{port}/", trust_env=False, headers={"A2A-Version": "1.0"},
-                   json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-9"}})
+        for params in ({"id": "t-9"}, {"id": "t-9", "tenant": "acme"}):
+            httpx.post(f"http://127.0.0.1:{port}/", trust_env=False,
+                       headers={"A2A-Version": "1.0", "Authorization": "Bearer alice"},
+                       json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": params})
     show = subprocess.run([sys.executable, "-m", "gateway", "ledger", "show", "t-9", "--json", "--ledger", ledger],
                           capture_output=True, text=True, timeout=30)
     assert show.returncode == 0, show.stderr
     record = orjson.loads(show.stdout)[0]["record"]
     assert record["state"] == "TASK_STATE_COMPLETED" and record["context_id"] == "c-9"
+    assert record["tenant"] == "" and record["callers"] == 1  # how many, never the fingerprints
+    acme = subprocess.run([sys.executable, "-m", "gateway", "ledger", "show", "--tenant", "acme", "t-9",
+                           "--json", "--ledger", ledger], capture_output=True, text=True, timeout=30)
+    assert acme.returncode == 0, acme.stderr
+    record = orjson.loads(acme.stdout)[0]["record"]
+    assert (record["tenant"], record["context_id"], record["state"]) == ("acme", "c-acme", "TASK_STATE_WORKING")
+    beta = subprocess.run([sys.executable, "-m", "gateway", "ledger", "show", "--tenant", "beta", "t-9",
+                           "--ledger", ledger], capture_output=True, text=True, timeout=30)
+    assert beta.returncode == 1 and "in tenant 'beta'" in beta.stderr
     stats = subprocess.run([sys.executable, "-m", "gateway", "ledger", "--ledger", ledger, "stats"],
                            capture_output=True, text=True, timeout=30)
-    assert orjson.loads(stats.stdout)["by_state"] == {"TASK_STATE_COMPLETED": 1}
+    assert orjson.loads(stats.stdout)["by_state"] == {"TASK_STATE_COMPLETED": 1, "TASK_STATE_WORKING": 1}
     missing = subprocess.run([sys.executable, "-m", "gateway", "ledger", "stats", "--ledger",
                               f"sqlite:///{tmp_path}/nope.db"], capture_output=True, text=True, timeout=30)
     assert missing.returncode == 1 and not (tmp_path / "nope.db").exists()

@@ -94,7 +94,7 @@ class TestEventIds:
         assert [i for i, _ in got[:4]] == ["1", "2", "3", "4"]
         kinds = [type(c) for c in book.commands if type(c) in (Store, AppendEvent, Emit)]
         assert kinds[:3] == [Store, AppendEvent, Emit]  # ledger record, then window, then the client
-        stored = ledger.windows[("w", "t-1")]
+        stored = ledger.windows[("w", "", "t-1")]
         assert [e.lineage for e in stored] == ["1"] * 4
         assert window.decode(stored[1].payload, Dialect.V1_0, 10) == (got[1][1], False)
 
@@ -130,7 +130,7 @@ class TestResume:
         # the live part: the worker's Task snapshot, then the rest; new ids, the same lineage
         assert [i for i, _ in got[2:]] == ["5", "6", "7", "8"]
         assert got[-1][1] == status("t-1", "TASK_STATE_COMPLETED")
-        assert {e.lineage for e in ledger.windows[("w", "t-1")]} == {"1"}
+        assert {e.lineage for e in ledger.windows[("w", "", "t-1")]} == {"1"}
         assert all(o.doc["id"] == 9 for o in book.outputs if o.doc)  # the new request's own id
         opened = [c for c in book.commands if type(c) is Open]
         assert len(opened) == 1 and jsonrpc.loads(opened[0].body)["method"] == "SubscribeToTask"
@@ -174,7 +174,7 @@ class TestResume:
         got = frames(book)
         assert [r for _, r in got] == [{"task": task("t-1", "TASK_STATE_WORKING")}, status("t-1", "TASK_STATE_COMPLETED")]
         assert [i for i, _ in got] == ["5", "6"]  # the snapshot starts a new lineage
-        assert ledger.windows[("w", "t-1")][-1].lineage == "5"
+        assert ledger.windows[("w", "", "t-1")][-1].lineage == "5"
         assert counted(book, "resumes") == [(("gap",), 1)]
         probes = [c for c in book.commands if type(c) is Post]
         assert len(probes) == 1 and jsonrpc.loads(probes[0].body)["method"] == "GetTask"
@@ -213,7 +213,7 @@ class TestResume:
             book = play("SubscribeToTask", {"id": "t-1"}, [], ledger=ledger, last_event_id="2")
             assert [o.doc["error"]["code"] for o in book.outputs] == [jsonrpc.UNSUPPORTED_OPERATION]
             assert not any(type(c) in (Open, Post) for c in book.commands)
-        assert len(ledger.windows[("w", "t-1")]) == 2
+        assert len(ledger.windows[("w", "", "t-1")]) == 2
 
     def test_a_subscription_the_worker_refuses_still_gets_the_replay_first(self):
         """The task ended while no client was connected; the worker refuses the subscribe. The
@@ -317,12 +317,12 @@ class TestGapWithGenerations:
 
 
 class _UnreadableWindow(Ledger):
-    def events_after(self, *args: Any) -> Any:
+    def events_after(self, *args: Any, **kwargs: Any) -> Any:
         raise LedgerError("window unavailable")
 
 
 class _FailingWindow(Ledger):
-    def append_event(self, *args: Any) -> tuple[str, str]:
+    def append_event(self, *args: Any, **kwargs: Any) -> tuple[str, str]:
         raise LedgerError("window unavailable")
 
 

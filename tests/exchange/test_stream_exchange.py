@@ -273,10 +273,10 @@ class TestRestartResync:
         assert b'"GetTask"' in posts[0].body and b'"SendMessage"' in posts[1].body
         stores = [c for c in book.commands if type(c) is Store]
         assert [c.expected_version for c in stores] == [1]  # the GetTask answer; then no news
-        assert ledger.resync == set() and ledger.versions[("w", "t-r")] == 2
+        assert ledger.resync == set() and ledger.versions[("w", "", "t-r")] == 2
         book = play("SendMessage", params, [_sent("t-r", "TASK_STATE_COMPLETED")], ledger=ledger)
         assert counted(book, "forced_gets") == []  # resynced: no wasted poll
-        assert ledger.get("w", "t-r").state is TaskState.COMPLETED and ledger.versions[("w", "t-r")] == 3
+        assert ledger.get("w", "t-r").state is TaskState.COMPLETED and ledger.versions[("w", "", "t-r")] == 3
 
     def test_the_flag_is_cleared_even_when_the_worker_gives_no_task(self):
         ledger = _flagged_ledger("t-u")
@@ -302,10 +302,10 @@ class TestRestartResync:
         offline = Offline("w", ledger, now=NOW + 60.0)
         assert offline.run(touch("t-w"))
         assert not [c for c in offline.commands if type(c) is Store]
-        assert ledger.resync == {("w", "t-w")}
+        assert ledger.resync == {("w", "", "t-w")}
         ledger.resync.clear()
         assert Offline("w", ledger, now=NOW + 60.0).run(touch("t-w"))
-        assert ledger.get("w", "t-w").observed_at == NOW + 60.0 and ledger.versions[("w", "t-w")] == 2
+        assert ledger.get("w", "t-w").observed_at == NOW + 60.0 and ledger.versions[("w", "", "t-w")] == 2
 
 
 def test_count_commands_name_real_metrics():
@@ -352,7 +352,7 @@ class TestReviewFindings:
         working = book.ledger.get("w", "t-s")
         done = dataclasses.replace(working, state=TaskState.COMPLETED,
                                    terminal_status={"state": "TASK_STATE_COMPLETED"})
-        book.ledger.put(done, book.ledger.versions[("w", "t-s")])
+        book.ledger.put(done, book.ledger.versions[("w", "", "t-s")])
         book.worker.extend([{"answer": {"jsonrpc": "2.0", "id": "p", "result": "completed"}},
                             {"fail": "connect"}, {"fail": "connect"}, {"fail": "connect"}])
         book.resume(book.gen)

@@ -92,7 +92,7 @@ def sweep(road: ProbeRoute, acts: list[dict[str, Any]], stored: TaskRecord | Non
           listed: LiveTask | None = None) -> tuple[Offline, SweepExchange]:
     ledger = Ledger()
     if stored is not None:
-        ledger.records[("w", "t-1")] = stored
+        ledger.records[("w", "", "t-1")] = stored
     off = Offline(upstream="w", ledger=ledger, now=NOW, worker=deque(acts))
     listed = listed or task()
     exchange = SweepExchange(listed, probe_exchange(road, listed, CARD, POLICY), POLICY,
@@ -121,8 +121,8 @@ def test_a_task_the_worker_now_calls_failed_is_recorded_failed_and_a_stale_recor
     body = orjson.loads(post.body)
     assert (post.method, post.target, post.a2a_version) == ("POST", "/", "1.0")
     assert body["method"] == "GetTask" and body["params"] == {"id": "t-1", "historyLength": 0}
-    assert off.ledger.records[("w", "t-1")].state is TaskState.FAILED
-    assert off.ledger.records[("w", "t-1")].observed_at == NOW
+    assert off.ledger.records[("w", "", "t-1")].state is TaskState.FAILED
+    assert off.ledger.records[("w", "", "t-1")].observed_at == NOW
     assert counted(off, "forced_gets") == [("sweep",)]
     assert [(f.kind, f.category) for f in off.findings] == [("stale_record", "divergence")]
     assert ex.result.outcome == "changed" and ex.result.state == "TASK_STATE_FAILED"
@@ -131,7 +131,7 @@ def test_a_task_the_worker_now_calls_failed_is_recorded_failed_and_a_stale_recor
 
 def test_a_task_still_working_is_observed_again_with_no_finding() -> None:
     off, ex = sweep(ProbeRoute(JSONRPC, V10, "/"), [answer("TASK_STATE_WORKING")], record())
-    stored = off.ledger.records[("w", "t-1")]
+    stored = off.ledger.records[("w", "", "t-1")]
     assert stored.state is TaskState.WORKING and stored.observed_at == NOW  # not due again for a heartbeat
     assert off.findings == [] and ex.result.outcome == "unchanged" and ex.result.task is None
 
@@ -142,7 +142,7 @@ def test_a_v03_only_worker_is_asked_tasks_get_and_its_answer_recorded_in_v10_for
     [post] = posts(off)
     body = orjson.loads(post.body)
     assert body["method"] == "tasks/get" and post.a2a_version == ""
-    assert off.ledger.records[("w", "t-1")].state is TaskState.FAILED
+    assert off.ledger.records[("w", "", "t-1")].state is TaskState.FAILED
     assert ex.result.outcome == "changed" and ex.result.task["status"]["state"] == "TASK_STATE_FAILED"
     assert "kind" not in ex.result.task
 
@@ -152,12 +152,12 @@ def test_a_rest_worker_is_asked_below_its_rest_base() -> None:
     off, ex = sweep(ProbeRoute(REST, V10, "/api"), [act], record())
     [post] = posts(off)
     assert (post.method, post.target, post.body) == ("GET", "/api/tasks/t-1?historyLength=0", b"")
-    assert off.ledger.records[("w", "t-1")].state is TaskState.CANCELED and ex.result.outcome == "changed"
+    assert off.ledger.records[("w", "", "t-1")].state is TaskState.CANCELED and ex.result.outcome == "changed"
 
 
 def test_an_unreachable_worker_leaves_the_record_untouched() -> None:
     off, ex = sweep(ProbeRoute(JSONRPC, V10, "/"), [{"fail": "connect"}], record())
-    assert off.ledger.records[("w", "t-1")] == record() and off.ledger.versions == {}
+    assert off.ledger.records[("w", "", "t-1")] == record() and off.ledger.versions == {}
     assert ex.result.outcome == "error" and off.findings == []
     assert counted(off, "forced_gets") == [("sweep",)] and counted(off, "upstream_errors") == [("connect",)]
 
@@ -166,13 +166,13 @@ def test_task_not_found_is_counted_never_turned_into_a_state() -> None:
     act = {"answer": {"jsonrpc": "2.0", "id": "a2a-gateway-probe",
                       "error": {"code": -32001, "message": "Task not found"}}}
     off, ex = sweep(ProbeRoute(JSONRPC, V10, "/"), [act], record())
-    assert off.ledger.records[("w", "t-1")] == record()
+    assert off.ledger.records[("w", "", "t-1")] == record()
     assert ex.result.outcome == "not_found" and off.findings == []
 
 
 def test_an_unknown_state_is_refused_and_recorded_as_nothing() -> None:
     off, ex = sweep(ProbeRoute(JSONRPC, V10, "/"), [answer("TASK_STATE_EXPLODED")], record())
-    assert off.ledger.records[("w", "t-1")].state is TaskState.WORKING
+    assert off.ledger.records[("w", "", "t-1")].state is TaskState.WORKING
     assert ex.result.outcome == "error"
 
 
@@ -190,8 +190,8 @@ def test_a_task_no_longer_due_once_loaded_gets_no_get_task(stored: TaskRecord | 
 def test_a_restart_flag_is_cleared_by_the_sweeps_observation() -> None:
     ledger_record = record()
     off = Offline(upstream="w", now=NOW, worker=deque([answer("TASK_STATE_WORKING")]))
-    off.ledger.records[("w", "t-1")] = ledger_record
-    off.ledger.resync.add(("w", "t-1"))
+    off.ledger.records[("w", "", "t-1")] = ledger_record
+    off.ledger.resync.add(("w", "", "t-1"))
     listed = task()
     exchange = SweepExchange(listed, probe_exchange(ProbeRoute(JSONRPC, V10, "/"), listed, CARD, POLICY), POLICY)
     assert off.run(exchange.run())
@@ -203,7 +203,7 @@ def test_a_state_a_concurrent_writer_recorded_meanwhile_wins_and_is_not_the_swee
     reads the record again, the terminal state stays, and the sweep reports no change of its
     own (no stale_record, nothing for the push relay)."""
     off = Offline(upstream="w", now=NOW)
-    off.ledger.records[("w", "t-1")] = record()
+    off.ledger.records[("w", "", "t-1")] = record()
     listed = task()
     exchange = SweepExchange(listed, probe_exchange(ProbeRoute(JSONRPC, V10, "/"), listed, CARD, POLICY), POLICY)
     gen = exchange.run()
@@ -211,6 +211,6 @@ def test_a_state_a_concurrent_writer_recorded_meanwhile_wins_and_is_not_the_swee
     off.ledger.put(record(TaskState.COMPLETED, observed_at=NOW - 1), 1)  # the other writer
     off.worker.append(answer("TASK_STATE_FAILED"))
     assert off.resume(gen)
-    assert off.ledger.records[("w", "t-1")].state is TaskState.COMPLETED
+    assert off.ledger.records[("w", "", "t-1")].state is TaskState.COMPLETED
     assert exchange.result.outcome == "unchanged" and exchange.result.task is None
     assert "stale_record" not in [f.kind for f in off.findings]

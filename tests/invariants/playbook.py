@@ -60,7 +60,7 @@ class Playbook:
         return self.ledger.get(upstream, task_id)
 
     def seed(self, record: TaskRecord) -> None:
-        self.ledger.records[(record.upstream, record.task_id)] = record
+        self.ledger.add(record)
 
     def request(self, ex: Exchange) -> Outcome:
         """A client request: admission check against the ledger."""

@@ -636,10 +636,12 @@ async def test_redis_resync_indexes_live_tasks_a_sweep_index_never_held(backend:
     try:
         await led.put(rec("t-a", observed_at=100.0), 0)
         await led.put(rec("t-b", TaskState.COMPLETED, observed_at=50.0), 0)
+        await led.put(rec("t-c", tenant="a:b{%}", observed_at=200.0), 0)  # a tenant's key, escaped
         await led._redis.delete(led._observed_key("w"))  # type: ignore[attr-defined]
         assert await led.live_before("w", 1e12, limit=10) == []
-        assert await led.mark_resync() == 1
-        assert await led.live_before("w", 1e12, limit=10) == [LiveTask("w", "", "t-a", 100.0)]
+        assert await led.mark_resync() == 2
+        assert await led.live_before("w", 1e12, limit=10) == [LiveTask("w", "", "t-a", 100.0),
+                                                              LiveTask("w", "a:b{%}", "t-c", 200.0)]
     finally:
         await led.close()
 
@@ -724,3 +726,198 @@ async def test_prune_timeline_deletes_old_entries(ledger: TaskLedger) -> None:
     assert deleted >= 1
     assert await ledger.timeline("w", "t-old") == []
     assert [e.at for e in await ledger.timeline("w", "t-new")][-1] == 500.0
+
+
+# -- tenants: the A2A tenant is part of every key (docs/callers.md §1) -------------------------
+
+
+async def test_tenants_keep_separate_records_of_one_task_id(ledger: TaskLedger) -> None:
+    """The same task id in no tenant, ``acme`` and ``beta`` (and tenants and ids that would
+    spell one key if joined with ``:``): separate records, versions and compare-and-set."""
+    keys = [("", "t-1"), ("acme", "t-1"), ("beta", "t-1"), ("a:b", "c"), ("a", "b:c"), ("{x}%", "t-1")]
+    for n, (tenant, task_id) in enumerate(keys):
+        assert await ledger.put(rec(task_id, tenant=tenant, context_id=f"c-{n}"), 0) == 1
+    for n, (tenant, task_id) in enumerate(keys):
+        got = await ledger.get("w", task_id, tenant=tenant)
+        assert got is not None and got.record.tenant == tenant and got.record.context_id == f"c-{n}"
+    await ledger.put(rec("t-1", TaskState.COMPLETED, tenant="acme", context_id="c-1"), 1)
+    with pytest.raises(VersionConflictError):
+        await ledger.put(rec("t-1", TaskState.CANCELED, tenant="acme"), 1)
+    assert (await ledger.get("w", "t-1", tenant="beta")).record.state is TaskState.WORKING
+    assert (await ledger.get("w", "t-1")).version == 1
+    assert await ledger.get("w", "t-1", tenant="gamma") is None
+    assert await ledger.count_by_state() == {"TASK_STATE_WORKING": 5, "TASK_STATE_COMPLETED": 1}
+
+
+async def test_tenant_and_callers_round_trip(ledger: TaskLedger) -> None:
+    original = rec("t-2", TaskState.COMPLETED, tenant="acme", callers=("fp-a", "fp-b"))
+    await ledger.put(original, 0)
+    got = await ledger.get("w", "t-2", tenant="acme")
+    assert got is not None and got.record == original
+
+
+async def test_a_tenants_terminal_records_are_pruned_like_any(ledger: TaskLedger) -> None:
+    await ledger.put(rec("t-3", TaskState.COMPLETED, tenant="acme", observed_at=10.0), 0)
+    await ledger.put(rec("t-3", TaskState.COMPLETED, observed_at=5000.0), 0)
+    assert await ledger.prune(older_than=100.0) == 1
+    assert await ledger.get("w", "t-3", tenant="acme") is None and await ledger.get("w", "t-3") is not None
+
+
+async def test_tenants_keep_separate_replay_windows(ledger: TaskLedger) -> None:
+    first, _ = await ledger.append_event("w", "t-1", None, b"acme-1", 1.0, tenant="acme")
+    await ledger.append_event("w", "t-1", first, b"acme-2", 2.0, tenant="acme")
+    other, _ = await ledger.append_event("w", "t-1", None, b"none-1", 3.0)
+    acme = await ledger.events_after("w", "t-1", first, tenant="acme")
+    assert acme.found and [e.payload for e in acme.events] == [b"acme-2"]
+    assert not (await ledger.events_after("w", "t-1", first)).found  # another tenant's id
+    assert not (await ledger.events_after("w", "t-1", first, tenant="beta")).found
+    assert (await ledger.events_after("w", "t-1", other)).found
+    assert not (await ledger.events_after("w", "t-1", other, tenant="acme")).found
+
+
+# -- SQLite: a database of schema 2 gains the tenant at open ---------------------------------------
+
+_V2_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS tasks (
+        upstream    TEXT    NOT NULL,
+        task_id     TEXT    NOT NULL,
+        version     INTEGER NOT NULL,
+        state       TEXT    NOT NULL,
+        terminal    INTEGER NOT NULL,
+        resync      INTEGER NOT NULL DEFAULT 0,
+        observed_at REAL    NOT NULL,
+        record      BLOB    NOT NULL,
+        PRIMARY KEY (upstream, task_id)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS tasks_terminal_observed ON tasks (terminal, observed_at)",
+    """CREATE TABLE IF NOT EXISTS task_counts (
+        state TEXT    NOT NULL PRIMARY KEY,
+        n     INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TRIGGER IF NOT EXISTS tasks_count_insert AFTER INSERT ON tasks BEGIN
+        INSERT INTO task_counts (state, n) VALUES (NEW.state, 1)
+            ON CONFLICT (state) DO UPDATE SET n = n + 1;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS tasks_count_update AFTER UPDATE OF state ON tasks
+    WHEN OLD.state IS NOT NEW.state BEGIN
+        UPDATE task_counts SET n = n - 1 WHERE state = OLD.state;
+        INSERT INTO task_counts (state, n) VALUES (NEW.state, 1)
+            ON CONFLICT (state) DO UPDATE SET n = n + 1;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS tasks_count_delete AFTER DELETE ON tasks BEGIN
+        UPDATE task_counts SET n = n - 1 WHERE state = OLD.state;
+    END""",
+    # Filled once, from the tasks the database already holds (none when it is new).
+    "DELETE FROM task_counts",
+    "INSERT INTO task_counts (state, n) SELECT state, COUNT(*) FROM tasks GROUP BY state",
+    # -- version 2: the replay window (docs/resume.md §2.2) --
+    # id is the event id (as text); AUTOINCREMENT: never reused, even after the newest row
+    # went. lineage NULL: the event starts its own lineage (named after its id).
+    """CREATE TABLE IF NOT EXISTS events (
+        id       INTEGER PRIMARY KEY AUTOINCREMENT,
+        upstream TEXT    NOT NULL,
+        task_id  TEXT    NOT NULL,
+        lineage  TEXT,
+        at       REAL    NOT NULL,
+        size     INTEGER NOT NULL,
+        payload  BLOB    NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS events_task ON events (upstream, task_id, id)",
+    "CREATE INDEX IF NOT EXISTS events_at ON events (at)",
+    # Per task: its events and their payload bytes (a row only while it has events); and the
+    # events and payload bytes of all tasks (one row). Kept by triggers on events, like
+    # task_counts.
+    """CREATE TABLE IF NOT EXISTS event_windows (
+        upstream TEXT    NOT NULL,
+        task_id  TEXT    NOT NULL,
+        n        INTEGER NOT NULL,
+        bytes    INTEGER NOT NULL,
+        PRIMARY KEY (upstream, task_id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS event_total (
+        one   INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+        n     INTEGER NOT NULL,
+        bytes INTEGER NOT NULL
+    )""",
+    """CREATE TRIGGER IF NOT EXISTS events_window_insert AFTER INSERT ON events BEGIN
+        INSERT INTO event_windows (upstream, task_id, n, bytes)
+            VALUES (NEW.upstream, NEW.task_id, 1, NEW.size)
+            ON CONFLICT (upstream, task_id) DO UPDATE SET n = n + 1, bytes = bytes + excluded.bytes;
+        UPDATE event_total SET n = n + 1, bytes = bytes + NEW.size;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS events_window_delete AFTER DELETE ON events BEGIN
+        UPDATE event_windows SET n = n - 1, bytes = bytes - OLD.size
+            WHERE upstream = OLD.upstream AND task_id = OLD.task_id;
+        DELETE FROM event_windows WHERE upstream = OLD.upstream AND task_id = OLD.task_id AND n <= 0;
+        UPDATE event_total SET n = n - 1, bytes = bytes - OLD.size;
+    END""",
+    # Filled once, from the events the database already holds (none before version 2).
+    "DELETE FROM event_windows",
+    """INSERT INTO event_windows (upstream, task_id, n, bytes)
+        SELECT upstream, task_id, COUNT(*), SUM(size) FROM events GROUP BY upstream, task_id""",
+    "DELETE FROM event_total",
+    "INSERT INTO event_total (one, n, bytes) SELECT 1, COUNT(*), COALESCE(SUM(size), 0) FROM events",
+    "PRAGMA user_version = 2",
+)
+
+
+
+async def test_sqlite_a_schema_2_database_keeps_its_rows_under_no_tenant(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        for statement in _V2_SCHEMA:
+            conn.execute(statement)
+        for i, state in enumerate(_OLD_STATES):
+            r = rec(f"old-{i}", state)
+            conn.execute(_OLD_INSERT, (3, r.state.value, int(r.terminal), r.observed_at, codec.encode(r),
+                                       r.upstream, r.task_id))
+        for i in range(3):
+            conn.execute("INSERT INTO events (upstream, task_id, lineage, at, size, payload) "
+                         "VALUES ('w', 'old-0', ?, ?, 2, ?)", (None if i == 0 else "1", float(i), b"e%d" % i))
+    led = SqliteLedger(path)
+    await led.open()
+    try:
+        assert await led.count_by_state() == _OLD_COUNTS
+        got = await led.get("w", "old-1")
+        assert got is not None and got.version == 3 and got.record == rec("old-1")
+        assert await led.get("w", "old-1", tenant="acme") is None
+        replay = await led.events_after("w", "old-0", "1")
+        assert replay.found and [e.payload for e in replay.events] == [b"e1", b"e2"]
+        assert not (await led.events_after("w", "old-0", "1", tenant="acme")).found
+        await led.put(rec("old-1", tenant="acme"), 0)  # a task of the same id in a tenant
+        await led.put(rec("old-1", TaskState.COMPLETED), 3)
+        nxt, _ = await led.append_event("w", "old-0", "1", b"e3", 4.0)
+        assert [e.payload for e in (await led.events_after("w", "old-0", "1")).events] == [b"e1", b"e2", b"e3"]
+        assert int(nxt) == 4
+        assert await led.count_by_state() == {"TASK_STATE_WORKING": 3, "TASK_STATE_COMPLETED": 3,
+                                              "TASK_STATE_INPUT_REQUIRED": 1}
+    finally:
+        await led.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("SELECT n, bytes FROM event_windows WHERE task_id = 'old-0'").fetchone() == (4, 8)
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'tasks_before_tenants'").fetchone() is None
+    again = SqliteLedger(path)
+    await again.open()  # nothing more to migrate
+    try:
+        assert (await again.get("w", "old-1", tenant="acme")).record.tenant == "acme"
+        assert (await again.get("w", "old-1")).record.state is TaskState.COMPLETED
+    finally:
+        await again.close()
+
+
+async def test_live_before_names_each_tasks_tenant_and_pages_through_them(ledger: TaskLedger) -> None:
+    """The sweep's scan lists one task id in several tenants as several tasks, each with its
+    tenant (docs/sweep.md §5, docs/callers.md §1), and pages through their ties once each."""
+    for tenant in ("", "acme", "a:b"):
+        await ledger.put(rec("t-1", tenant=tenant, observed_at=100.0), 0)
+    await ledger.put(rec("t-0", tenant="acme", observed_at=50.0), 0)
+    listed = await _all_pages(ledger, "w", 1e12, 1)
+    assert sorted((t.tenant, t.task_id) for t in listed) == [("", "t-1"), ("a:b", "t-1"), ("acme", "t-0"),
+                                                             ("acme", "t-1")]
+    assert listed[0] == LiveTask("w", "acme", "t-0", 50.0)
+    stored = await ledger.get("w", "t-1", tenant="acme")
+    assert stored is not None
+    await ledger.put(rec("t-1", TaskState.FAILED, tenant="acme", observed_at=200.0), stored.version)
+    assert sorted((t.tenant, t.task_id) for t in await _all_pages(ledger, "w", 1e12, 2)) == [
+        ("", "t-1"), ("a:b", "t-1"), ("acme", "t-0")]

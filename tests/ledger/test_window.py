@@ -580,11 +580,11 @@ async def test_redis_keys_come_only_from_the_key_methods(redis_url: str) -> None
     """A layout that puts each task in a hash slot of its own (what Redis Cluster needs) is
     only a matter of the key methods: every key the window writes is one of theirs."""
     class Tagged(RedisLedger):
-        def _events_key(self, upstream: str, task_id: str) -> str:
-            return f"{self.prefix}:{{{upstream}/{task_id}}}:ev"
+        def _events_key(self, upstream: str, task_id: str, tenant: str = "") -> str:
+            return f"{self.prefix}:{{{upstream}/{tenant}/{task_id}}}:ev"
 
-        def _window_key(self, upstream: str, task_id: str) -> str:
-            return f"{self.prefix}:{{{upstream}/{task_id}}}:win"
+        def _window_key(self, upstream: str, task_id: str, tenant: str = "") -> str:
+            return f"{self.prefix}:{{{upstream}/{tenant}/{task_id}}}:win"
 
     led = Tagged(redis_url, prefix=f"tagged{random.getrandbits(32):08x}",
                  window=WindowLimits(max_events_per_task=3, max_bytes_per_task=20, max_events_total=5))

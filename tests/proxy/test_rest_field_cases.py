@@ -77,12 +77,13 @@ def forwarded(h: Harness) -> list[tuple[str, str]]:
 
 
 def rest_get_completed(h: Harness, tid: str, *, base: str = "", headers: dict[str, str] | None = None,
-                       state: str = "TASK_STATE_COMPLETED") -> None:
-    """Make the ledger hold ``tid`` as terminal through a REST ``GET {base}/tasks/{tid}``."""
+                       state: str = "TASK_STATE_COMPLETED", tenant: str = "") -> None:
+    """Make the ledger hold ``tid`` (of ``tenant``) as terminal through a REST
+    ``GET {base}/tasks/{tid}``."""
     h.worker.on_path("GET", f"{base}/tasks/{tid}", json_body=task(tid, state))
     r, raw = h.rest("GET", f"{base}/tasks/{tid}", headers=V1 if headers is None else headers)
     assert r.status_code == 200, raw
-    stored = h.on_gateway_loop(h.runtime.ledger.get("worker", tid))
+    stored = h.on_gateway_loop(h.runtime.ledger.get("worker", tid, tenant=tenant))
     assert stored is not None and stored.record.terminal
 
 
@@ -1089,12 +1090,13 @@ def test_rest_encoded_colon_and_percent_in_an_id_is_decoded_once(h: Harness) -> 
 
 def test_rest_path_with_doubled_slashes_is_still_guarded(h: Harness) -> None:
     """``/acme//tasks/t-5:cancel`` reaches a worker that merges slashes as a cancel: the
-    gateway reads it the same way, so the terminal task's cancel is refused here."""
-    rest_get_completed(h, "t-5")
+    gateway reads it the same way (tenant ``acme``), so the terminal task's cancel is refused
+    here."""
+    rest_get_completed(h, "t-5", base="/acme", tenant="acme")
     r, raw = h.rest("POST", "/acme//tasks/t-5:cancel", headers=V1)
     assert r.status_code == 400
     assert_status_error(orjson.loads(raw), 400, "TASK_NOT_CANCELABLE", task_id="t-5")
-    assert forwarded(h)[-1] == ("GET", "/tasks/t-5")  # only the setup reached the worker
+    assert forwarded(h)[-1] == ("GET", "/acme/tasks/t-5")  # only the setup reached the worker
 
 
 # ------------------------------------------------------------------------------ no road around (hostile trial)
@@ -1103,7 +1105,7 @@ def test_rest_path_with_doubled_slashes_is_still_guarded(h: Harness) -> None:
 def test_rest_path_with_percent_encoded_letters_is_guarded_as_the_worker_reads_it(h: Harness, path: str) -> None:
     """Most servers route on the decoded path: ``/rest/%6Dessage:send`` is a send to them, so
     it is one to the gateway too — a follow-up to a terminal task is refused here."""
-    rest_get_completed(h, "t-5", base="/rest")
+    rest_get_completed(h, "t-5", base="/rest", tenant="rest")  # the card names no /rest prefix
     r, raw = h.rest("POST", path, json=message(task_id="t-5"), headers=V1)
     assert r.status_code == 400
     assert_status_error(orjson.loads(raw), 400, "UNSUPPORTED_OPERATION", task_id="t-5")
@@ -1196,9 +1198,10 @@ def test_rest_encoded_colon_is_read_as_the_decoding_worker_reads_it(h: Harness) 
 
 @pytest.mark.parametrize("path", ["/Message:Send", "/message:send/", "/REST/message:SEND"])
 def test_rest_operation_in_another_letter_case_or_with_a_trailing_slash_is_guarded(h: Harness, path: str) -> None:
-    rest_get_completed(h, "t-5")
+    base = path[:path.index("/", 1)] if path.count("/") > 1 and not path.endswith("/") else ""
+    rest_get_completed(h, "t-5", base=base, tenant=base.strip("/"))  # no card prefix: /REST is a tenant
     r, raw = h.rest("POST", path, json=message(task_id="t-5"), headers=V1)
-    assert r.status_code == 400 and forwarded(h) == [("GET", "/tasks/t-5")]
+    assert r.status_code == 400 and forwarded(h) == [("GET", f"{base}/tasks/t-5")]
 
 
 def test_rest_task_not_found_does_not_revalidate_the_card(h: Harness) -> None:
