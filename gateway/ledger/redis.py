@@ -101,6 +101,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec, redact
+from gateway.ledger.redis_push import RedisPushStore
 from gateway.ledger.base import Replay, Stored, WindowEvent, WindowLimits
 
 _log = logging.getLogger("a2a_gateway")
@@ -430,7 +431,7 @@ def _pairs(reply: list[Any]) -> list[tuple[bytes, Any]]:
     return list(zip(reply[::2], reply[1::2]))
 
 
-class RedisLedger:
+class RedisLedger(RedisPushStore):
     """:class:`~gateway.ledger.base.TaskLedger` in Redis.
 
     Args:

@@ -24,7 +24,8 @@ whole is lost — ``BEGIN`` or ``COMMIT`` failed, or SQLite rolled the whole tra
 nothing of the batch was delivered yet, and every operation is run again in a transaction of its
 own, so each call gets the outcome it would have had alone.
 
-Schema (created on open; ``PRAGMA user_version`` 2)::
+Schema (created on open; ``PRAGMA user_version`` 3; the push relay's tables of version 3 are in
+:mod:`gateway.ledger.sqlite_push`)::
 
     tasks(upstream TEXT, task_id TEXT, version INTEGER, state TEXT, terminal INTEGER,
           resync INTEGER, observed_at REAL, record BLOB, PRIMARY KEY (upstream, task_id))
@@ -72,6 +73,8 @@ from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
 from gateway.ledger.base import Replay, Stored, WindowEvent, WindowLimits
+from gateway.ledger.sqlite_push import SCHEMA as PUSH_SCHEMA
+from gateway.ledger.sqlite_push import SqlitePushStore
 
 T = TypeVar("T")
 
@@ -79,7 +82,7 @@ T = TypeVar("T")
 #: (1: ``task_counts``; 2: the replay window's ``events``, ``event_windows``, ``event_total``).
 #: Version 2 was not released before ``event_total`` gained ``bytes``, so it has no version of
 #: its own: a file a development build made at version 2 without it is not migrated (delete it).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Statements, not a script: they run inside the migration's own transaction (executescript
 # would commit it first).
@@ -163,6 +166,8 @@ _SCHEMA = (
         SELECT upstream, task_id, COUNT(*), SUM(size) FROM events GROUP BY upstream, task_id""",
     "DELETE FROM event_total",
     "INSERT INTO event_total (one, n, bytes) SELECT 1, COUNT(*), COALESCE(SUM(size), 0) FROM events",
+    # -- version 3: the push relay's configs and outbox (docs/push.md §3) --
+    *PUSH_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
@@ -396,7 +401,7 @@ def _deliver(ops: list[_Op]) -> None:
             op.future.set_exception(op.value)
 
 
-class SqliteLedger:
+class SqliteLedger(SqlitePushStore):
     """:class:`~gateway.ledger.base.TaskLedger` in one SQLite file.
 
     Args:
