@@ -489,7 +489,7 @@ async def test_sqlite_a_database_of_the_earlier_schema_is_migrated_at_open(tmp_p
                           "WHERE task_id = 'old-1'")
             other.execute("DELETE FROM tasks WHERE task_id = 'old-3'")  # COMPLETED
             other.commit()
-            assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+            assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         expected = {"TASK_STATE_WORKING": 2, "TASK_STATE_COMPLETED": 2,
                     "TASK_STATE_INPUT_REQUIRED": 1, "TASK_STATE_SUBMITTED": 1,
                     "TASK_STATE_FAILED": 1}
