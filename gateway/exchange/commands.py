@@ -75,6 +75,18 @@ class ReadWindow:
     after: str
 
 
+@dataclass(slots=True)
+class Enqueue:
+    """Put ``body`` (a notification in the client's form) in the durable push outbox for the
+    push config ``callback_id`` of ``task_id`` (docs/push.md §3). Reply: the entry id. Throws
+    :class:`~gateway.errors.PushLimitError` (the outbox is full) or
+    :class:`~gateway.errors.LedgerError`."""
+
+    callback_id: str
+    task_id: str
+    body: bytes
+
+
 # --- the worker -----------------------------------------------------------------------------
 
 
