@@ -43,6 +43,8 @@ from gateway.proxy.runtime import Runtime
 from gateway.proxy.tracked import refresh_tracked_forever
 from gateway.proxy.transport import UpstreamClient
 from gateway.proxy.types import ASGIApp, Receive, Scope, Send
+from gateway.push.delivery import Deliverer
+from gateway.push.relay import CALLBACK_PATH, PushRelay
 
 
 _REST_METHODS = frozenset({"GET", "POST", "DELETE"})
@@ -142,6 +144,10 @@ class GatewayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         own = path in self.own_paths and scope.get("method") in ("GET", "HEAD")
+        push = self.proxy.rt.push
+        if scope["type"] == "http" and path.startswith(CALLBACK_PATH) and push is not None and push.enabled:
+            await push.callback(scope, receive, send)  # a worker's push notification (docs/push.md §2)
+            return
         if scope["type"] == "http" and path.startswith("/") and not own:
             await self.proxy(scope, receive, send)
             return
@@ -169,6 +175,8 @@ async def _prune_forever(rt: Runtime) -> None:
             deleted = await rt.ledger_call("prune", lambda: rt.ledger.prune(now - cfg.retention_seconds))
             events = await rt.ledger_call("prune_events", lambda: rt.ledger.prune_events(
                 now - rt.config.replay_window.retention_seconds))
+            await rt.ledger_call("prune_push_configs", lambda: rt.ledger.prune_push_configs(
+                now - rt.config.push.config_retention_seconds))
         except LedgerError:
             continue
         if deleted or events:
@@ -244,6 +252,8 @@ def build_app(
     http = UpstreamClient(max_answer_bytes=config.limits.max_answer_bytes)
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=get_logger())
     runtime.apply_config(config)
+    runtime.push = PushRelay(runtime)
+    deliverer = Deliverer(runtime, runtime.push)
     ready = {"value": False}
 
     @contextlib.asynccontextmanager
@@ -252,6 +262,7 @@ def build_app(
         pruner = asyncio.ensure_future(_prune_forever(runtime))
         refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))  # fetches the cards
         counter = asyncio.ensure_future(refresh_tracked_forever(runtime, config.admin.tracked_refresh_seconds))
+        delivering = asyncio.ensure_future(deliverer.run_forever())  # the push outbox (docs/push.md §3)
         if config_path is not None:
             asyncio.get_running_loop().add_signal_handler(
                 signal.SIGHUP, lambda: asyncio.ensure_future(_reload(runtime, config_path)))
@@ -262,13 +273,14 @@ def build_app(
             if config_path is not None:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             ready["value"] = False
-            for task in (pruner, refresher, counter):
+            for task in (pruner, refresher, counter, delivering):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             for card in runtime.cards.values():
                 card.cancel()  # a fetch still in flight does not fail on the closing client
             await http.aclose()
+            await deliverer.aclose()
             await ledger.close()
 
     def is_ready() -> bool:

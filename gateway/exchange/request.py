@@ -76,6 +76,9 @@ class RequestExchange:
     last_event_id: str | None = None
     """The client's ``Last-Event-ID`` on a ``SubscribeToTask`` (set by the endpoint): the
     stream resumes after that event from the replay window (docs/resume.md §1.2)."""
+    rewrite_result: Callable[[Any], Any] | None = None
+    """Applied to a unary answer's judged result before it is sent (set by the endpoint: the
+    push relay gives push configs back the client's webhook, docs/push.md §1)."""
 
     def __init__(self, ex: Exchange, params: Any, summary: Summary, card: CardView,
                  policy: Policy, rewrite_card: CardRewrite | None = None) -> None:
@@ -375,6 +378,8 @@ class RequestExchange:
         if self.ex.operation is Operation.EXTENDED_CARD and self.rewrite_card is not None \
                 and isinstance(judged, dict):
             judged = self.rewrite_card(judged)
+        if self.rewrite_result is not None:
+            judged = self.rewrite_result(judged)
         yield self._encodable(answer, lambda: self.reply(answer, doc, changed, judged))
 
     def _encodable(self, answer: Answer, respond: Callable[[], Respond]) -> Respond:

@@ -108,6 +108,17 @@ class ExchangeHandler:
 
         return bridged
 
+    async def refuse(self, exchange: RequestExchange, code: int, message: str) -> None:
+        """Answer ``exchange``'s request with A2A error ``code`` in its binding's form, sending
+        nothing to the worker (a refused push webhook, docs/push.md §4)."""
+        self.summary = exchange.summary
+        self.summary.outcome = "rejected"
+        driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter, exchange.ex.operation)
+        try:
+            await driver.respond(exchange.error(200, code, message))
+        finally:
+            await driver.aclose()
+
     async def drive(self, exchange: RequestExchange) -> None:
         """Run the exchange until the client's response is complete, watching for the
         client's disconnect (and, for streams, the shutdown deadline); then let it finish

@@ -17,10 +17,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.config import GatewayConfig, UpstreamConfig
-from gateway.errors import LedgerError, VersionConflictError
+from gateway.errors import LedgerError, PushLimitError, VersionConflictError
 from gateway.exchange.model import Policy
 from gateway.invariants.model import Mode
 from gateway.ledger.base import TaskLedger
@@ -29,6 +29,9 @@ from gateway.observability.reporter import Reporter
 from gateway.proxy.card import CardCache
 from gateway.proxy.forward import Router, Signal
 from gateway.proxy.transport import UpstreamClient
+
+if TYPE_CHECKING:
+    from gateway.push.relay import PushRelay
 
 T = TypeVar("T")
 
@@ -48,6 +51,8 @@ class Runtime:
     :class:`~gateway.proxy.forward.Signal`: each stream watches it with a callback, no task)."""
     cards: dict[str, CardCache] = dataclasses.field(default_factory=dict)
     router: Router = dataclasses.field(default_factory=lambda: Router(()))
+    push: PushRelay | None = None
+    """The push relay (docs/push.md; set by :func:`gateway.app.build_app`)."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
@@ -164,13 +169,13 @@ class Runtime:
         """Run one ledger operation, timed and with failures counted.
 
         Raises:
-            VersionConflictError: passed through. LedgerError: any other failure.
+            VersionConflictError, PushLimitError: passed through. LedgerError: any other failure.
         """
         backend = self.ledger.backend
         started = time.perf_counter()
         try:
             return await call()
-        except VersionConflictError:
+        except (VersionConflictError, PushLimitError):
             raise
         except Exception as exc:
             self.metrics.ledger_errors.labels(backend, operation).inc()
