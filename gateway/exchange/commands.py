@@ -87,6 +87,15 @@ class Enqueue:
     body: bytes
 
 
+@dataclass(slots=True)
+class PushBound:
+    """The tasks the push configs ``callback_ids`` (inline configs of this send) are bound to
+    by now: a notification to one of them named its task (docs/push.md §1). Reply: a
+    ``frozenset`` of task ids. Throws :class:`~gateway.errors.LedgerError`."""
+
+    callback_ids: tuple[str, ...]
+
+
 # --- the worker -----------------------------------------------------------------------------
 
 

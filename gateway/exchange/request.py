@@ -33,7 +33,18 @@ from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.payloads import locate
 from gateway.a2a.sse import Event
 from gateway.errors import POOL_EXHAUSTED, LedgerError, UnencodableError, UpstreamError
-from gateway.exchange.commands import Answer, Count, Found, Loaded, Log, MarkCardStale, Open, Post, Respond
+from gateway.exchange.commands import (
+    Answer,
+    Count,
+    Found,
+    Loaded,
+    Log,
+    MarkCardStale,
+    Open,
+    Post,
+    PushBound,
+    Respond,
+)
 from gateway.exchange.judge import Steps, clear_resync, judge, load
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.stream import StreamExchange
@@ -79,6 +90,10 @@ class RequestExchange:
     rewrite_result: Callable[[Any], Any] | None = None
     """Applied to a unary answer's judged result before it is sent (set by the endpoint: the
     push relay gives push configs back the client's webhook, docs/push.md §1)."""
+    pending_push: tuple[str, ...] = ()
+    """The callback ids of the inline push configs this send carried (set by the endpoint):
+    when a notification to one of them recorded the new task before the worker's answer came,
+    the answer is judged as being about that task, not as a reused task id (docs/push.md §1)."""
 
     def __init__(self, ex: Exchange, params: Any, summary: Summary, card: CardView,
                  policy: Policy, rewrite_card: CardRewrite | None = None) -> None:
@@ -369,6 +384,8 @@ class RequestExchange:
         item = locate(result)
         self.summary.task_id = self.summary.task_id or item.task_id
         self.summary.context_id = self.summary.context_id or item.context_id
+        if self.pending_push and item.task_id and self.ex.task_id is None:
+            yield from self._adopt(item.task_id)
         outcome = yield from judge(self.policy, self.ex, None, result)
         if outcome.action is Action.REJECT and outcome.error is not None:
             self.summary.outcome = "invalid_agent_response"
@@ -381,6 +398,16 @@ class RequestExchange:
         if self.rewrite_result is not None:
             judged = self.rewrite_result(judged)
         yield self._encodable(answer, lambda: self.reply(answer, doc, changed, judged))
+
+    def _adopt(self, task_id: str) -> Steps:
+        """The answer names ``task_id``: when this send's inline push configs are bound to it
+        already (:attr:`pending_push`), the exchange is about that task from now on."""
+        try:
+            bound = yield PushBound(self.pending_push)
+        except LedgerError:
+            return
+        if task_id in bound:
+            self.ex = dataclasses.replace(self.ex, task_id=task_id)
 
     def _encodable(self, answer: Answer, respond: Callable[[], Respond]) -> Respond:
         """``respond()``, or — when the worker's payload, once changed, is nested too deeply

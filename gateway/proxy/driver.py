@@ -52,6 +52,7 @@ from gateway.exchange.commands import (
     MarkCardStale,
     Open,
     Post,
+    PushBound,
     Read,
     ReadWindow,
     Respond,
@@ -189,6 +190,15 @@ class Driver:
         if stored is None:
             return Loaded(None, Clock(time.time()))
         return Loaded(stored.record, Clock(time.time()), stored.version, stored.needs_resync)
+
+    async def _push_bound(self, cmd: PushBound) -> frozenset[str]:
+        ledger = self.rt.ledger
+        tasks = set()
+        for callback_id in cmd.callback_ids:
+            entry = await self.rt.ledger_call("get_push_config", lambda c=callback_id: ledger.get_push_config(c))
+            if entry is not None and entry.task_id:
+                tasks.add(entry.task_id)
+        return frozenset(tasks)
 
     async def _store(self, cmd: Store) -> int:
         ledger = self.rt.ledger
@@ -367,6 +377,7 @@ _HANDLERS: dict[type, Any] = {
     Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver.respond,
     StartStream: Driver._start_stream, Flush: Driver._flush,
     EndStream: Driver._end_stream, Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale,
+    PushBound: Driver._push_bound,
 }
 """What performs each command (``Emit`` is queued in :meth:`Driver.run` itself; any other
 command is a report for the Reporter)."""

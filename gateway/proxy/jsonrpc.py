@@ -80,6 +80,7 @@ class JsonRpcHandler(ExchangeHandler):
             await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
             return
         exchange.rewrite_result = push.restore
+        exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
         await self.drive(exchange)
         await push.bind(exchange.summary.task_id)
 

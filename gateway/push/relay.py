@@ -259,7 +259,7 @@ class PushRelay:
         policy = self.rt.policy(upstream, self.rt.card_cache(upstream).heartbeat_seconds())
         sub = Subscription(callback_id, entry.upstream, entry.task_id, data.version, data.binding, entry.tenant)
         try:
-            verdict = await self._perform(judge_notification(policy, sub, body), entry.upstream, entry.tenant)
+            verdict = await self._perform(judge_notification(policy, sub, body), entry)
         except PushLimitError:
             self.rt.metrics.push_refused.labels(entry.upstream, "outbox_full").inc()
             await _answer(send, 503, "push outbox full; retry later", retry_after=True)
@@ -268,13 +268,16 @@ class PushRelay:
             self.rt.metrics.push_refused.labels(entry.upstream, "ledger").inc()
             await _answer(send, 503, "gateway task ledger unavailable", retry_after=True)
             return
-        if verdict.task_id and not entry.task_id and verdict.status == 200:
-            await self.bind(entry, verdict.task_id)
         await _answer(send, verdict.status, verdict.reason or "accepted")
 
-    async def _perform(self, gen: Generator[Any, Any, Any], upstream: str, tenant: str) -> Any:
-        """Run a push exchange's commands (Load, Store, Enqueue and the reports)."""
+    async def _perform(self, gen: Generator[Any, Any, Any], entry: PushConfigEntry) -> Any:
+        """Run a notification's commands (Load, Store, Enqueue and the reports) for the push
+        config ``entry``. A pending inline config is bound to its task at the first ``Load``
+        of it, before anything of the notification is stored: the send it came with then
+        judges its answer as being about that task (:attr:`RequestExchange.pending_push`)."""
+        upstream, tenant = entry.upstream, entry.tenant
         rt, reporter = self.rt, self.rt.reporter(upstream)
+        pending = not entry.task_id
         reply: Any = None
         exc: BaseException | None = None
         while True:
@@ -286,6 +289,9 @@ class PushRelay:
             kind = type(cmd)
             try:
                 if kind is Load:
+                    if pending and cmd.task_id:
+                        pending = False
+                        await self.bind(entry, cmd.task_id)
                     reply = await self._load(upstream, cmd.task_id)
                 elif kind is Store:
                     reply = await rt.ledger_call("put", lambda c=cmd: rt.ledger.put(c.record, c.expected_version))
