@@ -1,7 +1,8 @@
 """The push relay's decisions, sans I/O (docs/push.md): where a push config sits in a request
-and how it is rewritten to the gateway's callback (§1), how a worker's answer is given back
-the client's webhook (§1), and how one notification a worker posts to a callback is read,
-judged like an SSE event and written for the client's version (§2).
+and how it is rewritten to the gateway's callback (docs/push.md §1), how a worker's answer is
+given back the client's webhook (docs/push.md §1.2), and how one notification a worker posts
+to a callback is read, judged like an SSE event and written for the client's version
+(docs/push.md §2).
 
 Pure: values in, values (or commands) out. The shell (:mod:`gateway.push.relay`) makes the
 callback ids and tokens, reads and writes the ledger and resolves webhook hosts.
@@ -27,7 +28,7 @@ from gateway.exchange.model import Policy
 from gateway.invariants import engine
 from gateway.invariants.model import Action, Exchange, StreamState
 
-# --- §1 push configs in client requests ----------------------------------------------------------
+# --- docs/push.md §1: push configs in client requests ----------------------------------------------------------
 
 _CREATE_PATHS: tuple[tuple[str, ...], ...] = (
     (),  # v1.0: the flat TaskPushNotificationConfig (JSON-RPC params, REST body)
@@ -142,7 +143,7 @@ def restore_answer(result: Any, webhooks: Mapping[str, Webhook], depth: int = 5)
     return result if all(changed[k] is v for k, v in result.items()) else changed
 
 
-# --- §2 a notification posted to a callback ------------------------------------------------------
+# --- docs/push.md §2: a notification posted to a callback ------------------------------------------------------
 
 _V1_MEMBERS = ("task", "message", "statusUpdate", "artifactUpdate")
 _V03_KINDS = ("task", "message", "status-update", "artifact-update")

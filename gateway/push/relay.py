@@ -1,6 +1,6 @@
 """The push relay on the running gateway (docs/push.md): push configs on their way to the
-worker get a callback URL of the gateway's own (§1), the worker's notifications to it are
-checked, judged and put in the durable outbox (§2), and :meth:`PushRelay.deliver_observed`
+worker get a callback URL of the gateway's own (docs/push.md §1), the worker's notifications to
+it are checked, judged and put in the durable outbox (docs/push.md §2), and :meth:`PushRelay.deliver_observed`
 lets other parts of the gateway enqueue a task update they judged themselves.
 
 Secrets: the client's webhook token and credentials live only in the ledger's push config
@@ -120,7 +120,7 @@ class PushRelay:
         """True when requests of ``operation`` go through :meth:`intercept`."""
         return self.enabled and operation in _OPERATIONS
 
-    # --- §1 client requests -------------------------------------------------------------------
+    # --- docs/push.md §1: client requests -------------------------------------------------------------------
 
     def callback_base(self, route: Route, scope: Scope) -> str:
         """The base of this gateway's callback URLs: ``push.callback_url``, else the public
@@ -135,9 +135,9 @@ class PushRelay:
     async def intercept(self, route: Route, scope: Scope, operation: Operation, version: ProtocolVersion,
                         binding: Binding, doc: Any, task_id: str | None, config_id: str | None = None,
                         *, tenant: str = "") -> PushStep:
-        """Do §1 for one client request (params or body ``doc``) of ``operation`` on ``task_id``:
-        store and rewrite the configs it carries, refuse a webhook §4 refuses, map the answer
-        back, forget a deleted config.
+        """docs/push.md §1 for one client request (params or body ``doc``) of ``operation`` on
+        ``task_id``: store and rewrite the configs it carries, refuse a webhook docs/push.md §4
+        refuses, map the answer back, forget a deleted config.
 
         Raises:
             LedgerError: the ledger failed (answer 503).
@@ -219,7 +219,7 @@ class PushRelay:
             self.rt.log.warning("push_config_not_bound", extra={"upstream": entry.upstream, "task_id": task_id,
                                                                 "error": str(exc)})
 
-    # --- §2 the callback endpoint --------------------------------------------------------------
+    # --- docs/push.md §2: the callback endpoint --------------------------------------------------------------
 
     async def callback(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one POST to a callback URL (docs/push.md §2): 404 for an unknown callback,

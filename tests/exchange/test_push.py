@@ -1,4 +1,4 @@
-"""The push relay's pure part (gateway/exchange/push.py, docs/push.md §1-§2), plain dicts in,
+"""The push relay's pure part (gateway/exchange/push.py; docs/push.md §1, docs/push.md §2), plain dicts in,
 plain values out: config rewriting and restoring, and a notification judged as a stream event."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from gateway.invariants.model import Clock
 CB = "https://gw.example/_a2a_gateway/push/cb-1"
 
 
-# --- §1 configs in requests ---------------------------------------------------------------
+# --- docs/push.md §1: configs in requests ---------------------------------------------------------------
 
 
 def test_v1_create_is_rewritten_and_the_client_credentials_never_reach_the_worker() -> None:
@@ -84,7 +84,7 @@ def test_answers_are_given_back_the_client_webhook_in_every_shape() -> None:
     assert restore_answer(untouched, hooks) is untouched
 
 
-# --- §2 notifications -------------------------------------------------------------------------
+# --- docs/push.md §2: notifications -------------------------------------------------------------------------
 
 
 def run(gen: Generator[Any, Any, Any], ledger: Ledger, *, now: float = 1000.0) -> tuple[Any, list[Any]]:
