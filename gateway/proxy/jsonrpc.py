@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.version import Binding
-from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, LedgerError, UpstreamError
+from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, UpstreamError
 from gateway.exchange.bridge import BridgedJsonRpcExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.request import RequestExchange, error_message, retry_after
 from gateway.proxy.endpoint import ExchangeHandler, send_json
 from gateway.proxy.forward import client_response_headers, read_body, upstream_request_headers
-from gateway.push.relay import NOTHING, request_config_id
+from gateway.push.relay import request_config_id
 
 
 class JsonRpcHandler(ExchangeHandler):
@@ -50,32 +50,29 @@ class JsonRpcHandler(ExchangeHandler):
             self.summary.method = "other"
             await self._relay_unknown(body, parsed.reply_id)
             return
-        push = NOTHING
-        if self.rt.push is not None and self.rt.push.handles(info.operation):
-            try:
-                push = await self.rt.push.intercept(
-                    self.route, self.scope, info.operation, info.version, Binding.JSONRPC, parsed.params,
-                    jsonrpc.request_task_id(info, parsed.params),
-                    request_config_id(info.operation, info.version, parsed.params))
-            except LedgerError:
-                await send_json(self.send, 503, jsonrpc.error_response(
-                    parsed.reply_id, jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable"))
-                return
-            if push.doc is not None:  # the configs name the gateway's callback (docs/push.md §1)
-                body = jsonrpc.dumps({"jsonrpc": "2.0", "id": parsed.reply_id, "method": parsed.method,
-                                      "params": push.doc})
-                parsed = jsonrpc.parse_request(body, limits.max_json_depth)
-                assert not isinstance(parsed, jsonrpc.ParseFailure)
         cards = self.rt.card_cache(self.route.upstream)
         card = await cards.current(self.header(b"a2a-version") or "")
         policy = self.rt.policy(self.route.upstream, cards.heartbeat_seconds())
         rewrite = self.card_rewrite(info.operation)
         worker = self.bridge_to(info.version, Binding.JSONRPC, cards)
-        if worker is None:
-            exchange: RequestExchange = JsonRpcExchange(parsed, body, info, card, policy, rewrite)
-        else:
-            exchange = BridgedJsonRpcExchange(parsed, body, info, card, policy, worker,
-                                              self.bridged_card_rewrite(rewrite, info.version))
+
+        def build(parsed: jsonrpc.Request, body: bytes) -> RequestExchange:
+            if worker is None:
+                return JsonRpcExchange(parsed, body, info, card, policy, rewrite)
+            return BridgedJsonRpcExchange(parsed, body, info, card, policy, worker,
+                                          self.bridged_card_rewrite(rewrite, info.version))
+
+        exchange = build(parsed, body)
+        push = await self.push_step(exchange, card, parsed.params,
+                                    request_config_id(info.operation, info.version, parsed.params))
+        if push is None:
+            return
+        if push.doc is not None:  # the configs name the gateway's callback (docs/push.md §1)
+            body = jsonrpc.dumps({"jsonrpc": "2.0", "id": parsed.reply_id, "method": parsed.method,
+                                  "params": push.doc})
+            reparsed = jsonrpc.parse_request(body, limits.max_json_depth)
+            assert not isinstance(reparsed, jsonrpc.ParseFailure)
+            exchange = build(reparsed, body)
         if push.refusal is not None:
             await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
             return

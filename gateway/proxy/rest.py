@@ -16,7 +16,7 @@ from gateway.a2a import jsonrpc, rest
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.rest import RestCall
 from gateway.a2a.version import Binding
-from gateway.errors import BodyTooLargeError, ClientGoneError, LedgerError, NestingTooDeepError
+from gateway.errors import BodyTooLargeError, ClientGoneError, NestingTooDeepError
 from gateway.exchange.bridge import BridgedRestExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.request import RequestExchange
@@ -25,7 +25,6 @@ from gateway.proxy.endpoint import ExchangeHandler, send_json
 from gateway.proxy.forward import Route, read_body
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
-from gateway.push.relay import NOTHING
 
 _JSON_BODY = (Operation.SEND, Operation.STREAM, Operation.PUSH_CREATE)
 _BODILESS = ("GET", "DELETE")
@@ -69,32 +68,27 @@ class RestHandler(ExchangeHandler):
             if not isinstance(doc, dict):
                 await self._malformed("request body must be a JSON object")
                 return
-        push = NOTHING
-        if self.rt.push is not None and self.rt.push.handles(call.operation):
-            message = jsonrpc.request_message(doc)
-            task_id = call.task_id or (jsonrpc.member(message, "taskId", "task_id") if message else None)
-            try:
-                push = await self.rt.push.intercept(self.route, self.scope, call.operation, call.version,
-                                                    Binding.REST, doc, task_id, call.config_id)
-            except LedgerError:
-                await self._refuse(503, jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable")
-                return
-            if push.doc is not None:  # the configs name the gateway's callback (docs/push.md §1)
-                doc = push.doc
-                body = jsonrpc.dumps(doc)
         cards = self.rt.card_cache(self.route.upstream)
         card = await cards.current(self.header(b"a2a-version") or "")
         policy = self.rt.policy(self.route.upstream, cards.heartbeat_seconds())
-        params = rest.request_params(call, doc)
         rewrite = self.card_rewrite(call.operation)
         worker = self.bridge_to(call.version, Binding.REST, cards)
-        if worker is None:
-            exchange: RequestExchange = RestExchange(call, method, body, params, card, policy, rewrite)
-        else:
+
+        def build(doc: object, body: bytes) -> RequestExchange:
+            params = rest.request_params(call, doc)
+            if worker is None:
+                return RestExchange(call, method, body, params, card, policy, rewrite)
             query = self.scope.get("query_string", b"").decode("latin-1")
-            exchange = BridgedRestExchange(call, method, body, params, card, policy, worker,
-                                           query=query, doc=doc,
-                                           rewrite_card=self.bridged_card_rewrite(rewrite, call.version))
+            return BridgedRestExchange(call, method, body, params, card, policy, worker, query=query,
+                                       doc=doc, rewrite_card=self.bridged_card_rewrite(rewrite, call.version))
+
+        exchange = build(doc, body)
+        push = await self.push_step(exchange, card, doc, call.config_id)
+        if push is None:
+            return
+        if push.doc is not None:  # the configs name the gateway's callback (docs/push.md §1)
+            body = jsonrpc.dumps(push.doc)
+            exchange = build(push.doc, body)
         if push.refusal is not None:
             await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
             return
