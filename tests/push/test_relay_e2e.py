@@ -196,3 +196,40 @@ def test_a_webhook_on_a_refused_address_is_refused_at_creation(stack: Stack, tmp
     # nothing reached the worker
     direct = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})
     assert direct["result"].get("configs", []) == []
+
+
+def test_deliver_observed_enqueues_for_every_config_of_the_task(stack: Stack) -> None:
+    asked = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})
+    task = asked["result"]["task"]
+    for n in (1, 2):
+        rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
+            {"taskId": task["id"], "id": f"obs-{n}", "url": f"{stack.receiver_url}/observed-{n}"})
+    relay = stack.gateway.app.state.runtime.push
+    assert stack.gateway.loop is not None
+    added = asyncio.run_coroutine_threadsafe(
+        relay.deliver_observed("worker", task["id"], {"task": task}), stack.gateway.loop).result(5)
+    assert added == 2
+    wait_until(lambda: all(notifications_of(stack, f"/observed-{n}") for n in (1, 2)), timeout=10)
+    assert notifications_of(stack, "/observed-1")[0].json() == {"task": task}
+    none = asyncio.run_coroutine_threadsafe(
+        relay.deliver_observed("worker", "no-such-task", {"task": task}), stack.gateway.loop).result(5)
+    assert none == 0
+
+
+def test_a_webhook_that_keeps_failing_is_dead_lettered(stack: Stack, tmp_path: Any,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    failing = Receiver()
+    failing.status = 500
+    push = PushConfig(allowed_cidrs=["127.0.0.1/32"], backoff_seconds=0.05, max_attempts=3, poll_seconds=0.05)
+    with serve_in_thread(failing, name="failing-hook") as hook, \
+            serve_gateway(gateway_app(stack.worker.url, tmp_path, push), name="dead") as (gateway, admin):
+        dead = Stack(stack.worker, gateway, admin, failing, hook.url)
+        answer = rpc(gateway.url, "SendMessage", {"message": message("hi"), "configuration": {
+            "taskPushNotificationConfig": {"url": f"{hook.url}/dead"}}})
+        task_id = answer["result"]["task"]["id"]
+        wait_until(lambda: dead.metric("a2a_gateway_push_dead_lettered_total") >= 1, timeout=10)
+        wait_until(lambda: dead.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
+        assert dead.metric("a2a_gateway_push_delivery_failures_total", reason="status") >= 3
+    assert failing.posts == [] and failing.attempts >= 3
+    lines = [r for r in caplog.records if r.getMessage() == "push_dead_lettered"]
+    assert lines and all(getattr(r, "task_id", None) == task_id for r in lines)
