@@ -145,8 +145,10 @@ class GatewayApp:
         path = scope.get("path", "")
         own = path in self.own_paths and scope.get("method") in ("GET", "HEAD")
         push = self.proxy.rt.push
-        if scope["type"] == "http" and path.startswith(CALLBACK_PATH) and push is not None and push.enabled:
-            await push.callback(scope, receive, send)  # a worker's push notification (docs/push.md §2)
+        if scope["type"] == "http" and path.startswith(CALLBACK_PATH) and push is not None:
+            # a worker's push notification (docs/push.md §2); served with push.enabled false too,
+            # for the configs relayed before a reload turned it off
+            await push.callback(scope, receive, send)
             return
         if scope["type"] == "http" and path.startswith("/") and not own:
             await self.proxy(scope, receive, send)

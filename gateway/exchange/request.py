@@ -385,7 +385,7 @@ class RequestExchange:
         self.summary.task_id = self.summary.task_id or item.task_id
         self.summary.context_id = self.summary.context_id or item.context_id
         if self.pending_push and item.task_id and self.ex.task_id is None:
-            yield from self._adopt(item.task_id)
+            yield from self.adopt_pushed_task(item.task_id)
         outcome = yield from judge(self.policy, self.ex, None, result)
         if outcome.action is Action.REJECT and outcome.error is not None:
             self.summary.outcome = "invalid_agent_response"
@@ -399,15 +399,19 @@ class RequestExchange:
             judged = self.rewrite_result(judged)
         yield self._encodable(answer, lambda: self.reply(answer, doc, changed, judged))
 
-    def _adopt(self, task_id: str) -> Steps:
-        """The answer names ``task_id``: when this send's inline push configs are bound to it
-        already (:attr:`pending_push`), the exchange is about that task from now on."""
+    def adopt_pushed_task(self, task_id: str) -> Generator[Any, Any, bool]:
+        """The worker's answer (or first stream event) names ``task_id``: when this send's
+        inline push configs are bound to it already (:attr:`pending_push`: a notification
+        recorded the task first, docs/push.md §1.3), the exchange is about that task from now
+        on. True when it is."""
         try:
             bound = yield PushBound(self.pending_push)
         except LedgerError:
-            return
-        if task_id in bound:
-            self.ex = dataclasses.replace(self.ex, task_id=task_id)
+            return False
+        if task_id not in bound:
+            return False
+        self.ex = dataclasses.replace(self.ex, task_id=task_id)
+        return True
 
     def _encodable(self, answer: Answer, respond: Callable[[], Respond]) -> Respond:
         """``respond()``, or — when the worker's payload, once changed, is nested too deeply

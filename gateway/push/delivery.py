@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from urllib.parse import urlsplit, urlunsplit
 
@@ -51,6 +52,8 @@ class Deliverer:
         self.http = httpx.AsyncClient(trust_env=False, follow_redirects=False,
                                       timeout=httpx.Timeout(cfg.delivery_timeout_seconds),
                                       limits=httpx.Limits(max_connections=CLAIM_BATCH))
+        # httpx logs every request's URL at INFO; a webhook URL may carry a secret
+        logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def run_forever(self) -> None:
         """Claim and deliver until cancelled; wakes at once when an entry is added."""
@@ -96,7 +99,8 @@ class Deliverer:
             target = await check_webhook(data.webhook.url, rt.config.push)
             url, extra, extensions = pinned_request(target)
             headers = {"Content-Type": media, **extra, **dict(data.webhook.headers())}
-            response = await self.http.post(url, content=entry.body, headers=headers, extensions=extensions)
+            response = await self.http.post(url, content=entry.body, headers=headers, extensions=extensions,
+                                            timeout=rt.config.push.delivery_timeout_seconds)
             await response.aclose()
             failure = None if 200 <= response.status_code < 300 else ("status", f"HTTP {response.status_code}")
         except Refused as refused:

@@ -233,3 +233,15 @@ def test_a_webhook_that_keeps_failing_is_dead_lettered(stack: Stack, tmp_path: A
     assert failing.posts == [] and failing.attempts >= 3
     lines = [r for r in caplog.records if r.getMessage() == "push_dead_lettered"]
     assert lines and all(getattr(r, "task_id", None) == task_id for r in lines)
+
+
+def test_a_streaming_send_with_an_inline_config(stack: Stack) -> None:
+    hook = f"{stack.receiver_url}/streamed"
+    body = {"jsonrpc": "2.0", "id": "st", "method": "SendStreamingMessage", "params": {
+        "message": message("hi"), "configuration": {"taskPushNotificationConfig": {"url": hook, "token": "s"}}}}
+    with httpx.Client(trust_env=False, timeout=15) as client:
+        response = client.post(stack.gateway.url + "/", content=orjson.dumps(body), headers=V1)
+    events = [orjson.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
+    assert events and all("result" in e for e in events), events
+    assert "TASK_STATE_COMPLETED" in response.text
+    wait_until(lambda: final_state(notifications_of(stack, "/streamed")) == "TASK_STATE_COMPLETED", timeout=10)
