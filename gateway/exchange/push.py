@@ -251,8 +251,3 @@ def _refused(sub: Subscription, status: int, reason: str, task_id: str | None) -
                                                        ("reason", reason)))
     return Verdict(status, reason, task_id)
 
-
-def observed_bodies(stream_response: Any, subs: list[Subscription]) -> list[tuple[Subscription, bytes]]:
-    """One already-judged v1.0 StreamResponse (e.g. ``{"task": …}`` of a ``GetTask`` answer)
-    in the form of each push config of its task (:func:`client_body`)."""
-    return [(sub, client_body(stream_response, sub.version, sub.binding)) for sub in subs]

@@ -211,7 +211,9 @@ class PushRelay:
             entry.callback_id))
         if current is None or current.task_id:
             return
-        bound = PushConfigEntry(entry.callback_id, entry.upstream, task_id, current.data, entry.tenant)
+        data = PushConfigData.decode(current.data)
+        data.config_id = data.config_id or task_id  # a2a-sdk names an inline config after its task
+        bound = PushConfigEntry(entry.callback_id, entry.upstream, task_id, data.encode(), entry.tenant)
         try:
             await self.rt.ledger_call("put_push_config", lambda: self.rt.ledger.put_push_config(
                 bound, time.time(), max_per_task=cfg.max_configs_per_task, max_total=cfg.max_configs_total))
@@ -232,20 +234,21 @@ class PushRelay:
         callback_id = scope["path"][len(CALLBACK_PATH):]
         cfg = self.rt.config.push
         try:
-            body = await read_body(receive, scope, cfg.max_notification_bytes)
-        except ClientGoneError:
-            return
-        except BodyTooLargeError:
-            await _answer(send, 413, f"notification exceeds {cfg.max_notification_bytes} bytes")
-            return
-        try:
             entry = await self.rt.ledger_call("get_push_config", lambda: self.rt.ledger.get_push_config(callback_id))
         except LedgerError:
-            await _answer(send, 503, "gateway task ledger unavailable")
+            await _answer(send, 503, "gateway task ledger unavailable", retry_after=True)
             return
         upstream = _upstream(self.rt, entry.upstream) if entry is not None else None
         if entry is None or upstream is None:
             await _answer(send, 404, "no such push notification callback")
+            return
+        try:
+            body = await read_body(receive, scope, cfg.max_notification_bytes)
+        except ClientGoneError:
+            return
+        except BodyTooLargeError:
+            self.rt.metrics.push_refused.labels(entry.upstream, "too_large").inc()
+            await _answer(send, 413, f"notification exceeds {cfg.max_notification_bytes} bytes")
             return
         data = PushConfigData.decode(entry.data)
         token = _header(scope, b"x-a2a-notification-token") or ""

@@ -245,3 +245,25 @@ def test_a_streaming_send_with_an_inline_config(stack: Stack) -> None:
     assert events and all("result" in e for e in events), events
     assert "TASK_STATE_COMPLETED" in response.text
     wait_until(lambda: final_state(notifications_of(stack, "/streamed")) == "TASK_STATE_COMPLETED", timeout=10)
+
+
+def test_unknown_callbacks_and_oversized_notifications_are_refused(stack: Stack) -> None:
+    answer = rpc(stack.gateway.url, "SendMessage", {"message": message("hi"), "configuration": {
+        "taskPushNotificationConfig": {"url": f"{stack.receiver_url}/sizes"}}})
+    task_id = answer["result"]["task"]["id"]
+    (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"]["configs"]
+    with httpx.Client(trust_env=False, timeout=5) as client:
+        unknown = client.post(stack.gateway.url + CALLBACK + "no-such-callback", content=b"{}")
+        assert unknown.status_code == 404
+        big = client.post(worker_view["url"], content=b"x" * (1024 * 1024 + 1),
+                          headers={"X-A2A-Notification-Token": worker_view["token"]})
+        assert big.status_code == 413
+        garbage = client.post(worker_view["url"], content=b"[1, 2]",
+                              headers={"X-A2A-Notification-Token": worker_view["token"]})
+        assert garbage.status_code == 400
+    assert stack.metric("a2a_gateway_push_refused_total", reason="too_large") >= 1
+    assert stack.metric("a2a_gateway_push_refused_total", reason="malformed") >= 1
+    # the inline config, bound to its task, is deleted by the task's id (a2a-sdk names it so)
+    assert worker_view["id"] == task_id
+    rpc(stack.gateway.url, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": task_id})
+    assert stack.ledger_call(lambda led: led.push_configs("worker", task_id)) == []
