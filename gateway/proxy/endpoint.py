@@ -18,9 +18,9 @@ from gateway.a2a.card import is_signed, rewrite_card
 from gateway.a2a.card_bridge import CardBridgeError, bridge_card
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.version import Binding, ProtocolVersion
+from gateway.errors import LedgerError
 from gateway.exchange.bridge import worker_version
 from gateway.exchange.model import Summary
-from gateway.errors import LedgerError
 from gateway.exchange.request import CardRewrite, RequestExchange
 from gateway.invariants.admission import CardView, admit
 from gateway.proxy.card import CardCache, public_base
