@@ -139,3 +139,25 @@ async def test_sqlite_outbox_survives_reopen(tmp_path: Path) -> None:
         assert await second.get_push_config("cb") == cfg("cb")
     finally:
         await second.close()
+
+
+async def test_a_version_2_sqlite_file_gains_the_push_tables_at_open(tmp_path: Path) -> None:
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    first = ledger_from_url(url)
+    await first.open()
+    await first.close()
+    with sqlite3.connect(tmp_path / "ledger.db") as conn:  # as a version-2 build left it
+        conn.execute("DROP TABLE push_configs")
+        conn.execute("DROP TABLE outbox")
+        conn.execute("PRAGMA user_version = 2")
+    second = ledger_from_url(url)
+    await second.open()
+    try:
+        await second.outbox_add("w", "t-1", "cb", b"b", 1.0, max_per_task=BIG, max_total=BIG)
+        assert await second.outbox_depth() == 1
+    finally:
+        await second.close()
+    with sqlite3.connect(tmp_path / "ledger.db") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
