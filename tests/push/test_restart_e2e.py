@@ -90,3 +90,27 @@ def test_a_v03_clients_webhook_receives_v03_bodies(tmp_path: Path) -> None:
         assert doc["kind"] in ("task", "status-update", "artifact-update")
         assert post.headers["content-type"] == "application/json"
         assert post.headers["x-a2a-notification-token"] == "old"
+
+
+@pytest.mark.slow
+def test_on_a_shared_redis_ledger_another_replica_delivers(tmp_path: Path) -> None:
+    from tests.support.redis_server import redis_server
+
+    receiver = Receiver()
+    receiver.status = 503
+    with redis_server() as redis_url, serve_in_thread(receiver, name="webhook") as hook, \
+            serve_in_thread(build_push_worker_app("http://worker.invalid:1/"), name="push-worker") as worker:
+        url_a, admin_a = gateway_config(tmp_path / "a.yaml", worker.url, redis_url)
+        url_b, admin_b = gateway_config(tmp_path / "b.yaml", worker.url, redis_url)
+        serve = [sys.executable, "-m", "gateway", "serve", "--config"]
+        with subprocess_server([*serve, str(tmp_path / "b.yaml")], admin_b + "/readyz"):
+            with subprocess_server([*serve, str(tmp_path / "a.yaml")], admin_a + "/readyz") as a:
+                answer = rpc(url_a, "SendMessage", {"message": message("hi"), "configuration": {
+                    "taskPushNotificationConfig": {"url": f"{hook.url}/shared", "token": "tk"}}})
+                wait_until(lambda: receiver.attempts >= 3, timeout=10)
+                a.kill()
+                a.wait(5)
+            receiver.status = 200
+            wait_until(lambda: final_state(receiver.posts) == "TASK_STATE_COMPLETED", timeout=15)
+    assert {p.path for p in receiver.posts} == {"/shared"}
+    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
