@@ -79,7 +79,7 @@ class JsonRpcHandler(ExchangeHandler):
         exchange.rewrite_result = push.restore
         exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
         await self.drive(exchange)
-        await push.bind(exchange.summary.task_id)
+        await push.settle(exchange.summary)
 
     async def _relay_unknown(self, body: bytes, req_id: jsonrpc.JsonId) -> None:
         """A method no A2A version defines: relayed untouched (custom extension methods)."""

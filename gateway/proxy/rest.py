@@ -95,7 +95,7 @@ class RestHandler(ExchangeHandler):
         exchange.rewrite_result = push.restore
         exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
         await self.drive(exchange)
-        await push.bind(exchange.summary.task_id)
+        await push.settle(exchange.summary)
 
     async def _malformed(self, message: str) -> None:
         self.summary.outcome = "malformed"

@@ -27,6 +27,7 @@ from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.config import UpstreamConfig
 from gateway.errors import BodyTooLargeError, ClientGoneError, LedgerError, PushLimitError, VersionConflictError
 from gateway.exchange.commands import REPORTS, Enqueue, Load, Loaded, Store
+from gateway.exchange.model import Summary
 from gateway.exchange.push import (
     ANSWER_OPERATIONS,
     CONFIG_OPERATIONS,
@@ -90,17 +91,30 @@ class PushStep:
     refusal: tuple[str, str] | None = None
     restore: Callable[[Any], Any] | None = None
     pending: list[PushConfigEntry] = field(default_factory=list)
+    created: list[PushConfigEntry] = field(default_factory=list)
     relay: PushRelay | None = None
 
-    async def bind(self, task_id: str | None) -> None:
-        """Bind the pending inline configs to ``task_id`` (the worker's answer named it)."""
-        if self.relay is None or not task_id:
+    async def settle(self, summary: Summary) -> None:
+        """After the exchange: bind the pending inline configs to the task the worker's answer
+        named; forget the configs of a create the worker refused (best effort)."""
+        relay = self.relay
+        if relay is None:
             return
-        for entry in self.pending:
-            await self.relay.bind(entry, task_id)
+        try:
+            if summary.outcome in _REFUSED and not self.pending:
+                for entry in self.created:
+                    await relay.rt.ledger_call("delete_push_config",
+                                               lambda e=entry: relay.rt.ledger.delete_push_config(e.callback_id))
+            elif summary.task_id:
+                for entry in self.pending:
+                    await relay.bind(entry, summary.task_id)
+        except LedgerError:
+            pass  # the configs stay until push.config_retention_seconds
 
 
 NOTHING = PushStep()
+_REFUSED = frozenset({"worker_error", "upstream_status", "invalid_agent_response", "rejected", "not_admitted"})
+"""Outcomes of a create that mean the worker holds no config (:attr:`Summary.outcome`)."""
 
 
 class PushRelay:
@@ -192,7 +206,7 @@ class PushRelay:
             return PushStep(refusal=("limit", f"push notification config refused: {exc}"))
         return PushStep(doc=rewrite_request(operation, doc, callbacks),
                         restore=lambda result: restore_answer(result, by_url),
-                        pending=entries if not task_id else [], relay=self)
+                        pending=entries if not task_id else [], created=entries, relay=self)
 
     async def _forget(self, upstream: str, task_id: str, config_id: str | None, tenant: str) -> None:
         entries = await self.rt.ledger_call("push_configs", lambda: self.rt.ledger.push_configs(

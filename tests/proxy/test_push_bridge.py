@@ -4,6 +4,7 @@ the worker's answer reaches the client in v0.3's shape naming the client's webho
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from tests.support.scripted_worker import JsonResult, default_card
@@ -41,3 +42,19 @@ def test_push_disabled_passes_configs_untouched(make_harness: Any) -> None:
                    headers={"A2A-Version": "1.0"})
     assert h.worker.calls("CreateTaskPushNotificationConfig")[0].json["params"] == params
     assert answer.json()["result"] == params
+
+
+def test_a_create_the_worker_refuses_leaves_no_stored_config(make_harness: Any) -> None:
+    h = make_harness(push={"allowed_hosts": ["hooks.example.net"]})
+    h.worker.on("CreateTaskPushNotificationConfig", handler=lambda req: JsonResult(req.json["params"]))
+    h.worker.on("CreateTaskPushNotificationConfig", json_error={"code": -32001, "message": "task not found"})
+    for task_id in ("t-ok", "t-gone"):
+        h.rpc({"jsonrpc": "2.0", "id": 1, "method": "CreateTaskPushNotificationConfig",
+               "params": {"taskId": task_id, "url": V03_URL}}, headers={"A2A-Version": "1.0"})
+    rt = h.gateway.app.state.runtime
+
+    def stored(task_id: str) -> list[Any]:
+        return asyncio.run_coroutine_threadsafe(rt.ledger.push_configs("worker", task_id), h.gateway.loop).result(5)
+
+    assert len(stored("t-ok")) == 1
+    assert stored("t-gone") == []
