@@ -92,20 +92,22 @@ class PushStep:
     restore: Callable[[Any], Any] | None = None
     pending: list[PushConfigEntry] = field(default_factory=list)
     created: list[PushConfigEntry] = field(default_factory=list)
+    replaced: list[PushConfigEntry] = field(default_factory=list)
     relay: PushRelay | None = None
 
     async def settle(self, summary: Summary) -> None:
         """After the exchange: bind the pending inline configs to the task the worker's answer
-        named; forget the configs of a create the worker refused (best effort)."""
+        named; forget the configs of a create the worker refused, or the ones a create with the
+        same config id replaced (best effort)."""
         relay = self.relay
         if relay is None:
             return
+        refused = summary.outcome in _REFUSED and not self.pending
         try:
-            if summary.outcome in _REFUSED and not self.pending:
-                for entry in self.created:
-                    await relay.rt.ledger_call("delete_push_config",
-                                               lambda e=entry: relay.rt.ledger.delete_push_config(e.callback_id))
-            elif summary.task_id:
+            for entry in self.created if refused else self.replaced:
+                await relay.rt.ledger_call("delete_push_config",
+                                           lambda e=entry: relay.rt.ledger.delete_push_config(e.callback_id))
+            if not refused and summary.task_id:
                 for entry in self.pending:
                     await relay.bind(entry, summary.task_id)
         except LedgerError:
@@ -196,17 +198,25 @@ class PushRelay:
             entries.append(PushConfigEntry(callback_id, upstream, task_id, data.encode(), tenant))
             callbacks.append((url, worker_token))
             by_url[url] = hook
+        replaced: list[PushConfigEntry] = []
+        if operation is Operation.PUSH_CREATE and task_id:  # the same config id: an update
+            same = config_ids[0] or task_id
+            old = await self.rt.ledger_call("push_configs", lambda: self.rt.ledger.push_configs(
+                upstream, task_id, tenant=tenant))
+            replaced = [e for e in old if PushConfigData.decode(e.data).config_id == same]
         now = time.time()
+        # pending inline configs (task "") of every new task share one key: only the total bounds them
+        per_task = cfg.max_configs_per_task + len(replaced) if task_id else cfg.max_configs_total
         try:
             for entry in entries:
                 await self.rt.ledger_call("put_push_config", lambda e=entry: self.rt.ledger.put_push_config(
-                    e, now, max_per_task=cfg.max_configs_per_task, max_total=cfg.max_configs_total))
+                    e, now, max_per_task=per_task, max_total=cfg.max_configs_total))
         except PushLimitError as exc:
             self.rt.metrics.push_webhooks_refused.labels(upstream, "limit").inc()
             return PushStep(refusal=("limit", f"push notification config refused: {exc}"))
         return PushStep(doc=rewrite_request(operation, doc, callbacks),
                         restore=lambda result: restore_answer(result, by_url),
-                        pending=entries if not task_id else [], created=entries, relay=self)
+                        pending=entries if not task_id else [], created=entries, replaced=replaced, relay=self)
 
     async def _forget(self, upstream: str, task_id: str, config_id: str | None, tenant: str) -> None:
         entries = await self.rt.ledger_call("push_configs", lambda: self.rt.ledger.push_configs(

@@ -267,3 +267,15 @@ def test_unknown_callbacks_and_oversized_notifications_are_refused(stack: Stack)
     assert worker_view["id"] == task_id
     rpc(stack.gateway.url, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": task_id})
     assert stack.ledger_call(lambda led: led.push_configs("worker", task_id)) == []
+
+
+def test_a_create_with_the_same_config_id_replaces_the_stored_config(stack: Stack) -> None:
+    task = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]
+    for n in range(12):  # past push.max_configs_per_task (10): each replaces the one before
+        answer = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
+                     {"taskId": task["id"], "id": "same", "url": f"{stack.receiver_url}/replaced-{n}"})
+        assert answer["result"]["url"] == f"{stack.receiver_url}/replaced-{n}", answer
+    stored = stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))
+    assert len(stored) == 1
+    listed = rpc(stack.gateway.url, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})["result"]["configs"]
+    assert [c["url"] for c in listed] == [f"{stack.receiver_url}/replaced-11"]
