@@ -50,6 +50,8 @@ from gateway.proxy.sweep import Sweeper
 from gateway.proxy.tracked import refresh_tracked_forever
 from gateway.proxy.transport import UpstreamClient
 from gateway.proxy.types import ASGIApp, Message, Receive, Scope, Send
+from gateway.push.delivery import Deliverer
+from gateway.push.relay import CALLBACK_PATH, PushRelay
 
 
 _REST_METHODS = frozenset({"GET", "POST", "DELETE"})
@@ -174,6 +176,12 @@ class GatewayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         own = path in self.own_paths and scope.get("method") in ("GET", "HEAD")
+        push = self.proxy.rt.push
+        if scope["type"] == "http" and path.startswith(CALLBACK_PATH) and push is not None:
+            # a worker's push notification (docs/push.md §2); served with push.enabled false too,
+            # for the configs relayed before a reload turned it off
+            await push.callback(scope, receive, send)
+            return
         if scope["type"] == "http" and path.startswith("/") and not own:
             await self.proxy(scope, receive, send)
             return
@@ -203,6 +211,8 @@ async def _prune_forever(rt: Runtime) -> None:
             events = await rt.ledger_call("prune_events", lambda: rt.ledger.prune_events(
                 now - rt.config.replay_window.retention_seconds))
             await rt.ledger_call("prune_timeline", lambda: rt.ledger.prune_timeline(now - cfg.retention_seconds))
+            await rt.ledger_call("prune_push_configs", lambda: rt.ledger.prune_push_configs(
+                now - rt.config.push.config_retention_seconds))
         except LedgerError:
             continue
         if deleted or events:
@@ -294,6 +304,8 @@ def build_app(
                       callers=CallerKeys.from_config(config.callers, log),
                       auth=JwtVerifier(config.auth.jwt, log) if config.auth.jwt is not None else None)
     runtime.apply_config(config)
+    runtime.push = PushRelay(runtime)
+    deliverer = Deliverer(runtime, runtime.push)
     ready = {"value": False}
 
     @contextlib.asynccontextmanager
@@ -303,6 +315,7 @@ def build_app(
         refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))  # fetches the cards
         counter = asyncio.ensure_future(refresh_tracked_forever(runtime, config.admin.tracked_refresh_seconds))
         sweeper = asyncio.ensure_future(Sweeper(runtime).run())  # idle while sweep.enabled is false
+        delivering = asyncio.ensure_future(deliverer.run_forever())  # the push outbox (docs/push.md §3)
         loop = asyncio.get_running_loop()
         # signals reach the main thread only (an app served in a thread, as tests do, has none)
         on_hup = threading.current_thread() is threading.main_thread()
@@ -321,7 +334,7 @@ def build_app(
             if on_hup:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             ready["value"] = False
-            for task in (sweeper, pruner, refresher, counter):
+            for task in (sweeper, pruner, refresher, counter, delivering):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -330,6 +343,7 @@ def build_app(
             await http.aclose()
             if runtime.auth is not None:
                 await runtime.auth.aclose()
+            await deliverer.aclose()
             await ledger.close()
             if runtime.tracing is not None:
                 await asyncio.to_thread(runtime.tracing.shutdown)  # exports what is queued

@@ -713,6 +713,66 @@ class AuthConfig(_Frozen):
     """Bearer JWT checking (``null``: off)."""
 
 
+class PushConfig(_Frozen):
+    """The push-notification relay (docs/push.md): every push config the gateway forwards
+    names a callback URL of the gateway's own, and the worker's notifications are judged, kept
+    in a durable outbox and delivered to the client's webhook. ``enabled: false`` passes push
+    configs untouched (the worker then posts to the client's webhook directly, unjudged)."""
+
+    enabled: bool = True
+    """Relay push configs through the gateway (``false``: pass them untouched)."""
+    callback_url: str | None = None
+    """The base URL workers reach the gateway at for callbacks (``http://gateway:8080``);
+    ``None``: ``public.url``, else the origin of the client's request (as for the Agent Card)."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Webhook host names allowed even when they resolve to a refused address (exact, lower
+    case; a leading ``*.`` allows the subdomains)."""
+    allowed_cidrs: list[str] = Field(default_factory=list)
+    """Address ranges (``10.0.0.0/8``, ``127.0.0.1/32``) a webhook may resolve to although
+    they are loopback, private, link-local or otherwise not global (docs/push.md §4)."""
+    delivery_timeout_seconds: Seconds = 10.0
+    """Timeout of one delivery POST to a client's webhook."""
+    max_attempts: int = Field(default=8, ge=1)
+    """Delivery attempts of one notification before it is dead-lettered."""
+    backoff_seconds: Seconds = 1.0
+    """The wait after the first failed attempt; doubled after each further one."""
+    backoff_max_seconds: Seconds = 300.0
+    """The longest wait between two attempts."""
+    lease_seconds: Seconds = 60.0
+    """How long a claimed outbox entry is one replica's to deliver (past it, another may)."""
+    poll_seconds: Seconds = 0.5
+    """How often the delivery loop looks for due entries when it found none."""
+    max_outbox_per_task: int = Field(default=100, gt=0)
+    """Notifications waiting per task (past it the worker gets 503 and retries)."""
+    max_outbox_total: int = Field(default=10_000, gt=0)
+    """Notifications waiting in all."""
+    max_configs_per_task: int = Field(default=10, gt=0)
+    """Push configs kept per task."""
+    max_configs_total: int = Field(default=100_000, gt=0)
+    """Push configs kept in all."""
+    config_retention_seconds: float = Field(default=7 * 24 * 3600, gt=0)
+    """A stored push config is deleted this long after it was created."""
+    max_notification_bytes: int = Field(default=1024 * 1024, gt=0)
+    """The largest notification body a worker may post (413 past it)."""
+
+    @field_validator("allowed_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{item!r} is not an address range: {exc}") from None
+        return value
+
+    @field_validator("callback_url")
+    @classmethod
+    def _callback(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("http", "https"):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+
 class GatewayConfig(_Frozen):
     """The whole gateway configuration."""
 
@@ -752,6 +812,8 @@ class GatewayConfig(_Frozen):
     """Telling callers apart on a task (local answers only to callers seen on it)."""
     auth: AuthConfig = AuthConfig()
     """Caller authentication at the gateway (bearer JWTs)."""
+    push: PushConfig = PushConfig()
+    """The push-notification relay: callbacks, the outbox, webhook address checks."""
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

@@ -10,6 +10,7 @@ they are :class:`~gateway.invariants.model.Finding` values (docs/architecture.md
     ├── PidFileHeldError         another gateway holds the pid file (``serve`` exits 3)
     ├── VersionConflictError     a ledger compare-and-set lost a race (retried, not a failure)
     ├── BridgeError              a request that has no equivalent in the worker's protocol version
+    ├── PushLimitError           the push outbox or the relayed push configs are full
     ├── ClientError              a client request the gateway answers itself
     │   ├── BodyTooLargeError    the body passed ``limits.max_body_bytes`` (HTTP 413)
     │   ├── ClientGoneError      the client left before its body was complete
@@ -95,6 +96,10 @@ class BridgeError(GatewayError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class PushLimitError(GatewayError):
+    """A bound of the push relay is reached (outbox or configs, docs/push.md §3); nothing was added."""
 
 
 class ClientError(GatewayError):

@@ -231,6 +231,16 @@ def test_every_callers_citation_resolves():
     assert missing == []
 
 
+def test_every_push_citation_resolves():
+    """``docs/push.md §N`` (the relay, the callback, the outbox, SSRF)."""
+    numbers = section_index("push.md")
+    assert {"1", "2", "3", "4"} <= numbers
+    missing = [f"{rel}: docs/push.md §{section}" for rel, text in _scanned_files()
+               for source, section, _ in section_citations(text)
+               if source == "docs/push.md" and section not in numbers]
+    assert missing == []
+
+
 def test_the_bridge_scanner_catches_a_missing_section():
     """Self-check: a bridge citation is read with its source, and a wrong number is seen."""
     rows = section_citations("docs/bridge.md §1.8 (blocking), §1.99")

@@ -91,6 +91,27 @@ class AppendTimeline:
     tenant: str = ""
 
 
+@dataclass(slots=True)
+class Enqueue:
+    """Put ``body`` (a notification in the client's form) in the durable push outbox for the
+    push config ``callback_id`` of ``task_id`` (docs/push.md §3). Reply: the entry id. Throws
+    :class:`~gateway.errors.PushLimitError` (the outbox is full) or
+    :class:`~gateway.errors.LedgerError`."""
+
+    callback_id: str
+    task_id: str
+    body: bytes
+
+
+@dataclass(slots=True)
+class PushBound:
+    """The tasks the push configs ``callback_ids`` (inline configs of this send) are bound to
+    by now: a notification to one of them named its task (docs/push.md §1). Reply: a
+    ``frozenset`` of task ids. Throws :class:`~gateway.errors.LedgerError`."""
+
+    callback_ids: tuple[str, ...]
+
+
 # --- the worker -----------------------------------------------------------------------------
 
 

@@ -44,6 +44,7 @@ from gateway.exchange.commands import (
     MarkCardStale,
     Open,
     Post,
+    PushBound,
     Respond,
     for_reason,
 )
@@ -90,6 +91,13 @@ class RequestExchange:
     last_event_id: str | None = None
     """The client's ``Last-Event-ID`` on a ``SubscribeToTask`` (set by the endpoint): the
     stream resumes after that event from the replay window (docs/resume.md §1.2)."""
+    rewrite_result: Callable[[Any], Any] | None = None
+    """Applied to a unary answer's judged result before it is sent (set by the endpoint: the
+    push relay gives push configs back the client's webhook, docs/push.md §1)."""
+    pending_push: tuple[str, ...] = ()
+    """The callback ids of the inline push configs this send carried (set by the endpoint):
+    when a notification to one of them recorded the new task before the worker's answer came,
+    the answer is judged as being about that task, not as a reused task id (docs/push.md §1)."""
 
     def __init__(self, ex: Exchange, params: Any, summary: Summary, card: CardView,
                  policy: Policy, rewrite_card: CardRewrite | None = None) -> None:
@@ -409,6 +417,8 @@ class RequestExchange:
         item = locate(result)
         self.summary.task_id = self.summary.task_id or item.task_id
         self.summary.context_id = self.summary.context_id or item.context_id
+        if self.pending_push and item.task_id and self.ex.task_id is None:
+            yield from self.adopt_pushed_task(item.task_id)
         outcome = yield from judge(self.policy, self.ex, None, result)
         if outcome.action is Action.REJECT and outcome.error is not None:
             self.summary.outcome = "invalid_agent_response"
@@ -418,7 +428,23 @@ class RequestExchange:
         if self.ex.operation is Operation.EXTENDED_CARD and self.rewrite_card is not None \
                 and isinstance(judged, dict):
             judged = self.rewrite_card(judged)
+        if self.rewrite_result is not None:
+            judged = self.rewrite_result(judged)
         yield self._encodable(answer, lambda: self.reply(answer, doc, changed, judged))
+
+    def adopt_pushed_task(self, task_id: str) -> Generator[Any, Any, bool]:
+        """The worker's answer (or first stream event) names ``task_id``: when this send's
+        inline push configs are bound to it already (:attr:`pending_push`: a notification
+        recorded the task first, docs/push.md §1.3), the exchange is about that task from now
+        on. True when it is."""
+        try:
+            bound = yield PushBound(self.pending_push)
+        except LedgerError:
+            return False
+        if task_id not in bound:
+            return False
+        self.ex = dataclasses.replace(self.ex, task_id=task_id)
+        return True
 
     def _encodable(self, answer: Answer, respond: Callable[[], Respond]) -> Respond:
         """``respond()``, or — when the worker's payload, once changed, is nested too deeply

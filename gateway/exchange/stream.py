@@ -85,6 +85,7 @@ class RequestSide(Protocol):
     ex: Exchange
     policy: Policy
     summary: Summary
+    pending_push: tuple[str, ...]
 
     def open_stream(self) -> Open: ...
 
@@ -101,6 +102,8 @@ class RequestSide(Protocol):
     def may_answer_locally(self, record: TaskRecord) -> Generator[Any, Any, bool]: ...
 
     def answer(self, answer: Answer) -> Steps: ...
+
+    def adopt_pushed_task(self, task_id: str) -> Generator[Any, Any, bool]: ...
 
     def probe_task(self, task_id: str, reason: str = "probe") -> Generator[Any, Any, tuple[Any, TaskRecord | None]]: ...
 
@@ -488,6 +491,9 @@ class StreamExchange:
         yield Count("sse_events", (item.kind.value,))
         if item.kind is Kind.MESSAGE and self.summary.events == 1:
             self._message_reply = True
+        if self.owner.pending_push and self.ex.task_id is None and self.stream.task_id is None and item.task_id:
+            if (yield from self.owner.adopt_pushed_task(item.task_id)):  # docs/push.md §1.3
+                self.ex = self.owner.ex
         seen = self.stream.generation
         outcome = yield from judge(self.policy, self.ex, self.stream, result, direction="event")
         self.stream = outcome.stream or self.stream

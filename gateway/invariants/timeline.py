@@ -21,15 +21,18 @@ from typing import Any
 from gateway.a2a.payloads import locate
 from gateway.invariants.model import Action, Exchange, Finding, Outcome, TaskRecord
 
-DIRECTIONS = ("request", "answer", "event", "probe")
+DIRECTIONS = ("request", "answer", "event", "probe", "push")
 """Where an observation came from: the client's request, the worker's answer to it, one event
-of a worker stream, the worker's answer to a ``GetTask`` of the gateway's own."""
+of a worker stream, the worker's answer to a ``GetTask`` of the gateway's own, a push
+notification the worker posted to the gateway's callback or its delivery to the client's
+webhook (docs/push.md §2, §3)."""
 
-VERDICTS = ("forwarded", "rewritten", "dropped", "rejected", "answered_locally")
+VERDICTS = ("forwarded", "rewritten", "dropped", "rejected", "answered_locally", "dead_lettered")
 """What the gateway did with it: sent on as it was, sent on changed (a state re-spelled, a
 terminal status restored, a worker error rewritten), not delivered (an event after a terminal
 state), refused with an error to the client, answered by the gateway itself without asking the
-worker (an action on a terminal task)."""
+worker (an action on a terminal task), given up on (a push notification not delivered to the
+client's webhook after ``push.max_attempts`` attempts)."""
 
 
 @dataclass(frozen=True, slots=True)

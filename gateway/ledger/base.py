@@ -23,8 +23,8 @@ from gateway.exchange.window import Replay, WindowEvent
 from gateway.invariants.model import TaskRecord
 from gateway.invariants.timeline import TimelineEntry
 
-__all__ = ["LiveTask", "Replay", "Stored", "TaskLedger", "TimelineEntry", "TimelineLimits", "WindowEvent",
-           "WindowLimits"]
+__all__ = ["LiveTask", "OutboxEntry", "PushConfigEntry", "Replay", "Stored", "TaskLedger", "TimelineEntry",
+           "TimelineLimits", "WindowEvent", "WindowLimits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +88,37 @@ def decode_entry(raw: bytes | str) -> TimelineEntry | None:
         return TimelineEntry.from_doc(doc) if isinstance(doc, dict) else None
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class PushConfigEntry:
+    """One push config the gateway relays (docs/push.md §1), keyed by its ``callback_id`` (the
+    unguessable last segment of the callback URL the worker was given). ``task_id`` is ``""``
+    while an inline config of a send waits for the worker to name the task. ``data`` is opaque
+    to the ledger (:mod:`gateway.push.relay` writes it: the client's URL, token and
+    authentication, the worker's token, the client's version and binding)."""
+
+    callback_id: str
+    upstream: str
+    task_id: str
+    data: bytes
+    tenant: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """One notification waiting in the durable outbox (docs/push.md §3): ``body`` is what the
+    client's webhook receives, ``callback_id`` names the push config (the webhook, its token
+    and authentication), ``attempts`` the delivery attempts made so far. Entries of one task
+    (``upstream``, ``tenant``, ``task_id``) are delivered in the order they were added."""
+
+    entry_id: str
+    upstream: str
+    task_id: str
+    callback_id: str
+    body: bytes
+    attempts: int = 0
+    tenant: str = ""
 
 
 class TaskLedger(Protocol):
@@ -200,3 +231,64 @@ class TaskLedger(Protocol):
     async def close(self) -> None:
         """Release connections and files."""
         ...
+
+    # --- the push relay (docs/push.md) ------------------------------------------------------------
+
+    async def put_push_config(self, entry: PushConfigEntry, at: float, *, max_per_task: int,
+                              max_total: int) -> None:
+        """Store ``entry`` (created at ``at``, epoch seconds) under its ``callback_id``,
+        replacing an entry of that id (which may have named another task: a pending inline
+        config bound to its task).
+
+        Raises:
+            PushLimitError: the task already has ``max_per_task`` configs, or the ledger
+                ``max_total``; nothing was stored.
+        """
+        ...
+
+    async def get_push_config(self, callback_id: str) -> PushConfigEntry | None:
+        """The entry of ``callback_id``, or ``None``."""
+        ...
+
+    async def push_configs(self, upstream: str, task_id: str, *, tenant: str = "") -> list[PushConfigEntry]:
+        """Every entry of the task (``task_id`` ``""``: the pending ones), oldest first."""
+        ...
+
+    async def delete_push_config(self, callback_id: str) -> bool:
+        """Delete the entry of ``callback_id``; False when there was none."""
+        ...
+
+    async def prune_push_configs(self, older_than: float) -> int:
+        """Delete entries created before ``older_than`` (epoch seconds); returns how many."""
+        ...
+
+    async def outbox_add(self, upstream: str, task_id: str, callback_id: str, body: bytes, at: float,
+                         *, tenant: str = "", max_per_task: int, max_total: int) -> str:
+        """Append one notification to the task's outbox queue, due at ``at``; durable when
+        this returns. Returns its entry id.
+
+        Raises:
+            PushLimitError: the task's queue holds ``max_per_task`` entries or the outbox
+                ``max_total``; nothing was added.
+        """
+        ...
+
+    async def outbox_claim(self, now: float, lease_seconds: float, limit: int) -> list[OutboxEntry]:
+        """Up to ``limit`` entries to deliver now: the oldest entry of each task queue whose
+        due time is past, each leased (not due again) for ``lease_seconds``, so another
+        replica does not claim it meanwhile. A later entry of a task is never claimed while an
+        earlier one is in the outbox."""
+        ...
+
+    async def outbox_retry(self, entry: OutboxEntry, next_at: float) -> None:
+        """A failed attempt: ``entry`` counts one more attempt and is due again at ``next_at``."""
+        ...
+
+    async def outbox_done(self, entry: OutboxEntry) -> None:
+        """Remove ``entry`` (delivered, or dead-lettered); the task's next entry is due."""
+        ...
+
+    async def outbox_depth(self) -> int:
+        """Entries in the outbox, all tasks."""
+        ...
+

@@ -24,10 +24,12 @@ import logging
 import os
 from collections import deque
 
-from gateway.errors import VersionConflictError
+from gateway.errors import PushLimitError, VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger.base import (
     LiveTask,
+    OutboxEntry,
+    PushConfigEntry,
     Replay,
     Stored,
     TimelineEntry,
@@ -40,7 +42,102 @@ _log = logging.getLogger("a2a_gateway")
 Key = tuple[str, str, str]  # (upstream, tenant, task_id)
 
 
-class MemoryLedger:
+class _PushStore:
+    """The push relay's configs and outbox in dicts (docs/push.md §3), the reference the
+    durable backends are tested against: configs by callback id (with their creation time),
+    and per task a deque of outbox entries with their due times."""
+
+    def __init__(self) -> None:
+        self._push: dict[str, tuple[PushConfigEntry, float]] = {}
+        self._queues: dict[tuple[str, str, str], deque[list]] = {}  # [entry, due]
+        self._outbox_seq = 0
+        self._outbox_n = 0
+
+    async def put_push_config(self, entry: PushConfigEntry, at: float, *, max_per_task: int,
+                              max_total: int) -> None:
+        """See :meth:`TaskLedger.put_push_config`."""
+        old = self._push.get(entry.callback_id)
+        same = [e for e, _ in self._push.values() if (e.upstream, e.tenant, e.task_id) ==
+                (entry.upstream, entry.tenant, entry.task_id) and e.callback_id != entry.callback_id]
+        if len(same) >= max_per_task:
+            raise PushLimitError(f"task {entry.task_id}: {max_per_task} push configs already")
+        if old is None and len(self._push) >= max_total:
+            raise PushLimitError(f"{max_total} push configs already")
+        self._push[entry.callback_id] = (entry, at if old is None else old[1])
+
+    async def get_push_config(self, callback_id: str) -> PushConfigEntry | None:
+        """See :meth:`TaskLedger.get_push_config`."""
+        found = self._push.get(callback_id)
+        return None if found is None else found[0]
+
+    async def push_configs(self, upstream: str, task_id: str, *, tenant: str = "") -> list[PushConfigEntry]:
+        """See :meth:`TaskLedger.push_configs`."""
+        return [e for e, _ in self._push.values()
+                if (e.upstream, e.tenant, e.task_id) == (upstream, tenant, task_id)]
+
+    async def delete_push_config(self, callback_id: str) -> bool:
+        """See :meth:`TaskLedger.delete_push_config`."""
+        return self._push.pop(callback_id, None) is not None
+
+    async def prune_push_configs(self, older_than: float) -> int:
+        """See :meth:`TaskLedger.prune_push_configs`."""
+        doomed = [k for k, (_, at) in self._push.items() if at < older_than]
+        for key in doomed:
+            del self._push[key]
+        return len(doomed)
+
+    async def outbox_add(self, upstream: str, task_id: str, callback_id: str, body: bytes, at: float,
+                         *, tenant: str = "", max_per_task: int, max_total: int) -> str:
+        """See :meth:`TaskLedger.outbox_add`."""
+        key = (upstream, tenant, task_id)
+        queue = self._queues.get(key)
+        if self._outbox_n >= max_total:
+            raise PushLimitError(f"the push outbox holds {max_total} notifications")
+        if queue is not None and len(queue) >= max_per_task:
+            raise PushLimitError(f"task {task_id}: {max_per_task} notifications wait already")
+        self._outbox_seq += 1
+        entry = OutboxEntry(str(self._outbox_seq), upstream, task_id, callback_id, body, 0, tenant)
+        self._queues.setdefault(key, deque()).append([entry, at])
+        self._outbox_n += 1
+        return entry.entry_id
+
+    async def outbox_claim(self, now: float, lease_seconds: float, limit: int) -> list[OutboxEntry]:
+        """See :meth:`TaskLedger.outbox_claim`."""
+        heads = sorted((q[0] for q in self._queues.values() if q[0][1] <= now), key=lambda h: h[1])
+        for head in heads[:limit]:
+            head[1] = now + lease_seconds
+        return [head[0] for head in heads[:limit]]
+
+    def _head(self, entry: OutboxEntry) -> list | None:
+        queue = self._queues.get((entry.upstream, entry.tenant, entry.task_id))
+        if queue and queue[0][0].entry_id == entry.entry_id:
+            return queue[0]
+        return None
+
+    async def outbox_retry(self, entry: OutboxEntry, next_at: float) -> None:
+        """See :meth:`TaskLedger.outbox_retry`."""
+        head = self._head(entry)
+        if head is not None:
+            head[0] = OutboxEntry(entry.entry_id, entry.upstream, entry.task_id, entry.callback_id,
+                                  entry.body, head[0].attempts + 1, entry.tenant)
+            head[1] = next_at
+
+    async def outbox_done(self, entry: OutboxEntry) -> None:
+        """See :meth:`TaskLedger.outbox_done`."""
+        key = (entry.upstream, entry.tenant, entry.task_id)
+        if self._head(entry) is not None:
+            queue = self._queues[key]
+            queue.popleft()
+            self._outbox_n -= 1
+            if not queue:
+                del self._queues[key]
+
+    async def outbox_depth(self) -> int:
+        """See :meth:`TaskLedger.outbox_depth`."""
+        return self._outbox_n
+
+
+class MemoryLedger(_PushStore):
     """Dict-backed :class:`~gateway.ledger.base.TaskLedger`.
 
     Args:
@@ -67,6 +164,7 @@ class MemoryLedger:
         self._max = max_tasks
         self.evicted = 0
         self._timelines: dict[tuple[str, str, str], deque[TimelineEntry]] = {}  # least recently written first
+        _PushStore.__init__(self)
 
     async def open(self) -> None:
         """Nothing to open."""

@@ -118,6 +118,7 @@ from gateway.ledger.base import (
     decode_entry,
     encode_entry,
 )
+from gateway.ledger.redis_push import RedisPushStore
 
 _log = logging.getLogger("a2a_gateway")
 
@@ -483,7 +484,7 @@ def _pairs(reply: list[Any]) -> list[tuple[bytes, Any]]:
     return list(zip(reply[::2], reply[1::2]))
 
 
-class RedisLedger:
+class RedisLedger(RedisPushStore):
     """:class:`~gateway.ledger.base.TaskLedger` in Redis.
 
     Args:

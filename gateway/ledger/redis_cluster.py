@@ -239,6 +239,11 @@ class RedisClusterLedger(RedisLedger):
         return (f"{p}:{{windows}}", f"{p}:{{windows}}:n", f"{p}:{{windows}}:b", f"{p}:{{windows}}:total",
                 f"{p}:{{windows}}:bytes")
 
+    def _push_key(self, suffix: str) -> str:
+        """The push relay's keys, under one hash tag of their own (``{push}``): each of its
+        scripts moves several of them at once (:mod:`gateway.ledger.redis_push`)."""
+        return f"{self.prefix}:{{push}}:{suffix}"
+
     # --- connecting -------------------------------------------------------------------------------
 
     def _connect(self, socket_timeout: float) -> Any:

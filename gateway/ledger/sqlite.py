@@ -24,7 +24,8 @@ whole is lost — ``BEGIN`` or ``COMMIT`` failed, or SQLite rolled the whole tra
 nothing of the batch was delivered yet, and every operation is run again in a transaction of its
 own, so each call gets the outcome it would have had alone.
 
-Schema (created on open; ``PRAGMA user_version`` 3)::
+Schema (created on open; ``PRAGMA user_version`` 3; the push relay's tables of version 3 are in
+:mod:`gateway.ledger.sqlite_push`)::
 
     tasks(upstream TEXT, tenant TEXT, task_id TEXT, version INTEGER, state TEXT,
           terminal INTEGER, resync INTEGER, observed_at REAL, record BLOB,
@@ -89,6 +90,8 @@ from gateway.ledger.base import (
     decode_entry,
     encode_entry,
 )
+from gateway.ledger.sqlite_push import SCHEMA as PUSH_SCHEMA
+from gateway.ledger.sqlite_push import SqlitePushStore
 
 T = TypeVar("T")
 
@@ -217,6 +220,8 @@ _SCHEMA = (
         DELETE FROM timelines
             WHERE upstream = OLD.upstream AND tenant = OLD.tenant AND task_id = OLD.task_id AND n <= 0;
     END""",
+    # -- version 3: the push relay's configs and outbox (docs/push.md §3) --
+    *PUSH_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
@@ -533,7 +538,7 @@ def _deliver(ops: list[_Op]) -> None:
             op.future.set_exception(op.value)
 
 
-class SqliteLedger:
+class SqliteLedger(SqlitePushStore):
     """:class:`~gateway.ledger.base.TaskLedger` in one SQLite file.
 
     Args:

@@ -39,6 +39,13 @@ metric                                                 labels
 ``a2a_gateway_open_streams``                           upstream
 ``a2a_gateway_connections_refused_total``              reason
 ``a2a_gateway_build_info``                             version
+``a2a_gateway_push_received_total``                    upstream
+``a2a_gateway_push_refused_total``                     upstream, reason
+``a2a_gateway_push_delivered_total``                   upstream
+``a2a_gateway_push_delivery_failures_total``           upstream, reason
+``a2a_gateway_push_dead_lettered_total``               upstream
+``a2a_gateway_push_outbox_depth``                      (none)
+``a2a_gateway_push_webhooks_refused_total``            upstream, reason
 =====================================================  =========================================
 """
 
@@ -304,6 +311,39 @@ class Metrics:
         ))
         for reason in ("max_connections", "header_timeout", "header_too_large"):  # every series from the start
             self.connections_refused.labels(reason)
+        # --- the push relay (docs/push.md) ---
+        self.push_received = Labelled(Counter(
+            "a2a_gateway_push_received_total",
+            "Push notifications workers posted to the gateway's callback URLs",
+            ["upstream"], registry=registry))
+        self.push_refused = Labelled(Counter(
+            "a2a_gateway_push_refused_total",
+            "Push notifications from workers that are not delivered, by reason (token, too_large, "
+            "malformed, task_mismatch, invariant: the engine refused or absorbed it, outbox_full, "
+            "ledger)",
+            ["upstream", "reason"], registry=registry))
+        self.push_delivered = Labelled(Counter(
+            "a2a_gateway_push_delivered_total",
+            "Push notifications the client's webhook answered 2xx",
+            ["upstream"], registry=registry))
+        self.push_delivery_failures = Labelled(Counter(
+            "a2a_gateway_push_delivery_failures_total",
+            "Failed delivery attempts to clients' webhooks, by reason (status, transport, "
+            "refused_address); each is retried until push.max_attempts",
+            ["upstream", "reason"], registry=registry))
+        self.push_dead_lettered = Labelled(Counter(
+            "a2a_gateway_push_dead_lettered_total",
+            "Push notifications given up after push.max_attempts delivery attempts",
+            ["upstream"], registry=registry))
+        self.push_outbox_depth = Gauge(
+            "a2a_gateway_push_outbox_depth",
+            "Push notifications waiting in the outbox (as last read by this process)",
+            registry=registry, multiprocess_mode="livemax")
+        self.push_webhooks_refused = Labelled(Counter(
+            "a2a_gateway_push_webhooks_refused_total",
+            "Push configs refused at creation because their webhook URL is not allowed "
+            "(reason: scheme, address, unresolvable, limit)",
+            ["upstream", "reason"], registry=registry))
         build = Gauge(
             "a2a_gateway_build_info", "Build information", ["version"], registry=registry,
             multiprocess_mode="livemax",

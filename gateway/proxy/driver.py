@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import AsyncIterator, Generator
 from typing import Any
@@ -61,6 +60,7 @@ from gateway.exchange.commands import (
     MarkCardStale,
     Open,
     Post,
+    PushBound,
     Read,
     ReadWindow,
     Respond,
@@ -220,6 +220,15 @@ class Driver:
             self.state = stored.record.state.value
         return Loaded(stored.record, Clock(time.time()), stored.version, stored.needs_resync)
 
+    async def _push_bound(self, cmd: PushBound) -> frozenset[str]:
+        ledger = self.rt.ledger
+        tasks = set()
+        for callback_id in cmd.callback_ids:
+            entry = await self.rt.ledger_call("get_push_config", lambda c=callback_id: ledger.get_push_config(c))
+            if entry is not None and entry.task_id:
+                tasks.add(entry.task_id)
+        return frozenset(tasks)
+
     async def _store(self, cmd: Store) -> int:
         ledger = self.rt.ledger
         version = await self.rt.ledger_call("put", lambda: ledger.put(cmd.record, cmd.expected_version))
@@ -228,13 +237,7 @@ class Driver:
         return version
 
     async def _append_timeline(self, cmd: AppendTimeline) -> None:
-        if not self.rt.config.timeline.enabled:
-            return
-        ledger, upstream = self.rt.ledger, self.route.upstream.name
-        entry = dataclasses.replace(cmd.entry, at=time.time())
-        with contextlib.suppress(LedgerError):  # counted and logged by ledger_call; it decides nothing
-            await self.rt.ledger_call("append_timeline", lambda: ledger.append_timeline(
-                upstream, cmd.task_id, entry, tenant=cmd.tenant))
+        await self.rt.keep_timeline(self.route.upstream.name, cmd.task_id, cmd.entry, tenant=cmd.tenant)
 
     async def _append_event(self, cmd: AppendEvent) -> tuple[str, str]:
         ledger, upstream = self.rt.ledger, self.route.upstream.name
@@ -460,6 +463,7 @@ _HANDLERS: dict[type, Any] = {
     Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver.respond,
     StartStream: Driver._start_stream, Flush: Driver._flush,
     EndStream: Driver._end_stream, Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale,
+    PushBound: Driver._push_bound,
 }
 """What performs each command (``Emit`` is queued in :meth:`Driver.run` itself; any other
 command is a report for the Reporter)."""

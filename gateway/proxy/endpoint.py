@@ -18,19 +18,22 @@ from gateway.a2a.card import is_signed, rewrite_card
 from gateway.a2a.card_bridge import CardBridgeError, bridge_card
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.version import Binding, ProtocolVersion
+from gateway.errors import LedgerError
 from gateway.exchange.bridge import worker_version
 from gateway.exchange.commands import Count
 from gateway.exchange.model import Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
+from gateway.invariants.admission import CardView, admit
+from gateway.invariants.model import NO_CALLER, Caller
 from gateway.observability import access
 from gateway.observability.tracing import Tracing
-from gateway.invariants.model import NO_CALLER, Caller
 from gateway.proxy.auth import AuthFailure
 from gateway.proxy.card import CardCache, public_base
 from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import Route, until_disconnect
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
+from gateway.push.relay import NOTHING, PushStep
 
 
 async def send_json(send: Send, status: int, doc: Any, *,
@@ -145,6 +148,36 @@ class ExchangeHandler:
             return rewrite(doc)
 
         return bridged
+
+    async def refuse(self, exchange: RequestExchange, code: int, message: str, *, status: int = 200) -> None:
+        """Answer ``exchange``'s request with A2A error ``code`` in its binding's form (``status``
+        as for :meth:`RequestExchange.error`), sending nothing to the worker (a refused push
+        webhook, docs/push.md §4)."""
+        self.summary = exchange.summary
+        self.summary.outcome = "rejected" if status == 200 else "ledger_error"
+        driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter, exchange.ex.operation)
+        try:
+            await driver.respond(exchange.error(status, code, message))
+        finally:
+            await driver.aclose()
+
+    async def push_step(self, exchange: RequestExchange, card: CardView, doc: Any,
+                        config_id: str | None) -> PushStep | None:
+        """What the push relay does to this request (docs/push.md §1): nothing unless push is
+        on and the card admits the request (a refusal of the exchange's own comes first).
+        ``None``: the ledger failed and the client was answered 503."""
+        push, ex, policy = self.rt.push, exchange.ex, exchange.policy
+        if push is None or not push.handles(ex.operation):
+            return NOTHING
+        if admit(ex, exchange.params, card, allow_stale=policy.allow_stale,
+                 required_skill=policy.required_skill, skill_key=policy.skill_key) is not None:
+            return NOTHING
+        try:
+            return await push.intercept(self.route, self.scope, ex.operation, ex.version, ex.binding, doc,
+                                        ex.task_id, config_id, tenant=ex.tenant)
+        except LedgerError:
+            await self.refuse(exchange, jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable", status=503)
+            return None
 
     async def drive(self, exchange: RequestExchange) -> None:
         """Run the exchange until the client's response is complete, watching for the

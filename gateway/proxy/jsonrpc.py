@@ -15,10 +15,11 @@ from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, N
 from gateway.exchange.bridge import BridgedJsonRpcExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.jsonrpc import JsonRpcExchange
-from gateway.exchange.request import error_message, retry_after
+from gateway.exchange.request import RequestExchange, error_message, retry_after
 from gateway.proxy.auth import AuthFailure
 from gateway.proxy.endpoint import ExchangeHandler, send_json
 from gateway.proxy.forward import client_response_headers, read_body, upstream_request_headers
+from gateway.push.relay import request_config_id
 
 
 class JsonRpcHandler(ExchangeHandler):
@@ -66,12 +67,31 @@ class JsonRpcHandler(ExchangeHandler):
         policy = self.rt.policy(self.route.upstream, cards.heartbeat_seconds())
         rewrite = self.card_rewrite(info.operation)
         worker = self.bridge_to(info.version, Binding.JSONRPC, cards)
-        if worker is None:
-            await self.drive(JsonRpcExchange(parsed, body, info, card, policy, rewrite, caller=caller))
-        else:
-            await self.drive(BridgedJsonRpcExchange(parsed, body, info, card, policy, worker,
-                                                    self.bridged_card_rewrite(rewrite, info.version),
-                                                    caller=caller))
+
+        def build(parsed: jsonrpc.Request, body: bytes) -> RequestExchange:
+            if worker is None:
+                return JsonRpcExchange(parsed, body, info, card, policy, rewrite, caller=caller)
+            return BridgedJsonRpcExchange(parsed, body, info, card, policy, worker,
+                                          self.bridged_card_rewrite(rewrite, info.version), caller=caller)
+
+        exchange = build(parsed, body)
+        push = await self.push_step(exchange, card, parsed.params,
+                                    request_config_id(info.operation, info.version, parsed.params))
+        if push is None:
+            return
+        if push.doc is not None:  # the configs name the gateway's callback (docs/push.md §1)
+            body = jsonrpc.dumps({"jsonrpc": "2.0", "id": parsed.reply_id, "method": parsed.method,
+                                  "params": push.doc})
+            reparsed = jsonrpc.parse_request(body, limits.max_json_depth)
+            assert not isinstance(reparsed, jsonrpc.ParseFailure)
+            exchange = build(reparsed, body)
+        if push.refusal is not None:
+            await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
+            return
+        exchange.rewrite_result = push.restore
+        exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
+        await self.drive(exchange)
+        await push.settle(exchange.summary)
 
     async def refuse_auth(self, failure: AuthFailure) -> None:
         """HTTP 401 (503: the keys cannot be had now) with ``WWW-Authenticate: Bearer`` and a

@@ -23,6 +23,7 @@ from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import BodyTooLargeError, ClientGoneError, NestingTooDeepError
 from gateway.exchange.bridge import BridgedRestExchange
 from gateway.exchange.commands import Count
+from gateway.exchange.request import RequestExchange
 from gateway.exchange.rest import RestExchange
 from gateway.proxy.auth import AuthFailure
 from gateway.proxy.endpoint import ExchangeHandler, send_json
@@ -106,19 +107,34 @@ class RestHandler(ExchangeHandler):
         cards = self.rt.card_cache(self.route.upstream)
         card = await cards.current(self.header(b"a2a-version") or "")
         policy = self.rt.policy(self.route.upstream, cards.heartbeat_seconds())
-        params = rest.request_params(call, doc)
         rewrite = self.card_rewrite(call.operation)
         worker = self.bridge_to(call.version, Binding.REST, cards)
         tenant = rest.rest_tenant(call, rest_prefixes(card.doc, self.route.upstream.url))
-        if worker is None:
-            await self.drive(RestExchange(call, method, body, params, card, policy, rewrite,
-                                          tenant=tenant, caller=caller))
-        else:
+
+        def build(doc: object, body: bytes) -> RequestExchange:
+            params = rest.request_params(call, doc)
+            if worker is None:
+                return RestExchange(call, method, body, params, card, policy, rewrite,
+                                    tenant=tenant, caller=caller)
             query = self.scope.get("query_string", b"").decode("latin-1")
-            await self.drive(BridgedRestExchange(call, method, body, params, card, policy, worker,
-                                                 query=query, doc=doc,
-                                                 rewrite_card=self.bridged_card_rewrite(rewrite, call.version),
-                                                 tenant=tenant, caller=caller))
+            return BridgedRestExchange(call, method, body, params, card, policy, worker, query=query,
+                                       doc=doc, rewrite_card=self.bridged_card_rewrite(rewrite, call.version),
+                                       tenant=tenant, caller=caller)
+
+        exchange = build(doc, body)
+        push = await self.push_step(exchange, card, doc, call.config_id)
+        if push is None:
+            return
+        if push.doc is not None:  # the configs name the gateway's callback (docs/push.md §1)
+            body = jsonrpc.dumps(push.doc)
+            exchange = build(push.doc, body)
+        if push.refusal is not None:
+            await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
+            return
+        exchange.rewrite_result = push.restore
+        exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
+        await self.drive(exchange)
+        await push.settle(exchange.summary)
 
     async def refuse_auth(self, failure: AuthFailure) -> None:
         """HTTP 401 with ``WWW-Authenticate: Bearer`` (503 when the keys cannot be had now)

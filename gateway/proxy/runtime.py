@@ -18,12 +18,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.config import GatewayConfig, UpstreamConfig
-from gateway.errors import LedgerError, VersionConflictError
+from gateway.errors import LedgerError, PushLimitError, VersionConflictError
 from gateway.exchange.model import Policy
 from gateway.invariants.model import Mode
+from gateway.invariants.timeline import TimelineEntry
 from gateway.ledger.base import TaskLedger
 from gateway.observability.metrics import Metrics
 from gateway.observability.reporter import RECENT_DIVERGENCES, Reporter
@@ -33,6 +34,9 @@ from gateway.proxy.callers import CallerKeys
 from gateway.proxy.card import CardCache
 from gateway.proxy.forward import Router, Signal
 from gateway.proxy.transport import UpstreamClient
+
+if TYPE_CHECKING:
+    from gateway.push.relay import PushRelay
 
 T = TypeVar("T")
 
@@ -95,6 +99,8 @@ class Runtime:
     """Who is asking (docs/callers.md §2); ``None``: callers are not told apart."""
     auth: JwtVerifier | None = None
     """Bearer JWT checking (``auth.jwt``, docs/callers.md §5); ``None``: off."""
+    push: PushRelay | None = None
+    """The push relay (docs/push.md; set by :func:`gateway.app.build_app`)."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
@@ -212,13 +218,13 @@ class Runtime:
         """Run one ledger operation, timed and with failures counted.
 
         Raises:
-            VersionConflictError: passed through. LedgerError: any other failure.
+            VersionConflictError, PushLimitError: passed through. LedgerError: any other failure.
         """
         backend = self.ledger.backend
         started = time.perf_counter()
         try:
             return await call()
-        except VersionConflictError:
+        except (VersionConflictError, PushLimitError):
             raise
         except Exception as exc:
             self.metrics.ledger_errors.labels(backend, operation).inc()
@@ -228,3 +234,17 @@ class Runtime:
         finally:
             elapsed = time.perf_counter() - started
             self.metrics.ledger_duration.labels(backend, operation).observe(elapsed)
+
+    async def keep_timeline(self, upstream: str, task_id: str, entry: TimelineEntry, *, tenant: str = "") -> None:
+        """Keep ``entry`` in the task's timeline, timed now (docs/observability.md §2), unless
+        ``timeline.enabled`` is off. A failure is counted and logged by :meth:`ledger_call`
+        (``operation="append_timeline"``) and goes no further: the timeline explains, it
+        decides nothing."""
+        if not self.config.timeline.enabled:
+            return
+        ledger, entry = self.ledger, dataclasses.replace(entry, at=time.time())
+        try:
+            await self.ledger_call("append_timeline", lambda: ledger.append_timeline(
+                upstream, task_id, entry, tenant=tenant))
+        except LedgerError:
+            pass

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger, WindowLimits
 from gateway.ledger.memory import MemoryLedger
 from gateway.ledger.redis import RedisLedger
@@ -37,6 +38,27 @@ def redis_cluster_url() -> Iterator[str]:
 
 #: The backends every contract test runs on; the cluster's is ``slow`` (it starts a cluster).
 BACKENDS = ["memory", "sqlite", "redis", pytest.param("redis-cluster", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(params=BACKENDS)
+async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskLedger]:
+    """An opened ledger of every backend (the contract tests'), closed at the end; each Redis
+    test keeps to a key prefix of its own."""
+    if request.param == "memory":
+        url = "memory"
+    elif request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/ledger.db"
+    elif request.param == "redis-cluster":
+        url = request.getfixturevalue("redis_cluster_url")
+    else:
+        base = request.getfixturevalue("redis_url")
+        url = base
+    led = ledger_from_url(url)
+    if request.param.startswith("redis"):
+        led.prefix = f"t{uuid.uuid4().hex[:12]}"  # type: ignore[attr-defined]  # isolate tests on one server
+    await led.open()
+    yield led
+    await led.close()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -9,7 +9,6 @@ import random
 import sqlite3
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from contextlib import closing
 from pathlib import Path
 
@@ -22,33 +21,6 @@ from gateway.errors import VersionConflictError
 from gateway.ledger.base import LiveTask, Stored, TaskLedger
 from gateway.ledger.memory import MemoryLedger
 from gateway.ledger.sqlite import SCHEMA_VERSION, SqliteLedger
-from tests.ledger.conftest import BACKENDS
-from tests.support.redis_server import redis_server
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with redis_server() as url:
-        yield url
-
-
-@pytest.fixture(params=BACKENDS)
-async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskLedger]:
-    if request.param == "memory":
-        url = "memory"
-    elif request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/ledger.db"
-    elif request.param == "redis-cluster":
-        url = request.getfixturevalue("redis_cluster_url")
-    else:
-        base = request.getfixturevalue("redis_url")
-        url = base
-    led = ledger_from_url(url)
-    if request.param.startswith("redis"):
-        led.prefix = f"t{uuid.uuid4().hex[:12]}"  # type: ignore[attr-defined]  # isolate tests on one server
-    await led.open()
-    yield led
-    await led.close()
 
 
 def rec(task_id: str = "t-1", state: TaskState = TaskState.WORKING, **kw: object) -> TaskRecord:

@@ -973,7 +973,8 @@ ALLOWED_LABELS: dict[str, Callable[[str], bool]] = {
     "to_code": lambda v: re.fullmatch(r"-?\d{1,6}|other", v) is not None,
     "state": lambda v: v.startswith("TASK_STATE_"),
     "backend": lambda v: v == "memory",
-    "operation": lambda v: v in ("get", "put", "count", "prune", "append_timeline"),
+    "operation": lambda v: v in ("get", "put", "count", "prune", "append_timeline", "outbox_claim",
+                                 "outbox_depth"),  # the push loop's
     "version": lambda v: True,
     "le": lambda v: True,
 }

@@ -1,0 +1,180 @@
+"""The push relay's pure part (gateway/exchange/push.py; docs/push.md §1, docs/push.md §2), plain dicts in,
+plain values out: config rewriting and restoring, and a notification judged as a stream event."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.a2a.jsonrpc import Operation
+from gateway.a2a.version import Binding, ProtocolVersion
+from gateway.exchange.commands import AppendTimeline, Count, Enqueue, Found, Load, Log, Store
+from gateway.exchange.model import Policy
+from gateway.exchange.offline import Ledger
+from gateway.exchange.push import (
+    Subscription,
+    Webhook,
+    client_body,
+    client_webhooks,
+    judge_notification,
+    read_notification,
+    restore_answer,
+    rewrite_request,
+)
+from gateway.invariants.model import Clock
+
+CB = "https://gw.example/_a2a_gateway/push/cb-1"
+
+
+# --- docs/push.md §1: configs in requests ---------------------------------------------------------------
+
+
+def test_v1_create_is_rewritten_and_the_client_credentials_never_reach_the_worker() -> None:
+    params = {"taskId": "t-1", "url": "https://client.example/hook", "token": "client-secret",
+              "authentication": {"scheme": "Bearer", "credentials": "c-cred"}}
+    out = rewrite_request(Operation.PUSH_CREATE, params, [(CB, "worker-token")])
+    assert out == {"taskId": "t-1", "url": CB, "token": "worker-token"}
+    assert params["url"] == "https://client.example/hook"  # the client's doc is left alone
+    (hook,) = client_webhooks(Operation.PUSH_CREATE, params)
+    assert hook.url == "https://client.example/hook" and hook.token == "client-secret"
+    assert hook.headers() == [("X-A2A-Notification-Token", "client-secret"), ("Authorization", "Bearer c-cred")]
+
+
+@pytest.mark.parametrize("doc,path", [
+    ({"taskId": "t", "pushNotificationConfig": {"url": "https://c/h", "token": "x"}}, ("pushNotificationConfig",)),
+    ({"parent": "tasks/t", "config": {"name": "n", "pushNotificationConfig": {"url": "https://c/h"}}},
+     ("config", "pushNotificationConfig")),
+])
+def test_v03_create_shapes_are_found(doc: dict[str, Any], path: tuple[str, ...]) -> None:
+    out = rewrite_request(Operation.PUSH_CREATE, doc, [(CB, "w")])
+    inner = out
+    for key in path:
+        inner = inner[key]
+    assert inner["url"] == CB and inner["token"] == "w"
+
+
+@pytest.mark.parametrize("key", ["taskPushNotificationConfig", "pushNotificationConfig", "pushNotification"])
+def test_inline_configs_of_a_send_are_rewritten(key: str) -> None:
+    params = {"message": {"messageId": "m"}, "configuration": {key: {"url": "https://c/h"}, "blocking": True}}
+    out = rewrite_request(Operation.SEND, params, [(CB, "w")])
+    assert out["configuration"][key] == {"url": CB, "token": "w"}
+    assert out["configuration"]["blocking"] is True
+
+
+def test_a_send_without_config_has_no_webhook() -> None:
+    assert client_webhooks(Operation.SEND, {"message": {}}) == []
+    assert client_webhooks(Operation.PUSH_GET, {"url": "https://c/h"}) == []
+
+
+def test_answers_are_given_back_the_client_webhook_in_every_shape() -> None:
+    hooks = {CB: Webhook("https://c/h", "client-token", {"schemes": ["Bearer"]})}
+    flat = {"id": "p", "taskId": "t", "url": CB, "token": "w"}
+    assert restore_answer(flat, hooks) == {"id": "p", "taskId": "t", "url": "https://c/h",
+                                           "token": "client-token", "authentication": {"schemes": ["Bearer"]}}
+    listed = {"configs": [flat, {"id": "other", "url": "https://elsewhere/"}]}
+    restored = restore_answer(listed, hooks)
+    assert restored["configs"][0]["url"] == "https://c/h"
+    assert restored["configs"][1] == {"id": "other", "url": "https://elsewhere/"}
+    v03 = [{"taskId": "t", "pushNotificationConfig": {"url": CB, "token": "w"}}]
+    assert restore_answer(v03, hooks)[0]["pushNotificationConfig"]["token"] == "client-token"
+    untouched = {"configs": [{"url": "https://elsewhere/"}]}
+    assert restore_answer(untouched, hooks) is untouched
+
+
+# --- docs/push.md §2: notifications -------------------------------------------------------------------------
+
+
+def run(gen: Generator[Any, Any, Any], ledger: Ledger, *, now: float = 1000.0) -> tuple[Any, list[Any]]:
+    """Perform the commands against a dict ledger; returns (verdict, the commands seen)."""
+    seen: list[Any] = []
+    reply: Any = None
+    while True:
+        try:
+            cmd = gen.send(reply)
+        except StopIteration as stop:
+            return stop.value, seen
+        seen.append(cmd)
+        reply = None
+        if isinstance(cmd, Load):
+            reply = ledger.load("w", cmd.task_id, Clock(now)) if cmd.task_id else ledger.load("w", "", Clock(now))
+        elif isinstance(cmd, Store):
+            reply = ledger.put(cmd.record, cmd.expected_version)
+        elif isinstance(cmd, Enqueue):
+            reply = "1"
+        else:
+            assert isinstance(cmd, (Count, Found, Log, AppendTimeline)), cmd
+
+
+POLICY = Policy(upstream="w")
+
+
+def sub(task_id: str = "t-1", version: ProtocolVersion = ProtocolVersion.V1_0) -> Subscription:
+    return Subscription("cb-1", "w", task_id, version, Binding.JSONRPC)
+
+
+def status(state: str, task_id: str = "t-1") -> bytes:
+    return orjson.dumps({"statusUpdate": {"taskId": task_id, "contextId": "c", "status": {"state": state}}})
+
+
+def enqueued(seen: list[Any]) -> list[Any]:
+    return [orjson.loads(c.body) for c in seen if isinstance(c, Enqueue)]
+
+
+def test_a_notification_is_normalized_stored_then_enqueued() -> None:
+    ledger = Ledger()
+    verdict, seen = run(judge_notification(POLICY, sub(), status("completed")), ledger)
+    assert verdict.status == 200 and verdict.reason is None
+    (body,) = enqueued(seen)
+    assert body["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    stores = [i for i, c in enumerate(seen) if isinstance(c, Store)]
+    assert stores and stores[0] < next(i for i, c in enumerate(seen) if isinstance(c, Enqueue))
+    assert ledger.get("w", "t-1").state.value == "TASK_STATE_COMPLETED"  # type: ignore[union-attr]
+
+
+def test_a_notification_after_the_terminal_state_is_not_delivered() -> None:
+    ledger = Ledger()
+    run(judge_notification(POLICY, sub(), status("TASK_STATE_CANCELED")), ledger)
+    verdict, seen = run(judge_notification(POLICY, sub(), status("TASK_STATE_COMPLETED")), ledger)
+    assert verdict.status == 200 and verdict.reason == "invariant"
+    assert enqueued(seen) == []
+    assert Count("push_refused", ("invariant",)) in seen
+    assert ledger.get("w", "t-1").state.value == "TASK_STATE_CANCELED"  # type: ignore[union-attr]
+
+
+def test_an_unknown_state_is_refused_and_nothing_enqueued() -> None:
+    verdict, seen = run(judge_notification(POLICY, sub(), status("almost-done")), Ledger())
+    assert verdict.reason == "invariant" and enqueued(seen) == []
+
+
+def test_another_tasks_notification_and_garbage_are_400() -> None:
+    verdict, _ = run(judge_notification(POLICY, sub(), status("working", "t-other")), Ledger())
+    assert (verdict.status, verdict.reason) == (400, "task_mismatch")
+    verdict, _ = run(judge_notification(POLICY, sub(), b"not json"), Ledger())
+    assert (verdict.status, verdict.reason) == (400, "malformed")
+    verdict, _ = run(judge_notification(POLICY, sub(), b'{"hello": 1}'), Ledger())
+    assert verdict.reason == "malformed"
+
+
+def test_a_pending_inline_config_takes_the_task_the_notification_names() -> None:
+    verdict, seen = run(judge_notification(POLICY, sub(""), status("working", "t-new")), Ledger())
+    assert verdict.status == 200 and verdict.task_id == "t-new" and len(enqueued(seen)) == 1
+
+
+def test_a_v03_task_as_a2a_sdk_03_posts_it_is_read_and_a_v03_client_gets_v03() -> None:
+    v03_task = {"kind": "task", "id": "t-1", "contextId": "c", "status": {"state": "completed"}}
+    assert read_notification(orjson.dumps(v03_task), 32) == {
+        "task": {"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"}}}
+    verdict, seen = run(judge_notification(POLICY, sub(version=ProtocolVersion.V0_3), orjson.dumps(v03_task)),
+                        Ledger())
+    (body,) = enqueued(seen)
+    assert body["kind"] == "task" and body["status"]["state"] == "completed"
+
+
+def test_client_body_is_the_stream_response_for_v1() -> None:
+    judged = {"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}}
+    assert orjson.loads(client_body(judged, ProtocolVersion.V1_0, Binding.REST)) == judged
+    v03 = orjson.loads(client_body(judged, ProtocolVersion.V0_3, Binding.JSONRPC))
+    assert v03["kind"] == "status-update" and v03["status"]["state"] == "working"

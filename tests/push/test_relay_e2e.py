@@ -1,0 +1,281 @@
+"""The push relay through the real gateway (docs/push.md): an a2a-sdk 1.3 worker that sends
+push notifications with the SDK's sender, a webhook receiver, the gateway in between, all under
+real uvicorn on 127.0.0.1. The receiver is on 127.0.0.1, so the gateway allows 127.0.0.1/32
+explicitly (push.allowed_cidrs); a second gateway without the allowance refuses it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.app import build_app
+from gateway.config import PushConfig, sidecar_config
+from tests.support.gateway import serve_gateway
+from tests.support.push_peers import Receiver, build_push_worker_app
+from tests.support.servers import RunningServer, serve_in_thread, wait_until
+
+V1 = {"A2A-Version": "1.0", "content-type": "application/json"}
+CALLBACK = "/_a2a_gateway/push/"
+
+
+@dataclass
+class Stack:
+    worker: RunningServer
+    gateway: RunningServer
+    admin: RunningServer
+    receiver: Receiver
+    receiver_url: str
+
+    def ledger_call(self, fn: Any) -> Any:
+        rt = self.gateway.app.state.runtime
+        assert self.gateway.loop is not None
+        return asyncio.run_coroutine_threadsafe(fn(rt.ledger), self.gateway.loop).result(5)
+
+    def metric(self, name: str, **labels: str) -> float:
+        text = httpx.get(self.admin.url_for("/metrics"), trust_env=False).text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+def gateway_app(worker_url: str, tmp: Any, push: PushConfig) -> Any:
+    config = sidecar_config(worker_url, host="127.0.0.1", port=0, mode="enforce", name="worker",
+                            ledger=f"sqlite:///{tmp}/ledger.db")
+    return build_app(config.model_copy(update={"push": push}), registry=CollectorRegistry())
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    receiver = Receiver()
+    push = PushConfig(allowed_cidrs=["127.0.0.1/32"], backoff_seconds=0.05, poll_seconds=0.05)
+    with serve_in_thread(receiver, name="webhook") as hook, \
+            serve_in_thread(build_push_worker_app("http://worker.invalid:1/"), name="push-worker") as worker:
+        app = gateway_app(worker.url, tmp_path_factory.mktemp("push"), push)
+        with serve_gateway(app, name="push-gateway") as (gateway, admin):
+            yield Stack(worker, gateway, admin, receiver, hook.url)
+
+
+def rpc(url: str, method: str, params: dict[str, Any], req_id: Any = 1) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": req_id, "method": method, "params": params}
+    with httpx.Client(trust_env=False, timeout=15) as client:
+        response = client.post(url + "/", content=orjson.dumps(body), headers=V1)
+    assert response.status_code == 200, response.text
+    return orjson.loads(response.content)
+
+
+def message(text: str, task_id: str | None = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+    if task_id:
+        msg["taskId"] = task_id
+    return msg
+
+
+def notifications_of(stack: Stack, path: str) -> list[Any]:
+    return [p for p in list(stack.receiver.posts) if p.path == path]
+
+
+def final_state(posts: list[Any]) -> str | None:
+    for post in reversed(posts):
+        doc = post.json()
+        inner = doc.get("statusUpdate") or doc.get("task") or {}
+        state = (inner.get("status") or {}).get("state")
+        if state:
+            return state
+    return None
+
+
+def test_inline_config_notifications_reach_the_webhook_only_through_the_gateway(stack: Stack) -> None:
+    hook = f"{stack.receiver_url}/inline"
+    config = {"url": hook, "token": "client-token",
+              "authentication": {"scheme": "Bearer", "credentials": "client-cred"}}
+    answer = rpc(stack.gateway.url, "SendMessage", {"message": message("hi"),
+                                                    "configuration": {"taskPushNotificationConfig": config}})
+    task_id = answer["result"]["task"]["id"]
+    wait_until(lambda: final_state(notifications_of(stack, "/inline")) == "TASK_STATE_COMPLETED", timeout=10)
+    posts = notifications_of(stack, "/inline")
+    for post in posts:
+        assert post.headers["x-a2a-notification-token"] == "client-token"
+        assert post.headers["authorization"] == "Bearer client-cred"
+        assert post.headers["content-type"] == "application/a2a+json"
+        doc = post.json()
+        assert len(doc) == 1 and next(iter(doc)) in ("task", "statusUpdate", "artifactUpdate")
+    # the worker holds the gateway's callback and a token of the gateway's, never the client's
+    direct = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})
+    (worker_view,) = direct["result"]["configs"]
+    assert worker_view["url"].startswith(stack.gateway.url + CALLBACK)
+    assert worker_view["token"] != "client-token" and "authentication" not in worker_view
+    # through the gateway the client reads its own webhook back
+    listed = rpc(stack.gateway.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})
+    (client_view,) = listed["result"]["configs"]
+    assert client_view["url"] == hook and client_view["token"] == "client-token"
+    assert client_view["authentication"] == config["authentication"]
+    bound = stack.ledger_call(lambda led: led.push_configs("worker", task_id))
+    assert len(bound) == 1  # the pending inline config is bound to the task the worker named
+
+
+def test_a_misbehaving_workers_post_terminal_notification_is_not_delivered(stack: Stack) -> None:
+    hook = f"{stack.receiver_url}/terminal"
+    answer = rpc(stack.gateway.url, "SendMessage", {"message": message("hi"), "configuration": {
+        "taskPushNotificationConfig": {"url": hook, "token": "t"}}})
+    task_id = answer["result"]["task"]["id"]
+    wait_until(lambda: final_state(notifications_of(stack, "/terminal")) == "TASK_STATE_COMPLETED", timeout=10)
+    (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"]["configs"]
+    reopen = orjson.dumps({"statusUpdate": {"taskId": task_id, "contextId": answer["result"]["task"]["contextId"],
+                                            "status": {"state": "working"}}})
+    before, refused = len(notifications_of(stack, "/terminal")), stack.metric(
+        "a2a_gateway_push_refused_total", reason="invariant")
+    with httpx.Client(trust_env=False, timeout=5) as client:
+        wrong = client.post(worker_view["url"], content=reopen, headers={"X-A2A-Notification-Token": "guess"})
+        assert wrong.status_code == 401
+        none = client.post(worker_view["url"], content=reopen)
+        assert none.status_code == 401
+        ok = client.post(worker_view["url"], content=reopen,
+                         headers={"X-A2A-Notification-Token": worker_view["token"],
+                                  "content-type": "application/a2a+json"})
+    assert ok.status_code == 200
+    assert stack.metric("a2a_gateway_push_refused_total", reason="invariant") == refused + 1
+    assert stack.metric("a2a_gateway_push_refused_total", reason="token") >= 2
+    assert stack.ledger_call(lambda led: led.outbox_depth()) == 0  # never enqueued
+    assert len(notifications_of(stack, "/terminal")) == before
+
+
+def test_create_get_delete_through_the_gateway_map_the_webhook_both_ways(stack: Stack) -> None:
+    asked = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})
+    task = asked["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    hook = f"{stack.receiver_url}/created"
+    created = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
+                  {"taskId": task["id"], "id": "cfg-1", "url": hook, "token": "tok-2"}, req_id="c-1")
+    assert created["id"] == "c-1"
+    assert created["result"]["url"] == hook and created["result"]["token"] == "tok-2"
+    with httpx.Client(trust_env=False, timeout=5) as client:  # REST sees the same mapping
+        got = client.get(f"{stack.gateway.url}/rest/tasks/{task['id']}/pushNotificationConfigs/cfg-1",
+                         headers={"A2A-Version": "1.0"})
+    assert got.status_code == 200, got.text
+    assert got.json()["url"] == hook
+    rpc(stack.gateway.url, "SendMessage", {"message": message("tomorrow", task["id"])})
+    wait_until(lambda: final_state(notifications_of(stack, "/created")) == "TASK_STATE_COMPLETED", timeout=10)
+    assert all(p.headers["x-a2a-notification-token"] == "tok-2" for p in notifications_of(stack, "/created"))
+    deleted = rpc(stack.gateway.url, "DeleteTaskPushNotificationConfig", {"taskId": task["id"], "id": "cfg-1"})
+    assert "error" not in deleted
+    assert stack.ledger_call(lambda led: led.push_configs("worker", task["id"])) == []
+
+
+def test_a_webhook_on_a_refused_address_is_refused_at_creation(stack: Stack, tmp_path: Any) -> None:
+    asked = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})
+    task_id = asked["result"]["task"]["id"]
+    metadata = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
+                   {"taskId": task_id, "url": "http://169.254.169.254/latest"}, req_id=7)
+    assert metadata["id"] == 7 and metadata["error"]["code"] == -32602
+    # without the allowance, 127.0.0.1 is refused too — over JSON-RPC and REST
+    with serve_gateway(gateway_app(stack.worker.url, tmp_path, PushConfig()), name="strict") as (strict, _):
+        refused = rpc(strict.url, "CreateTaskPushNotificationConfig",
+                      {"taskId": task_id, "url": f"{stack.receiver_url}/never"}, req_id="r-9")
+        assert refused["id"] == "r-9" and refused["error"]["code"] == -32602
+        with httpx.Client(trust_env=False, timeout=5) as client:
+            rest = client.post(f"{strict.url}/rest/tasks/{task_id}/pushNotificationConfigs",
+                               content=orjson.dumps({"taskId": task_id, "url": f"{stack.receiver_url}/never"}),
+                               headers=V1)
+            assert rest.status_code == 400
+            assert rest.json()["error"]["status"] == "INVALID_ARGUMENT"
+            inline = client.post(strict.url + "/", headers=V1, content=orjson.dumps({
+                "jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {
+                    "message": message("hi"),
+                    "configuration": {"taskPushNotificationConfig": {"url": f"{stack.receiver_url}/never"}}}}))
+            assert inline.json()["error"]["code"] == -32602
+    # nothing reached the worker
+    direct = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})
+    assert direct["result"].get("configs", []) == []
+
+
+def test_deliver_observed_enqueues_for_every_config_of_the_task(stack: Stack) -> None:
+    asked = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})
+    task = asked["result"]["task"]
+    for n in (1, 2):
+        rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
+            {"taskId": task["id"], "id": f"obs-{n}", "url": f"{stack.receiver_url}/observed-{n}"})
+    relay = stack.gateway.app.state.runtime.push
+    assert stack.gateway.loop is not None
+    added = asyncio.run_coroutine_threadsafe(
+        relay.deliver_observed("worker", task["id"], {"task": task}), stack.gateway.loop).result(5)
+    assert added == 2
+    wait_until(lambda: all(notifications_of(stack, f"/observed-{n}") for n in (1, 2)), timeout=10)
+    assert notifications_of(stack, "/observed-1")[0].json() == {"task": task}
+    none = asyncio.run_coroutine_threadsafe(
+        relay.deliver_observed("worker", "no-such-task", {"task": task}), stack.gateway.loop).result(5)
+    assert none == 0
+
+
+def test_a_webhook_that_keeps_failing_is_dead_lettered(stack: Stack, tmp_path: Any,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    failing = Receiver()
+    failing.status = 500
+    push = PushConfig(allowed_cidrs=["127.0.0.1/32"], backoff_seconds=0.05, max_attempts=3, poll_seconds=0.05)
+    with serve_in_thread(failing, name="failing-hook") as hook, \
+            serve_gateway(gateway_app(stack.worker.url, tmp_path, push), name="dead") as (gateway, admin):
+        dead = Stack(stack.worker, gateway, admin, failing, hook.url)
+        answer = rpc(gateway.url, "SendMessage", {"message": message("hi"), "configuration": {
+            "taskPushNotificationConfig": {"url": f"{hook.url}/dead"}}})
+        task_id = answer["result"]["task"]["id"]
+        wait_until(lambda: dead.metric("a2a_gateway_push_dead_lettered_total") >= 1, timeout=10)
+        wait_until(lambda: dead.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
+        assert dead.metric("a2a_gateway_push_delivery_failures_total", reason="status") >= 3
+    assert failing.posts == [] and failing.attempts >= 3
+    lines = [r for r in caplog.records if r.getMessage() == "push_dead_lettered"]
+    assert lines and all(getattr(r, "task_id", None) == task_id for r in lines)
+
+
+def test_a_streaming_send_with_an_inline_config(stack: Stack) -> None:
+    hook = f"{stack.receiver_url}/streamed"
+    body = {"jsonrpc": "2.0", "id": "st", "method": "SendStreamingMessage", "params": {
+        "message": message("hi"), "configuration": {"taskPushNotificationConfig": {"url": hook, "token": "s"}}}}
+    with httpx.Client(trust_env=False, timeout=15) as client:
+        response = client.post(stack.gateway.url + "/", content=orjson.dumps(body), headers=V1)
+    events = [orjson.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
+    assert events and all("result" in e for e in events), events
+    assert "TASK_STATE_COMPLETED" in response.text
+    wait_until(lambda: final_state(notifications_of(stack, "/streamed")) == "TASK_STATE_COMPLETED", timeout=10)
+
+
+def test_unknown_callbacks_and_oversized_notifications_are_refused(stack: Stack) -> None:
+    answer = rpc(stack.gateway.url, "SendMessage", {"message": message("hi"), "configuration": {
+        "taskPushNotificationConfig": {"url": f"{stack.receiver_url}/sizes"}}})
+    task_id = answer["result"]["task"]["id"]
+    (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"]["configs"]
+    with httpx.Client(trust_env=False, timeout=5) as client:
+        unknown = client.post(stack.gateway.url + CALLBACK + "no-such-callback", content=b"{}")
+        assert unknown.status_code == 404
+        big = client.post(worker_view["url"], content=b"x" * (1024 * 1024 + 1),
+                          headers={"X-A2A-Notification-Token": worker_view["token"]})
+        assert big.status_code == 413
+        garbage = client.post(worker_view["url"], content=b"[1, 2]",
+                              headers={"X-A2A-Notification-Token": worker_view["token"]})
+        assert garbage.status_code == 400
+    assert stack.metric("a2a_gateway_push_refused_total", reason="too_large") >= 1
+    assert stack.metric("a2a_gateway_push_refused_total", reason="malformed") >= 1
+    # the inline config, bound to its task, is deleted by the task's id (a2a-sdk names it so)
+    assert worker_view["id"] == task_id
+    rpc(stack.gateway.url, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": task_id})
+    assert stack.ledger_call(lambda led: led.push_configs("worker", task_id)) == []
+
+
+def test_a_create_with_the_same_config_id_replaces_the_stored_config(stack: Stack) -> None:
+    task = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]
+    for n in range(12):  # past push.max_configs_per_task (10): each replaces the one before
+        answer = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
+                     {"taskId": task["id"], "id": "same", "url": f"{stack.receiver_url}/replaced-{n}"})
+        assert answer["result"]["url"] == f"{stack.receiver_url}/replaced-{n}", answer
+    stored = stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))
+    assert len(stored) == 1
+    listed = rpc(stack.gateway.url, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})["result"]["configs"]
+    assert [c["url"] for c in listed] == [f"{stack.receiver_url}/replaced-11"]
