@@ -167,10 +167,11 @@ for _, key in ipairs(keys) do
       local c = string.find(rest, ':', 1, true)
       if c then
         tenant = string.sub(rest, 2, c - 1)
+        -- as _observed_member escapes it: '%' stays '%25', NUL is '%00'
         tenant = (string.gsub(tenant, '%%3A', ':'))
         tenant = (string.gsub(tenant, '%%7D', '}'))
         tenant = (string.gsub(tenant, '%%7B', '{'))
-        tenant = (string.gsub(tenant, '%%25', '%%'))
+        tenant = (string.gsub(tenant, '%z', '%%00'))
         rest = string.sub(rest, c)
       end
     end
@@ -289,6 +290,10 @@ def escape_key_part(part: str) -> str:
     """``part`` with ``%``, ``{``, ``}`` and ``:`` percent-escaped (``%25``, ``%7B``, ``%7D``,
     ``%3A``): it holds no key separator and no hash-tag brace."""
     return part.replace("%", "%25").replace("{", "%7B").replace("}", "%7D").replace(":", "%3A")
+
+
+_MEMBER_ESCAPE = re.compile("%(25|00)")
+"""The escapes of a tenant in an ``observed`` member (:meth:`RedisLedger._observed_member`)."""
 
 
 def tenant_part(tenant: str) -> str:
@@ -540,8 +545,10 @@ class RedisLedger(RedisPushStore):
 
     @staticmethod
     def _observed_member(tenant: str, task_id: str) -> bytes:
-        """A task in :meth:`_observed_key`: ``TENANT\\0TASKID`` (no tenant: ``\\0TASKID``)."""
-        return f"{tenant}\x00{task_id}".encode("utf-8", "surrogatepass")
+        """A task in :meth:`_observed_key`: ``TENANT\\0TASKID`` (no tenant: ``\\0TASKID``), the
+        tenant with ``%`` and NUL escaped (``%25``, ``%00``) so that the first NUL ends it."""
+        escaped = tenant.replace("%", "%25").replace("\x00", "%00")
+        return f"{escaped}\x00{task_id}".encode("utf-8", "surrogatepass")
 
     def _events_key(self, upstream: str, task_id: str, tenant: str = "") -> str:
         """The stream of the task's replay window (docs/resume.md §2.3)."""
@@ -818,7 +825,8 @@ class RedisLedger(RedisPushStore):
                 at = float(score)
                 if floor is not None and (at, member) <= floor:
                     continue  # ties of the cursor's score, up to the cursor itself
-                tenant, _, task_id = member.decode("utf-8", "surrogatepass").partition("\x00")
+                escaped, _, task_id = member.decode("utf-8", "surrogatepass").partition("\x00")
+                tenant = _MEMBER_ESCAPE.sub(lambda m: "%" if m[1] == "25" else "\x00", escaped)
                 out.append(LiveTask(upstream, tenant, task_id, at))
             if len(page) < limit:
                 break

@@ -618,6 +618,36 @@ async def test_redis_resync_indexes_live_tasks_a_sweep_index_never_held(backend:
         await led.close()
 
 
+#: (tenant, task id) pairs that would spell one sweep-index member if the tenant were not escaped
+_NUL_KEYS = [("a\x00b", "t-1"), ("a", "b\x00t-1"), ("%00", "t-1"), ("\x00", "t-1"), ("", "\x00t-1"), ("%", "t-1")]
+
+
+async def test_live_before_keeps_tenants_with_a_nul_or_percent_apart(ledger: TaskLedger) -> None:
+    """A tenant is any string a client sends, NUL and ``%`` included: the sweep's scan still
+    names each (tenant, task) once, as it was stored (docs/callers.md §1)."""
+    for n, (tenant, task_id) in enumerate(_NUL_KEYS):
+        await ledger.put(rec(task_id, tenant=tenant, observed_at=100.0 + n), 0)
+    listed = await _all_pages(ledger, "w", 1e12, 2)
+    assert [(t.tenant, t.task_id) for t in listed] == _NUL_KEYS
+
+
+@pytest.mark.parametrize("backend", ["redis", pytest.param("redis-cluster", marks=pytest.mark.slow)])
+async def test_redis_resync_indexes_tenants_with_a_nul_or_percent_as_put_does(
+        backend: str, request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue("redis_url" if backend == "redis" else "redis_cluster_url")
+    led = ledger_from_url(url)
+    led.prefix = f"t{uuid.uuid4().hex[:12]}"  # type: ignore[attr-defined]
+    await led.open()
+    try:
+        for n, (tenant, task_id) in enumerate(_NUL_KEYS):
+            await led.put(rec(task_id, tenant=tenant, observed_at=100.0 + n), 0)
+        await led._redis.delete(led._observed_key("w"))  # type: ignore[attr-defined]
+        assert await led.mark_resync() == len(_NUL_KEYS)
+        assert [(t.tenant, t.task_id) for t in await _all_pages(led, "w", 1e12, 2)] == _NUL_KEYS
+    finally:
+        await led.close()
+
+
 @pytest.mark.slow
 async def test_redis_cluster_live_before_heals_a_lagging_index(request: pytest.FixtureRequest) -> None:
     """The cluster's sorted set is moved after the compare-and-set: an entry that lags the
