@@ -21,6 +21,16 @@ from gateway.errors import ConfigError
 _CLIENT_CERT = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
 
+class _EncryptedKey(ValueError):
+    pass
+
+
+def _no_passphrase() -> bytes:
+    """``load_cert_chain``'s ``password``: without one, OpenSSL asks for a passphrase on the
+    terminal, and the gateway would hang at start or in a SIGHUP reload."""
+    raise _EncryptedKey("the key file is encrypted; give it unencrypted (no passphrase prompt)")
+
+
 def _problem(where: str, err: Exception) -> ConfigError:
     text = getattr(err, "strerror", None) or str(err)
     return ConfigError([f"{where}: {text}"])
@@ -41,8 +51,8 @@ def server_context(cfg: ListenTlsConfig) -> ssl.SSLContext:
 
 def _load_server_files(ctx: ssl.SSLContext, cfg: ListenTlsConfig) -> None:
     try:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    except (OSError, ssl.SSLError) as err:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file, password=_no_passphrase)
+    except (OSError, ssl.SSLError, _EncryptedKey) as err:
         raise _problem("listen.tls.cert_file / key_file", err) from None
     if cfg.client_ca_file:
         try:
@@ -84,7 +94,7 @@ def client_context(cfg: UpstreamTlsConfig, upstream: str = "") -> ssl.SSLContext
         ctx.verify_mode = ssl.CERT_NONE
     if cfg.cert_file:
         try:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-        except (OSError, ssl.SSLError) as err:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file, password=_no_passphrase)
+        except (OSError, ssl.SSLError, _EncryptedKey) as err:
             raise _problem(f"{where}.cert_file / key_file", err) from None
     return ctx

@@ -237,3 +237,36 @@ def test_unreadable_tls_files_exit_2_naming_the_key(pki: Pki, tmp_path: Path) ->
     proc = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(config)],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and proc.stderr.startswith("listen.tls.cert_file / key_file: ")
+
+
+def test_an_encrypted_key_exits_2_instead_of_prompting_for_a_passphrase(pki: Pki, tmp_path: Path) -> None:
+    """With a terminal, OpenSSL would ask for the key's passphrase there and ``serve`` (or a
+    SIGHUP reload) would wait for it forever; the gateway refuses the key instead."""
+    import fcntl
+    import os
+    import subprocess
+    import termios
+
+    cert_file, plain = pki.issue("encrypted", server=True)
+    key = serialization.load_pem_private_key(Path(plain).read_bytes(), None)
+    Path(plain).write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                              serialization.BestAvailableEncryption(b"secret")))
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"listen: {{port: {free_port()}, tls: {{cert_file: '{cert_file}', key_file: '{plain}'}}}}\n"
+                      f"admin: {{port: {free_port()}}}\nledger: {{url: memory}}\n"
+                      "upstreams:\n  - {name: w, url: 'http://127.0.0.1:9/'}\n")
+    controller, terminal = os.openpty()
+
+    def on_a_terminal() -> None:  # the child's controlling terminal: where OpenSSL would prompt
+        os.setsid()
+        fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+
+    try:
+        proc = subprocess.run([sys.executable, "-m", "gateway", "serve", "--config", str(config)],
+                              stdin=terminal, capture_output=True, text=True, timeout=30,
+                              preexec_fn=on_a_terminal)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("listen.tls.cert_file / key_file: the key file is encrypted")
