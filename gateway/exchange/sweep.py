@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Container, Generator, Iterable, Mapping
 from dataclasses import dataclass
+from urllib.parse import quote
 from typing import Any
 
 from gateway.a2a import jsonrpc
@@ -182,7 +183,9 @@ def probe_exchange(route: ProbeRoute, task: LiveTask, card: CardView, policy: Po
         if route.version is v10:
             return JsonRpcExchange(req, body, info, card, policy)
         return BridgedJsonRpcExchange(req, body, info, card, policy, route.version)
-    base = route.path + (f"/{task.tenant}" if task.tenant else "")
+    # the REST base is raw, as a client's request path is: the tenant percent-encoded whole
+    # (a "/", "?" or "#" in it must not make another path of the worker's)
+    base = route.path + (f"/{quote(task.tenant, safe='')}" if task.tenant else "")
     call = RestCall(Operation.GET, v10, base, task.task_id)
     if route.version is v10:
         return RestExchange(call, "GET", b"", params, card, policy, tenant=task.tenant)

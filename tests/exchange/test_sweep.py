@@ -4,6 +4,7 @@ scripted worker (gateway/exchange/offline.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from typing import Any
 
@@ -153,6 +154,22 @@ def test_a_rest_worker_is_asked_below_its_rest_base() -> None:
     [post] = posts(off)
     assert (post.method, post.target, post.body) == ("GET", "/api/tasks/t-1?historyLength=0", b"")
     assert off.ledger.records[("w", "", "t-1")].state is TaskState.CANCELED and ex.result.outcome == "changed"
+
+
+def test_a_rest_probe_names_the_tenant_percent_encoded_as_one_path_segment() -> None:
+    """A tenant is any string (JSON-RPC ``params.tenant``, or a REST path segment decoded):
+    the probe's path holds it as one segment, not ``..`` or a query of the worker's."""
+    tenant = "a/../admin?x=1#y"
+    stored = dataclasses.replace(record(), tenant=tenant)
+    ledger = Ledger()
+    ledger.records[("w", tenant, "t-1")] = stored
+    off = Offline(upstream="w", ledger=ledger, now=NOW, worker=deque(
+        [{"answer": {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}}]))
+    listed = task(tenant=tenant)
+    road = ProbeRoute(REST, V10, "/api")
+    assert off.run(SweepExchange(listed, probe_exchange(road, listed, CARD, POLICY), POLICY).run())
+    [post] = posts(off)
+    assert post.target == "/api/a%2F..%2Fadmin%3Fx%3D1%23y/tasks/t-1?historyLength=0"
 
 
 def test_an_unreachable_worker_leaves_the_record_untouched() -> None:
