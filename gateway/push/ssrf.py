@@ -2,7 +2,8 @@
 host resolves only to global unicast addresses, or to addresses inside ``push.allowed_cidrs``,
 or whose host name is in ``push.allowed_hosts``. Loopback, link-local (the cloud metadata
 address 169.254.169.254 among them), private, shared (100.64.0.0/10), multicast, reserved and
-unspecified addresses are refused; an IPv4-mapped IPv6 address is judged as its IPv4 address.
+unspecified addresses are refused; an IPv4-mapped, 6to4 or NAT64 IPv6 address is judged as the
+IPv4 address it leads to.
 
 The host is resolved when the push config is created and again before every delivery (DNS
 rebinding), and the delivery connects to the address just checked (:class:`Target`), not to
@@ -51,11 +52,28 @@ def _host_allowed(host: str, allowed: list[str]) -> bool:
     return False
 
 
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+"""The well-known NAT64 prefix (RFC 6052): its last 32 bits are the IPv4 address reached."""
+
+
+def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address leads to: IPv4-mapped (``::ffff:a.b.c.d``), 6to4
+    (``2002:AABB:CCDD::/48``) or NAT64 (``64:ff9b::a.b.c.d``); ``None`` for any other."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def address_allowed(address: IPAddress, cidrs: list[str]) -> bool:
-    """True for a global unicast address, or one inside one of ``cidrs``."""
-    mapped = getattr(address, "ipv4_mapped", None)
-    if mapped is not None:
-        address = mapped
+    """True for a global unicast address, or one inside one of ``cidrs``; an IPv6 address
+    that leads to an IPv4 one (:func:`embedded_ipv4`) is judged as that IPv4 address."""
+    address = embedded_ipv4(address) or address
     if any(address in ipaddress.ip_network(c, strict=False) for c in cidrs):
         return True
     return address.is_global and not (address.is_multicast or address.is_reserved

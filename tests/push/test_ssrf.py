@@ -13,12 +13,16 @@ from gateway.push.ssrf import Refused, Target, address_allowed, check_webhook
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
                                      "100.64.0.1", "0.0.0.0", "224.0.0.1", "::1", "fe80::1", "fd00::1",
-                                     "::ffff:127.0.0.1", "::ffff:169.254.169.254", "240.0.0.1"])
+                                     "::ffff:127.0.0.1", "::ffff:169.254.169.254", "240.0.0.1",
+                                     # 6to4 and NAT64 addresses that lead to loopback, metadata, private
+                                     "2002:7f00:1::1", "2002:a9fe:a9fe::1", "2002:a00:1::",
+                                     "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b::a00:1"])
 def test_non_global_addresses_are_refused(address: str) -> None:
     assert not address_allowed(ipaddress.ip_address(address), [])
 
 
-@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"])
+@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8",
+                                     "64:ff9b::808:808"])  # NAT64 (DNS64 on an IPv6-only host)
 def test_global_addresses_are_allowed(address: str) -> None:
     assert address_allowed(ipaddress.ip_address(address), [])
 
@@ -27,6 +31,7 @@ def test_an_allowance_lets_a_range_through_and_nothing_else() -> None:
     assert address_allowed(ipaddress.ip_address("127.0.0.1"), ["127.0.0.1/32"])
     assert not address_allowed(ipaddress.ip_address("127.0.0.2"), ["127.0.0.1/32"])
     assert address_allowed(ipaddress.ip_address("::ffff:10.0.0.5"), ["10.0.0.0/8"])
+    assert address_allowed(ipaddress.ip_address("2002:a00:5::1"), ["10.0.0.0/8"])
 
 
 async def test_creation_time_checks_resolve_the_host() -> None:
