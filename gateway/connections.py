@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import Any, ClassVar
 
@@ -132,6 +133,20 @@ class ConnectionBounds:
             "since_s": None if last is None else round(now - last, 1)})
 
 
+def tls_extension(transport: asyncio.BaseTransport) -> dict[str, Any] | None:
+    """The ASGI TLS extension (``scope["extensions"]["tls"]``) of a connection, read once per
+    connection: ``None`` for plain HTTP; else its ``client_cert_chain`` is the client's
+    certificate as PEM — the one OpenSSL verified against ``listen.tls.client_ca_file`` in the
+    handshake — or empty without one (docs/callers.md §2.2); the other fields are ``None``
+    (not known: the standard library gives neither the chain nor the numeric suite)."""
+    ssl_object = transport.get_extra_info("ssl_object")
+    if ssl_object is None:
+        return None
+    der = ssl_object.getpeercert(binary_form=True)
+    return {"server_cert": None, "client_cert_chain": [ssl.DER_cert_to_PEM_cert(der)] if der else [],
+            "client_cert_name": None, "client_cert_error": None, "tls_version": None, "cipher_suite": None}
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol under a listener's :class:`ConnectionBounds` (the class
     attribute ``bounds``; :func:`protocol_class` makes one subclass per listener)."""
@@ -143,6 +158,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _head_tail = b""  # its last 3 bytes (a CRLFCRLF may be split across reads)
     _in_head = False  # the parser is inside a request head (from its first byte to its end)
     _request_bytes = 0  # bytes received since the current request began
+    _tls: dict[str, Any] | None = None  # the ASGI TLS extension of an https connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.bounds.opened():
@@ -151,6 +167,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._counted = True
         super().connection_made(transport)
+        self._tls = tls_extension(transport)
         self._head_timer = self.loop.call_later(self.bounds.header_timeout, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -194,6 +211,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._tls is not None:  # uvicorn fills no TLS extension of its own
+            self.scope["extensions"] = {**self.scope.get("extensions", {}), "tls": self._tls}  # type: ignore[typeddict-unknown-key]
         self._in_head = True
         self._request_bytes = 0
 

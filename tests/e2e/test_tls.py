@@ -105,12 +105,13 @@ class Gateway:
 
 
 @contextlib.contextmanager
-def _gateway(tmp_path: Path, upstream: str, *, listen_tls: str = "", upstream_tls: str = "") -> Iterator[Gateway]:
+def _gateway(tmp_path: Path, upstream: str, *, listen_tls: str = "", upstream_tls: str = "",
+             ledger: str = "memory", extra: str = "") -> Iterator[Gateway]:
     port, admin_port = free_port(), free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text(
         f"listen: {{port: {port}{', tls: ' + listen_tls if listen_tls else ''}}}\n"
-        f"admin: {{port: {admin_port}}}\nledger: {{url: memory}}\nlog: {{flush_seconds: 0}}\n"
+        f"admin: {{port: {admin_port}}}\nledger: {{url: '{ledger}'}}\nlog: {{flush_seconds: 0}}\n{extra}"
         f"upstreams:\n  - {{name: worker, url: '{upstream}/', prefix: /"
         f"{', tls: ' + upstream_tls if upstream_tls else ''}}}\n")
     cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
@@ -167,6 +168,28 @@ def test_mutual_tls_required_refuses_a_client_without_a_certificate(
                         http.post(gw.url + "/", json=GET_TASK, headers=V1)
                 else:
                     assert http.post(gw.url + "/", json=GET_TASK, headers=V1).status_code == 200
+
+
+def test_client_certificates_name_the_callers_of_a_task(pki: Pki, worker: ScriptedWorker, tmp_path: Path) -> None:
+    """``callers.identity: client_cert`` (docs/callers.md §2.2): two clients with their own
+    verified certificates are two callers of the task; without a certificate, the one
+    ``anonymous`` caller."""
+    import subprocess
+
+    cert, key = pki.issue("gateway", server=True)
+    tls = f"{{cert_file: '{cert}', key_file: '{key}', client_ca_file: '{pki.ca_file}', client_cert: optional}}"
+    ledger = f"sqlite:///{tmp_path}/ledger.db"
+    with serve_in_thread(worker) as srv:
+        with _gateway(tmp_path, srv.url, listen_tls=tls, ledger=ledger,
+                      extra="callers: {identity: client_cert}\n") as gw:
+            for who in ("alice", "bob", None, "alice"):
+                with _client(pki, pki.issue(who, server=False) if who else None) as http:
+                    assert http.post(gw.url + "/", json=GET_TASK, headers=V1).status_code == 200
+            show = subprocess.run([sys.executable, "-m", "gateway", "ledger", "show", "t-1", "--ledger", ledger,
+                                   "--json"], capture_output=True, text=True, timeout=30)
+    assert show.returncode == 0, show.stderr
+    (shown,) = orjson.loads(show.stdout)
+    assert shown["record"]["callers"] == 3  # alice (one subject, whichever certificate), bob, anonymous
 
 
 def test_sighup_reloads_the_certificate_for_new_connections(pki: Pki, worker: ScriptedWorker, tmp_path: Path) -> None:
