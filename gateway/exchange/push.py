@@ -81,13 +81,11 @@ def _at(doc: Any, path: tuple[str, ...]) -> dict[str, Any] | None:
 
 def find_configs(operation: Operation, doc: Any) -> list[dict[str, Any]]:
     """The push config objects (each with a string ``url``) in a request's JSON-RPC ``params``
-    or REST body ``doc``: the one of a create, the inline ones of a send (docs/push.md §1)."""
+    or REST body ``doc``: the ones of a create (one, unless the request is ambiguous: every
+    shape a worker may read is returned, so none is left unrewritten), the inline ones of a
+    send (docs/push.md §1)."""
     if operation is Operation.PUSH_CREATE:
-        for path in _CREATE_PATHS:
-            found = _at(doc, path)
-            if found is not None:
-                return [found]
-        return []
+        return [found for path in _CREATE_PATHS if (found := _at(doc, path)) is not None]
     if operation in (Operation.SEND, Operation.STREAM):
         return [found for path in _SEND_PATHS if (found := _at(doc, path)) is not None]
     return []

@@ -342,7 +342,7 @@ class Metrics:
         self.push_webhooks_refused = Labelled(Counter(
             "a2a_gateway_push_webhooks_refused_total",
             "Push configs refused at creation because their webhook URL is not allowed "
-            "(reason: scheme, address, unresolvable, limit)",
+            "(reason: scheme, address, unresolvable, limit, ambiguous)",
             ["upstream", "reason"], registry=registry))
         build = Gauge(
             "a2a_gateway_build_info", "Build information", ["version"], registry=registry,

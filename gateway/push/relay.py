@@ -180,6 +180,12 @@ class PushRelay:
                          binding: Binding, doc: Any, hooks: list[Webhook], task_id: str,
                          tenant: str) -> PushStep:
         cfg, upstream = self.rt.config.push, route.upstream.name
+        if operation is Operation.PUSH_CREATE and len(hooks) > 1:
+            # e.g. a v1.0 flat url beside a v0.3 pushNotificationConfig.url: the worker would read
+            # one of them, maybe the one not checked and rewritten (docs/push.md §4)
+            self.rt.metrics.push_webhooks_refused.labels(upstream, "ambiguous").inc()
+            return PushStep(refusal=("ambiguous", "push notification config refused: it names more "
+                                                  "than one webhook (a url of each protocol version)"))
         for hook in hooks:
             try:
                 await check_webhook(hook.url, cfg)

@@ -64,6 +64,14 @@ def test_inline_configs_of_a_send_are_rewritten(key: str) -> None:
     assert out["configuration"]["blocking"] is True
 
 
+def test_a_create_with_a_config_of_each_version_names_both() -> None:
+    """A decoy v1.0 ``url`` beside the v0.3 config a v0.3 worker reads: both are found, so the
+    relay can refuse the create rather than check and rewrite only the decoy."""
+    doc = {"taskId": "t", "url": "https://c/decoy", "pushNotificationConfig": {"url": "http://169.254.169.254/"}}
+    assert [h.url for h in client_webhooks(Operation.PUSH_CREATE, doc)] == ["https://c/decoy",
+                                                                            "http://169.254.169.254/"]
+
+
 def test_a_send_without_config_has_no_webhook() -> None:
     assert client_webhooks(Operation.SEND, {"message": {}}) == []
     assert client_webhooks(Operation.PUSH_GET, {"url": "https://c/h"}) == []

@@ -198,6 +198,23 @@ def test_a_webhook_on_a_refused_address_is_refused_at_creation(stack: Stack, tmp
     assert direct["result"].get("configs", []) == []
 
 
+def test_a_create_naming_a_webhook_of_each_version_is_refused_not_half_rewritten(stack: Stack) -> None:
+    """A v0.3 create whose ``pushNotificationConfig.url`` (what the worker reads) is the cloud
+    metadata address, with a decoy v1.0 ``url`` beside it: the worker must never hold the
+    metadata address (it would POST there itself, around the gateway)."""
+    task_id = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]["id"]
+    params = {"taskId": task_id, "url": f"{stack.receiver_url}/decoy",
+              "pushNotificationConfig": {"id": "both", "url": "http://169.254.169.254/latest"}}
+    body = {"jsonrpc": "2.0", "id": 5, "method": "tasks/pushNotificationConfig/set", "params": params}
+    with httpx.Client(trust_env=False, timeout=15) as client:
+        answer = client.post(stack.gateway.url + "/", content=orjson.dumps(body),
+                             headers={"content-type": "application/json"}).json()
+    assert answer["id"] == 5 and answer["error"]["code"] == -32602, answer
+    held = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"].get("configs", [])
+    assert held == []
+    assert stack.metric("a2a_gateway_push_webhooks_refused_total", reason="ambiguous") >= 1
+
+
 def test_deliver_observed_enqueues_for_every_config_of_the_task(stack: Stack) -> None:
     asked = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})
     task = asked["result"]["task"]
