@@ -592,7 +592,7 @@ def _task_json(upstream: str, stored: Stored | None, entries: list[TimelineEntry
 
 def _task_text(task_id: str, upstream: str, stored: Stored | None, entries: list[TimelineEntry]) -> str:
     """``ledger show``: the record's state, then the timeline, one observation per line."""
-    from gateway.observability.status_page import iso, timeline_lines
+    from gateway.observability.status_page import iso, printable, timeline_lines
 
     lines = [f"task {task_id} (upstream {upstream})"]
     if stored is None:
@@ -611,4 +611,4 @@ def _task_text(task_id: str, upstream: str, stored: Stored | None, entries: list
     else:
         lines.append(f"timeline ({len(entries)} entries, oldest first; UTC):")
         lines += [f"  {line}" for line in timeline_lines(entries)]
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # a worker's context id or ETag included

@@ -31,9 +31,19 @@ def iso(at: float | None) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control, format and line/paragraph separator characters
+    (an escape sequence, a newline, a bidi override a worker put in a state or an error) as
+    ``\\xNN`` / ``\\uNNNN``, so a line of ``ledger show`` is one line and moves no cursor."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else
+                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in text)
+
+
 def timeline_lines(entries: Iterable[TimelineEntry]) -> list[str]:
     """A timeline as text, one entry per line (and one indented line per finding, forced
-    ``GetTask`` and error), oldest first — what ``ledger show`` prints::
+    ``GetTask`` and error), oldest first, each :func:`printable` — what ``ledger show`` prints::
 
         2026-12-01T18:40:01.000Z  event    SendStreamingMessage jsonrpc 1.0  state completed -> TASK_STATE_COMPLETED  rewritten
             normalization legacy_v03: …
@@ -51,7 +61,7 @@ def timeline_lines(entries: Iterable[TimelineEntry]) -> list[str]:
             lines.append(f"    {category} {kind}: {detail}" if detail else f"    {category} {kind}")
         if e.error is not None:
             lines.append(f"    answered with error {e.error}")
-    return lines
+    return [printable(line) for line in lines]
 
 
 def _age(seconds: float | None) -> str:

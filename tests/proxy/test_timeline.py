@@ -126,3 +126,23 @@ def test_timeline_off_keeps_nothing(make_harness: Any) -> None:
     h.rpc(get_task(1, "t-10"), headers=V1)
     assert h.on_gateway_loop(h.runtime.ledger.timeline("worker", "t-10")) == []
     assert h.on_gateway_loop(h.runtime.ledger.get("worker", "t-10")) is not None
+
+
+def test_ledger_show_text_holds_no_control_character_a_worker_sent() -> None:
+    """A worker's state spelling, context id or error text is printed to an operator's
+    terminal: an escape sequence or a newline in it must not reach the terminal as such."""
+    from gateway.a2a.states import TaskState
+    from gateway.cli import _task_text
+    from gateway.invariants.model import TaskRecord
+    from gateway.invariants.timeline import TimelineEntry
+    from gateway.ledger.base import Stored
+
+    hostile = "\x1b]52;c;ZXZpbA==\x07\x1b[2J\nforged line\u202e"
+    record = TaskRecord("worker", "t-9", hostile, TaskState.WORKING, 1000.0, card_etag=hostile)
+    entry = TimelineEntry("answer", "rewritten", method="GetTask", state_received=hostile,
+                          state="TASK_STATE_WORKING", findings=(("normalization", "unknown", hostile),),
+                          error=f"-32603 {hostile}", at=1000.0)
+    text = _task_text("t-9", "worker", Stored(record, 1, False), [entry])
+    assert not any(c in text for c in "\x1b\x07\u202e")
+    assert "forged line" in text and not any(line.startswith("forged") for line in text.splitlines())
+    assert "\\x1b]52;c;" in text  # shown escaped, so the operator still sees what was sent
