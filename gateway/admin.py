@@ -46,6 +46,7 @@ from gateway.a2a.card import is_signed
 from gateway.a2a.card_bridge import card_endpoints
 from gateway.config import AdminConfig
 from gateway.errors import ConfigError, LedgerError
+from gateway.ledger import redact
 from gateway.observability.status_page import CONTENT_SECURITY_POLICY, iso, render_status
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import ASGIApp, Receive, Scope, Send
@@ -177,7 +178,7 @@ def upstream_status(runtime: Runtime) -> list[dict[str, Any]]:
         doc = cached.doc if cached is not None else None
         interfaces = sorted((_CARD_BINDING.get(b.value, b.value), v.value, url)
                             for (v, b), url in card_endpoints(doc).items()) if doc else []
-        out.append({"name": name, "url": cache.upstream.url, "card": card, "reason": status["reason"],
+        out.append({"name": name, "url": redact(cache.upstream.url), "card": card, "reason": status["reason"],
                     "etag": cached.etag if cached is not None else None,
                     "age_s": now - cached.fetched_at if cached is not None else None,
                     "signed": bool(doc) and is_signed(doc), "interfaces": interfaces,

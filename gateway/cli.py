@@ -327,6 +327,8 @@ def _check_config(path: str) -> int:
         return 2
     data = config.model_dump(mode="json")
     data["ledger"]["url"] = redact(data["ledger"]["url"])
+    for upstream in data["upstreams"]:  # an upstream URL may carry basic-auth credentials
+        upstream["url"] = redact(upstream["url"])
     print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
     return 0
 

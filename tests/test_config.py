@@ -321,6 +321,15 @@ class TestRedisLedgerSettings:
         assert printed["min_replica_acks"] == 1
 
 
+def test_check_config_prints_no_upstream_password(tmp_path):
+    """An upstream URL with basic-auth credentials is printed as the ledger's is: redacted."""
+    path = write(tmp_path, "upstreams:\n  - {name: worker, url: 'https://gw:hunter2@worker.example.net/a2a'}\n")
+    proc = cli("check-config", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2" not in proc.stdout
+    assert orjson.loads(proc.stdout)["upstreams"][0]["url"] == "https://gw:***@worker.example.net/a2a/"
+
+
 class TestReplayWindowSettings:
     """``replay_window:`` bounds (docs/resume.md §2.1)."""
 

@@ -69,6 +69,7 @@ from gateway.a2a.version import Binding, ProtocolVersion, version_family
 from gateway.config import BridgeConfig, CardConfig, PublicConfig, UpstreamConfig
 from gateway.errors import NestingTooDeepError, UpstreamError
 from gateway.invariants.admission import CardView
+from gateway.ledger import redact
 from gateway.proxy.forward import Route
 from gateway.observability import access
 from gateway.observability.metrics import Metrics
@@ -378,7 +379,7 @@ class CardCache:
             self._stale = False  # the card held (if any) stays as fresh as it was
         if warn:
             self.log.warning("card_" + problem.outcome, extra={
-                "upstream": self.upstream.name, "url": problem.url, "cause": problem.cause,
+                "upstream": self.upstream.name, "url": redact(problem.url), "cause": problem.cause,
                 "reason": problem.reason, "status": problem.status, "content_type": problem.content_type,
                 "retry_in_s": self._backoff if step else round(max(0.0, self._retry_at - now), 3)})
 

@@ -134,3 +134,9 @@ def test_status_and_timeline_need_the_admin_token(make_harness: Any, tmp_path: P
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "default-src 'none'" in page.headers["content-security-policy"]
     assert "s3cret" not in page.text
+
+
+def test_the_status_page_shows_no_upstream_password(make_harness: Any) -> None:
+    h = make_harness(upstream={"url": "http://gw:hunter2@127.0.0.1:9/"})  # nobody listens: the card is unreachable
+    page = httpx.get(h.admin.url + "/status", trust_env=False, timeout=10).text
+    assert "hunter2" not in page and "http://gw:***@127.0.0.1:9/" in page
