@@ -265,12 +265,13 @@ class Count:
 
 @dataclass(slots=True)
 class Found:
-    """Findings of the engine, to count and (divergences) log with ``task_id``; ``method``
-    labels rejections (default: the exchange's operation). Reply: ``None``."""
+    """Findings of the engine, to count and (divergences) log with ``task_id`` (of ``tenant``);
+    ``method`` labels rejections (default: the exchange's operation). Reply: ``None``."""
 
     findings: tuple[Finding, ...]
     task_id: str | None
     method: str = ""
+    tenant: str = ""
 
 
 @dataclass(slots=True)

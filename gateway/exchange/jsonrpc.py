@@ -170,7 +170,7 @@ class JsonRpcExchange(RequestExchange):
         if same_id(doc, self.req):  # an id the client wrote as 1e5 goes back as 1e5, not 100000.0
             return doc if type(self.req.reply_id) is not jsonrpc.ExactNumber else {**doc, "id": self.req.reply_id}
         finding = Finding("divergence", "jsonrpc_id_mismatch", str(doc.get("id")))
-        yield Found((finding,), self.ex.task_id)
+        yield Found((finding,), self.ex.task_id, tenant=self.ex.tenant)
         return {**doc, "id": self.req.reply_id}
 
     # --- stream events -------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def judge(
                     yield Count("ledger_conflicts")
                     continue
             if outcome.findings:
-                yield Found(tuple(outcome.findings), task_id or ex.task_id)
+                yield Found(tuple(outcome.findings), task_id or ex.task_id, tenant=ex.tenant)
             noted = task_id or ex.task_id
             if noted is not None:
                 entry = payload_entry(ex, direction, record, outcome, result, forced_get=forced_get)

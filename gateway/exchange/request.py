@@ -305,7 +305,7 @@ class RequestExchange:
                 and not (yield from self.may_answer_locally(record)):
             return True  # not this caller's task as far as the gateway knows: the worker decides
         if admission.findings:
-            yield Found(tuple(admission.findings), ex.task_id, self.summary.method)
+            yield Found(tuple(admission.findings), ex.task_id, self.summary.method, tenant=ex.tenant)
         entry = request_entry(ex, record, admission)
         if entry is not None and ex.task_id is not None:
             yield AppendTimeline(ex.task_id, entry, ex.tenant)
@@ -348,7 +348,7 @@ class RequestExchange:
         if current is not None and current.state is not record.state:
             detail = (f"task {record.task_id} recorded {record.state.value}, worker says "
                       f"{current.state.value} ({reason})")
-            yield Found((Finding("divergence", "stale_record", detail),), record.task_id)
+            yield Found((Finding("divergence", "stale_record", detail),), record.task_id, tenant=record.tenant)
         return current
 
     def probe_task(self, task_id: str, reason: str = "probe") -> Generator[Any, Any, tuple[Any, TaskRecord | None]]:

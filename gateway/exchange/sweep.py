@@ -288,7 +288,7 @@ class SweepExchange:
         if before is not None and after.state is not before.state:  # this sweep recorded a new state
             detail = (f"task {task_id} recorded {before.state.value}, worker says "
                       f"{after.state.value} ({REASON})")
-            yield Found((Finding("divergence", "stale_record", detail),), task_id)
+            yield Found((Finding("divergence", "stale_record", detail),), task_id, tenant=self.task.tenant)
             result.outcome, result.task = "changed", outcome.result
         return result
 

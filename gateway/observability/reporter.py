@@ -41,7 +41,7 @@ class Reporter:
             ``observed`` by it.
         backend: the ledger backend's name (the label of ledger counters).
         recent: where the latest divergences go (``{"at", "upstream", "kind", "task_id",
-            "detail", "action"}``, a bounded deque shared by the process's reporters; ``None``:
+            "tenant", "detail", "action"}``, a bounded deque shared by the process's reporters; ``None``:
             nowhere).
     """
 
@@ -107,7 +107,8 @@ class Reporter:
                 m.divergences.labels(upstream, f.kind, action).inc()
                 if self._recent is not None:
                     self._recent.append({"at": time.time(), "upstream": upstream, "kind": f.kind,
-                                         "task_id": cmd.task_id, "detail": f.detail, "action": action})
+                                         "task_id": cmd.task_id, "tenant": cmd.tenant, "detail": f.detail,
+                                         "action": action})
                 self._log.warning(
                     "divergence",
                     extra={"upstream": upstream, "kind": f.kind, "detail": f.detail,

@@ -74,10 +74,12 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def timeline_href(upstream: str, task_id: str) -> str:
-    """The admin path of a task's timeline (JSON): ``/tasks/{upstream}/{task_id}/timeline``."""
+def timeline_href(upstream: str, task_id: str, tenant: str = "") -> str:
+    """The admin path of a task's timeline (JSON): ``/tasks/{upstream}/{task_id}/timeline``,
+    with ``?tenant=`` for a task of a tenant."""
     quote = urllib.parse.quote
-    return f"/tasks/{quote(upstream, safe='')}/{quote(task_id, safe='')}/timeline"
+    query = f"?tenant={quote(tenant, safe='')}" if tenant else ""
+    return f"/tasks/{quote(upstream, safe='')}/{quote(task_id, safe='')}/timeline{query}"
 
 
 _STYLE = """
@@ -100,7 +102,7 @@ def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, 
             ``signed``, ``interfaces`` (``[(binding, version, url)]``), ``admitting``.
         by_state: tracked tasks by canonical state (``None``: the ledger did not answer).
         divergences: the latest divergences, newest first (``at``, ``upstream``, ``kind``,
-            ``task_id``, ``detail``, ``action``).
+            ``task_id``, ``tenant``, ``detail``, ``action``).
     """
     e = html.escape
     now = time.time() if now is None else now
@@ -129,7 +131,8 @@ def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, 
         items = []
         for d in divergences:
             task = str(d.get("task_id") or "")
-            link = (f'<a href="{e(timeline_href(str(d["upstream"]), task))}">{e(task)}</a>' if task else "-")
+            href = timeline_href(str(d["upstream"]), task, str(d.get("tenant") or ""))
+            link = f'<a href="{e(href)}">{e(task)}</a>' if task else "-"
             items.append(f'<tr class="divergence"><td class="when">{e(iso(d["at"]))}</td><td>{e(str(d["upstream"]))}</td>'
                          f'<td>{e(str(d["kind"]))}</td><td>{link}</td><td>{e(str(d["action"]))}</td>'
                          f'<td>{e(str(d["detail"]))}</td></tr>')

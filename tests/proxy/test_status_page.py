@@ -140,3 +140,24 @@ def test_the_status_page_shows_no_upstream_password(make_harness: Any) -> None:
     h = make_harness(upstream={"url": "http://gw:hunter2@127.0.0.1:9/"})  # nobody listens: the card is unreachable
     page = httpx.get(h.admin.url + "/status", trust_env=False, timeout=10).text
     assert "hunter2" not in page and "http://gw:***@127.0.0.1:9/" in page
+
+
+def test_a_divergence_of_a_tenants_task_links_to_that_tenants_timeline(h: Harness) -> None:
+    """docs/callers.md §1: the task t-acme of tenant acme is not the task t-acme of no tenant;
+    the status page's link names the tenant, and the timeline it opens is that task's."""
+    import html
+    import re
+
+    h.worker.on("GetTask", json_result=task("t-acme", "TASK_STATE_COMPLETED"))
+    h.worker.on("GetTask", json_result=task("t-acme", "TASK_STATE_WORKING"))
+    for n in (1, 2):
+        h.rpc({"jsonrpc": "2.0", "id": n, "method": "GetTask", "params": {"id": "t-acme", "tenant": "a/c me"}},
+              headers=V1)
+    page = httpx.get(h.admin.url + "/status", trust_env=False, timeout=10).text
+    (href,) = {html.unescape(m) for m in re.findall(r'<a href="([^"]+)">t-acme</a>', page)}
+    assert href == "/tasks/worker/t-acme/timeline?tenant=a%2Fc%20me"
+    opened = httpx.get(h.admin.url + href, trust_env=False, timeout=10)
+    assert opened.status_code == 200, opened.text
+    doc = opened.json()
+    assert doc["tenant"] == "a/c me" and doc["record"]["state"] == "TASK_STATE_COMPLETED"
+    assert [f["kind"] for e in doc["timeline"] for f in e["findings"]] == ["terminal_regression"]
