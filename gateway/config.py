@@ -723,7 +723,7 @@ class PushConfig(_Frozen):
     """Relay push configs through the gateway (``false``: pass them untouched)."""
     callback_url: str | None = None
     """The base URL workers reach the gateway at for callbacks (``http://gateway:8080``);
-    ``None``: ``public.url``, else the origin of the client's request (as for the Agent Card)."""
+    ``None``: ``public.url``, else the listener address the client's request came to (never its ``Host``)."""
     allowed_hosts: list[str] = Field(default_factory=list)
     """Webhook host names allowed even when they resolve to a refused address (exact, lower
     case; a leading ``*.`` allows the subdomains)."""

@@ -139,14 +139,22 @@ class PushRelay:
     # --- docs/push.md §1: client requests -------------------------------------------------------------------
 
     def callback_base(self, route: Route, scope: Scope) -> str:
-        """The base of this gateway's callback URLs: ``push.callback_url``, else the public
-        origin the Agent Card names (``public.url``, or the request's), without the mount."""
+        """The base of this gateway's callback URLs: ``push.callback_url``, else ``public.url``
+        without the mount, else the listener address the request came to (``scope["server"]``)
+        — never the request's ``Host`` or forwarded headers, which the client writes: they
+        would make the worker post anywhere, the cloud metadata address included
+        (docs/push.md §1)."""
         configured = self.rt.config.push.callback_url
         if configured:
             return configured.rstrip("/")
-        base = public_base(self.rt.config.public, route, scope).rstrip("/")
-        prefix = route.upstream.prefix.rstrip("/")
-        return base[: len(base) - len(prefix)] if prefix and base.endswith(prefix) else base
+        if self.rt.config.public.url:
+            base = public_base(self.rt.config.public, route, scope).rstrip("/")
+            prefix = route.upstream.prefix.rstrip("/")
+            return base[: len(base) - len(prefix)] if prefix and base.endswith(prefix) else base
+        host, port = scope.get("server") or ("127.0.0.1", None)
+        host = f"[{host}]" if ":" in host else host
+        scheme = "https" if scope.get("scheme") == "https" else "http"
+        return f"{scheme}://{host}" if port is None else f"{scheme}://{host}:{port}"
 
     async def intercept(self, route: Route, scope: Scope, operation: Operation, version: ProtocolVersion,
                         binding: Binding, doc: Any, task_id: str | None, config_id: str | None = None,

@@ -215,6 +215,21 @@ def test_a_create_naming_a_webhook_of_each_version_is_refused_not_half_rewritten
     assert stack.metric("a2a_gateway_push_webhooks_refused_total", reason="ambiguous") >= 1
 
 
+def test_the_callback_url_never_follows_the_clients_host_header(stack: Stack) -> None:
+    """Without push.callback_url or public.url, the worker is given the listener address the
+    request came to: a client's ``Host: 169.254.169.254`` (or a forwarded host) must not
+    become the address the worker posts to, with the worker token."""
+    task_id = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]["id"]
+    body = {"jsonrpc": "2.0", "id": 1, "method": "CreateTaskPushNotificationConfig",
+            "params": {"taskId": task_id, "id": "host", "url": f"{stack.receiver_url}/host"}}
+    with httpx.Client(trust_env=False, timeout=15) as client:
+        answer = client.post(stack.gateway.url + "/", content=orjson.dumps(body),
+                             headers={**V1, "Host": "169.254.169.254", "X-Forwarded-Host": "evil.example"}).json()
+    assert answer["result"]["url"] == f"{stack.receiver_url}/host"
+    (held,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"]["configs"]
+    assert held["url"].startswith(stack.gateway.url + CALLBACK), held["url"]
+
+
 def test_deliver_observed_enqueues_for_every_config_of_the_task(stack: Stack) -> None:
     asked = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})
     task = asked["result"]["task"]
