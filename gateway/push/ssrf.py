@@ -105,7 +105,7 @@ async def check_webhook(url: str, config: PushConfig) -> Target:
         try:
             infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
                 host, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT)
-        except (OSError, asyncio.TimeoutError):
+        except (OSError, asyncio.TimeoutError, UnicodeError):  # UnicodeError: no IDNA name (a label past 63)
             raise Refused("unresolvable", f"the webhook host {host!r} does not resolve") from None
         addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     refused = [a for a in addresses if not address_allowed(a, config.allowed_cidrs)]

@@ -215,6 +215,13 @@ def test_a_create_naming_a_webhook_of_each_version_is_refused_not_half_rewritten
     assert stack.metric("a2a_gateway_push_webhooks_refused_total", reason="ambiguous") >= 1
 
 
+def test_a_webhook_host_that_is_no_dns_name_is_refused_not_a_500(stack: Stack) -> None:
+    task_id = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]["id"]
+    refused = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
+                  {"taskId": task_id, "url": "http://" + "a" * 64 + ".example/hook"}, req_id=9)
+    assert refused["id"] == 9 and refused["error"]["code"] == -32602
+
+
 def test_the_callback_url_never_follows_the_clients_host_header(stack: Stack) -> None:
     """Without push.callback_url or public.url, the worker is given the listener address the
     request came to: a client's ``Host: 169.254.169.254`` (or a forwarded host) must not

@@ -39,7 +39,8 @@ async def test_creation_time_checks_resolve_the_host() -> None:
     for url, reason in [("ftp://8.8.8.8/x", "scheme"), ("http:///nohost", "scheme"),
                         ("http://127.0.0.1:9/hook", "address"), ("http://localhost/hook", "address"),
                         ("http://169.254.169.254/latest/meta-data", "address"),
-                        ("http://no-such-host.invalid/hook", "unresolvable")]:
+                        ("http://no-such-host.invalid/hook", "unresolvable"),
+                        ("http://" + "a" * 64 + ".example/hook", "unresolvable")]:  # no IDNA name
         with pytest.raises(Refused) as refused:
             await check_webhook(url, strict)
         assert refused.value.reason == reason, url
