@@ -100,10 +100,12 @@ class Deliverer:
             target = await check_webhook(data.webhook.url, rt.config.push)
             url, extra, extensions = pinned_request(target)
             headers = {"Content-Type": media, **extra, **dict(data.webhook.headers())}
-            response = await self.http.post(url, content=entry.body, headers=headers, extensions=extensions,
-                                            timeout=rt.config.push.delivery_timeout_seconds)
-            await response.aclose()
-            failure = None if 200 <= response.status_code < 300 else ("status", f"HTTP {response.status_code}")
+            # streamed, and closed unread: only the status counts, and a webhook's answer of
+            # any size (an endless one) must not be read into memory
+            async with self.http.stream("POST", url, content=entry.body, headers=headers, extensions=extensions,
+                                        timeout=rt.config.push.delivery_timeout_seconds) as response:
+                status = response.status_code
+            failure = None if 200 <= status < 300 else ("status", f"HTTP {status}")
         except Refused as refused:
             failure = ("refused_address", refused.reason)
         except httpx.HTTPError as exc:

@@ -6,6 +6,7 @@ explicitly (push.allowed_cidrs); a second gateway without the allowance refuses 
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -213,6 +214,43 @@ def test_a_create_naming_a_webhook_of_each_version_is_refused_not_half_rewritten
     held = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"].get("configs", [])
     assert held == []
     assert stack.metric("a2a_gateway_push_webhooks_refused_total", reason="ambiguous") >= 1
+
+
+class EndlessWebhook:
+    """A webhook that answers 200 and then a body of :attr:`LIMIT` bytes, sent until the
+    gateway hangs up; :attr:`sent` is how much it got out before that."""
+
+    LIMIT = 128 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.done = threading.Event()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        gone = asyncio.ensure_future(receive())  # http.disconnect, when the gateway hangs up
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(self.LIMIT).encode())]})
+        chunk = b"x" * (1024 * 1024)
+        while self.sent < self.LIMIT and not gone.done():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            self.sent += len(chunk)
+            await asyncio.sleep(0)
+        self.done.set()
+
+
+def test_a_webhook_answering_an_endless_body_is_not_read(stack: Stack) -> None:
+    endless = EndlessWebhook()
+    with serve_in_thread(endless, name="endless-webhook") as hook:
+        answer = rpc(stack.gateway.url, "SendMessage", {"message": message("hi"), "configuration": {
+            "taskPushNotificationConfig": {"url": f"{hook.url}/endless"}}})
+        assert answer["result"]["task"]["id"]
+        assert endless.done.wait(30)
+    assert endless.sent < endless.LIMIT // 4, endless.sent  # hung up on, not read to the end
+    wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)  # delivered: a 2xx
 
 
 def test_a_webhook_host_that_is_no_dns_name_is_refused_not_a_500(stack: Stack) -> None:
