@@ -24,7 +24,7 @@ from gateway.exchange.commands import Count
 from gateway.exchange.model import Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
 from gateway.invariants.admission import CardView, admit
-from gateway.invariants.model import NO_CALLER, Caller
+from gateway.invariants.model import NO_CALLER, Caller, Mode
 from gateway.observability import access
 from gateway.observability.tracing import Tracing
 from gateway.proxy.auth import AuthFailure
@@ -164,13 +164,16 @@ class ExchangeHandler:
     async def push_step(self, exchange: RequestExchange, card: CardView, doc: Any,
                         config_id: str | None) -> PushStep | None:
         """What the push relay does to this request (docs/push.md §1): nothing unless push is
-        on and the card admits the request (a refusal of the exchange's own comes first).
+        on and the request will be forwarded — in enforce mode a refusal of the exchange's own
+        (the card does not admit it) comes first; in observe mode such a request is forwarded
+        all the same, so its push configs are rewritten and checked like any.
         ``None``: the ledger failed and the client was answered 503."""
         push, ex, policy = self.rt.push, exchange.ex, exchange.policy
         if push is None or not push.handles(ex.operation):
             return NOTHING
-        if admit(ex, exchange.params, card, allow_stale=policy.allow_stale,
-                 required_skill=policy.required_skill, skill_key=policy.skill_key) is not None:
+        if policy.mode is not Mode.OBSERVE and admit(
+                ex, exchange.params, card, allow_stale=policy.allow_stale,
+                required_skill=policy.required_skill, skill_key=policy.skill_key) is not None:
             return NOTHING
         try:
             return await push.intercept(self.route, self.scope, ex.operation, ex.version, ex.binding, doc,

@@ -216,6 +216,27 @@ def test_a_create_naming_a_webhook_of_each_version_is_refused_not_half_rewritten
     assert stack.metric("a2a_gateway_push_webhooks_refused_total", reason="ambiguous") >= 1
 
 
+def test_observe_mode_checks_and_rewrites_push_configs_of_requests_the_card_does_not_admit(
+        stack: Stack, tmp_path: Any) -> None:
+    """Observe mode forwards a request the card does not admit (here: a required skill the
+    card lacks); its push config must not reach the worker unchecked and unrewritten."""
+    config = sidecar_config(stack.worker.url, host="127.0.0.1", port=0, mode="observe", name="worker",
+                            ledger=f"sqlite:///{tmp_path}/observe.db")
+    upstream = config.upstreams[0]
+    upstream = upstream.model_copy(update={"card": upstream.card.model_copy(update={"required_skill": "no-such-skill"})})
+    app = build_app(config.model_copy(update={"upstreams": [upstream], "push": PushConfig()}),
+                    registry=CollectorRegistry())
+    with serve_gateway(app, name="observe-gateway") as (gateway, _admin):
+        wait_until(lambda: app.state.runtime.cards_known(), timeout=10)
+        refused = rpc(gateway.url, "SendMessage", {"message": message("ask for a date"), "configuration": {
+            "taskPushNotificationConfig": {"url": "http://169.254.169.254/latest"}}})
+        assert refused["error"]["code"] == -32602, refused
+        hook = f"{stack.receiver_url}/observed"  # 127.0.0.1: refused too without the allowance
+        created = rpc(gateway.url, "SendMessage", {"message": message("ask for a date"), "configuration": {
+            "taskPushNotificationConfig": {"url": hook}}})
+        assert created["error"]["code"] == -32602, created
+
+
 class EndlessWebhook:
     """A webhook that answers 200 and then a body of :attr:`LIMIT` bytes, sent until the
     gateway hangs up; :attr:`sent` is how much it got out before that."""
