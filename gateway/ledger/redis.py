@@ -10,7 +10,8 @@ Layout (``prefix`` defaults to ``a2agw``)::
     {prefix}:counts                    hash  state → number of tracked tasks
     {prefix}:live                      set   task keys not yet terminal (crash-recovery scan)
     {prefix}:terminal                  zset  task keys of terminal tasks, scored by observed_at
-    {prefix}:observed:{upstream}       zset  the upstream's live tasks, ``TENANT\\0TASKID``, scored
+    {prefix}:observed:{upstream}       zset  the upstream's live tasks, ``TENANT\\0TASKID`` (the tenant's
+                                             ``%``/NUL escaped), scored
                                              by observed_at (the sweep's page, docs/sweep.md §5)
     {prefix}:acks                      string  a counter the replica-acknowledgement barrier
                                              increments (its write is what ``WAIT`` waits for)

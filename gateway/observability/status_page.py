@@ -32,12 +32,13 @@ def iso(at: float | None) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` safe for a terminal: control, format and line/paragraph separator characters
-    (an escape sequence, a newline, a bidi override a worker put in a state or an error) as
-    ``\\xNN`` / ``\\uNNNN``, so a line of ``ledger show`` is one line and moves no cursor."""
+    """``text`` safe for a terminal: every character ``str.isprintable`` refuses — controls
+    (an escape sequence, a newline), format characters (a bidi override), separators other
+    than the space — a worker put in a state or an error, as ``\\xNN`` / ``\\uNNNN``, so a line
+    of ``ledger show`` is one line and moves no cursor."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() or c == " " else
+    return "".join(c if c.isprintable() else
                    (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in text)
 
 
