@@ -234,7 +234,7 @@ class SweepExchange:
         target = post.target if post.target is not None else self.jsonrpc_path
         worker = getattr(self.probe, "worker_version", self.probe.ex.version)
         version = post.a2a_version if post.a2a_version is not None else _a2a_version(worker)
-        return dataclasses.replace(post, target=target, a2a_version=version)
+        return dataclasses.replace(post, target=target, a2a_version=version, reason=REASON)
 
     def run(self) -> Generator[Any, Any, SweepResult]:
         """The whole sweep of the task; returns (and keeps in :attr:`result`) its outcome.
@@ -269,7 +269,8 @@ class SweepExchange:
                 return result
             get_ex = dataclasses.replace(self.probe.ex, operation=Operation.GET, task_id=task_id)
             seen = _Stores()
-            outcome = yield from seen.watch(judge(self.policy, get_ex, None, doc["result"]))
+            outcome = yield from seen.watch(judge(self.policy, get_ex, None, doc["result"], direction="probe",
+                                                  forced_get=REASON))
             if outcome.action is not Action.FORWARD:
                 yield Log("warning", "sweep_get_failed", (*log, ("reason", "invalid_response")))
                 return result

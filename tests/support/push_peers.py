@@ -6,8 +6,10 @@ Public API
 - ``build_push_worker_app(public_url)`` -> the demo worker (``demo/worker.py``'s executor,
   card and routes) with ``pushNotifications`` on, the SDK's ``InMemoryPushNotificationConfigStore``
   and ``BasePushNotificationSender`` (an httpx client that does not read proxy settings);
-  ``app.state.push_store`` is the worker's config store.
-- ``Receiver()`` -> an ASGI webhook: records every POST (``.posts``, :class:`Post`), answers
+  ``app.state.push_store`` is the worker's config store, ``app.state.task_store`` its task
+  store (a test rewrites a stored task there, as a worker's restart would).
+- ``Receiver()`` -> an ASGI webhook: records every POST (``.posts``, :class:`Post`, with its
+  arrival time on the monotonic clock), answers
   ``.status`` (200 by default; set 503 to make deliveries fail).
 """
 
@@ -15,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -35,9 +38,9 @@ __all__ = ["Post", "Receiver", "build_push_worker_app"]
 def build_push_worker_app(public_url: str) -> Starlette:
     card = build_agent_card(public_url)
     card.capabilities.push_notifications = True
-    store = InMemoryPushNotificationConfigStore()
+    store, tasks = InMemoryPushNotificationConfigStore(), InMemoryTaskStore()
     http = httpx.AsyncClient(trust_env=False, timeout=5.0)
-    handler = DefaultRequestHandler(agent_executor=DemoAgentExecutor(), task_store=InMemoryTaskStore(),
+    handler = DefaultRequestHandler(agent_executor=DemoAgentExecutor(), task_store=tasks,
                                     agent_card=card, push_config_store=store,
                                     push_sender=BasePushNotificationSender(http, store))
 
@@ -53,6 +56,7 @@ def build_push_worker_app(public_url: str) -> Starlette:
               *create_rest_routes(handler, enable_v0_3_compat=True, path_prefix="/rest")]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.push_store = store
+    app.state.task_store = tasks
     return app
 
 
@@ -63,6 +67,8 @@ class Post:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.monotonic)
+    """When it arrived (``time.monotonic()``)."""
 
     def json(self) -> Any:
         return orjson.loads(self.body)
