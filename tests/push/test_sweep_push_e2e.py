@@ -10,6 +10,7 @@ the SQLite ledger; one gateway per test (its metrics are the test's alone)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -85,6 +86,14 @@ def peers() -> Iterator[Peers]:
 
 @pytest.fixture
 def stack(peers: Peers, tmp_path: Path) -> Iterator[Stack]:
+    with gateway_stack(peers, tmp_path) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def gateway_stack(peers: Peers, tmp_path: Path) -> Iterator[Stack]:
+    """A gateway in front of ``peers.worker``: small heartbeat and sweep period, the SQLite
+    ledger, the receiver on 127.0.0.1 allowed."""
     config = sidecar_config(peers.worker.url, host="127.0.0.1", port=0, mode="enforce",
                             ledger=f"sqlite:///{tmp_path}/ledger.db", heartbeat_seconds=HEARTBEAT)
     config = config.model_copy(update={
@@ -283,3 +292,31 @@ def test_a_tenants_task_notifies_that_tenants_webhook_only(stack: Stack,
     assert_sweep_counted(stack, changed=2)
     assert [r for r in caplog.records if r.getMessage() == "sweep_push_failed"] == []
     assert_sweep_probe_on_timeline(stack, task_id, "acme")
+
+
+def test_a_tenants_task_on_a_rest_only_worker_is_asked_on_the_tenant_path(peers: Peers, tmp_path: Path) -> None:
+    """The sweep's GetTask to an HTTP+JSON-only worker names the tenant as a client's REST
+    path does: ``/{tenant}/rest/tasks/{id}``, where a2a-sdk mounts it (docs/callers.md §1)."""
+    path = f"/rest-acme-{uuid.uuid4().hex[:8]}"
+    with serve_in_thread(build_push_worker_app("http://worker.invalid:1/", rest_only=True),
+                         name="rest-push-worker") as worker, \
+            gateway_stack(Peers(worker, peers.receiver, peers.hook), tmp_path) as stack:
+        sent = post_json(f"{stack.gateway.url}/acme/rest/message:send", {
+            "message": message("ask for a date"),
+            "configuration": {"taskPushNotificationConfig": {"url": stack.peers.hook + path, "token": "r"}}}, V1)
+        assert sent.status_code == 200, sent.text
+        task_id = sent.json()["task"]["id"]
+        assert recorded_state(stack, task_id, "acme") == "TASK_STATE_INPUT_REQUIRED"
+        wait_until(lambda: stack.on_gateway(stack.runtime.ledger.outbox_depth()) == 0, message="outbox drained")
+        before = len(posts_to(stack, path))
+
+        flipped = rehydrate_as_failed(stack, task_id)
+        post = wait_for_failed(stack, path, "TASK_STATE_FAILED", flipped)
+
+        assert post.json()["task"]["id"] == task_id and post.headers["x-a2a-notification-token"] == "r"
+        wait_until(lambda: stack.on_gateway(stack.runtime.ledger.outbox_depth()) == 0, message="outbox drained")
+        assert len(posts_to(stack, path)) == before + 1
+        assert recorded_state(stack, task_id, "acme") == "TASK_STATE_FAILED"
+        assert stack.metric("a2a_gateway_sweep_total", outcome="error") == 0  # never asked a wrong path
+        assert_sweep_counted(stack, changed=1)
+        assert_sweep_probe_on_timeline(stack, task_id, "acme")
