@@ -202,7 +202,7 @@ def probe_exchange(route: ProbeRoute, task: LiveTask, card: CardView, policy: Po
 class SweepResult:
     """What one :class:`SweepExchange` came to: ``outcome`` (one of :data:`OUTCOMES`),
     ``task`` the judged Task in v1.0 form when the sweep recorded a new state for it
-    (``changed``; for the push hook, docs/sweep.md §4), ``state`` the recorded state after."""
+    (``changed``; for the push relay, docs/sweep.md §4), ``state`` the recorded state after."""
 
     outcome: str = "error"
     task: Any = None
