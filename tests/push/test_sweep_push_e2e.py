@@ -4,14 +4,19 @@ a2a-sdk 1.3 worker that sends push notifications, then the worker's task store s
 ``failed`` (as after a restart that rehydrated it so, the Agent Card unchanged) and the worker
 sends nothing. The gateway's sweep asks ``GetTask``, records ``failed`` and the client's
 webhook — which the worker never knew — receives the failed status in the client's version,
-within one heartbeat interval plus the sweep period. All under real uvicorn on 127.0.0.1, with
-the SQLite ledger; one gateway per test (its metrics are the test's alone)."""
+within one heartbeat interval plus the sweep period. Clients: v1.0 JSON-RPC by hand, v0.3
+JSON-RPC by hand, a genuine a2a-sdk 0.3 client (its ``.venv-a2a03``, tests/support/peers.py)
+whose webhook body is read back with that SDK's own ``Task`` model, a tenant's task over
+JSON-RPC and over an HTTP+JSON-only worker's tenant path. All under real uvicorn on 127.0.0.1,
+with the SQLite ledger; one gateway per test (its metrics are the test's alone)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,6 +35,7 @@ from a2a.types import TaskState as SdkTaskState
 from gateway.app import build_app
 from gateway.config import PushConfig, SweepConfig, sidecar_config
 from tests.support.gateway import serve_gateway
+from tests.support.peers import require_peer
 from tests.support.push_peers import Post, Receiver, build_push_worker_app
 from tests.support.servers import RunningServer, serve_in_thread, wait_until
 
@@ -250,6 +256,61 @@ def test_a_v03_client_receives_the_failed_task_in_v03_form(stack: Stack) -> None
     assert post.json()["kind"] == "task" and post.json()["contextId"] == task["contextId"]
     wait_until(lambda: stack.on_gateway(stack.runtime.ledger.outbox_depth()) == 0, message="outbox drained")
     assert len(posts_to(stack, path)) == 1  # the worker sent nothing; the gateway one notification
+    assert_sweep_counted(stack, changed=1)
+    assert_sweep_probe_on_timeline(stack, task_id)
+
+
+SDK03_CLIENT = """
+import asyncio, json, sys, uuid
+import httpx
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.types import Message, Part, PushNotificationConfig, Role, Task, TextPart, TransportProtocol
+
+async def main(args):
+    async with httpx.AsyncClient(trust_env=False, timeout=15) as http:
+        card = await A2ACardResolver(http, args["base"]).get_agent_card()
+        hook = PushNotificationConfig(url=args["url"], token=args["token"])
+        # polling: a non-blocking message/send (blocking false) carrying the push config
+        config = ClientConfig(streaming=False, polling=True, httpx_client=http,
+                              supported_transports=[TransportProtocol.jsonrpc], push_notification_configs=[hook])
+        client = ClientFactory(config).create(card)
+        text = Message(message_id=uuid.uuid4().hex, role=Role.user, parts=[Part(root=TextPart(text=args["text"]))])
+        async for item in client.send_message(text):
+            task = item[0] if isinstance(item, tuple) else item
+            print(json.dumps(task.model_dump(mode="json", exclude_none=True)))
+            return
+
+if sys.argv[1] == "send":
+    asyncio.run(main(json.loads(sys.argv[2])))
+else:  # what an a2a-sdk 0.3 webhook does with a notification's body
+    task = Task.model_validate_json(sys.stdin.buffer.read())
+    print(json.dumps({"id": task.id, "state": task.status.state.value}))
+"""
+
+
+def sdk03(args: list[str], stdin: bytes = b"") -> Any:
+    python = require_peer("py03")[0]
+    run = subprocess.run([python, "-c", SDK03_CLIENT, *args], input=stdin, capture_output=True, timeout=60)
+    assert run.returncode == 0, run.stderr.decode()
+    return json.loads(run.stdout.decode().strip().splitlines()[-1])
+
+
+def test_an_a2a_sdk_03_client_registers_its_webhook_and_reads_the_failed_task(stack: Stack) -> None:
+    path = f"/sdk03-{uuid.uuid4().hex[:8]}"
+    task = sdk03(["send", json.dumps({"base": stack.gateway.url, "url": stack.peers.hook + path,
+                                      "token": "sdk03", "text": "slow task"})])
+    task_id = task["id"]
+    wait_until(lambda: worker_state(stack, task_id) == SdkTaskState.TASK_STATE_WORKING, message="worker: working")
+    wait_until(lambda: recorded_state(stack, task_id) == "TASK_STATE_WORKING", message="gateway: working")
+    (callback,) = worker_callbacks(stack, task_id)  # the SDK's config reached the worker rewritten
+    assert callback.startswith(stack.gateway.url + CALLBACK)
+
+    flipped = rehydrate_as_failed(stack, task_id)
+    post = wait_for_failed(stack, path, "failed", flipped)
+
+    assert post.headers["x-a2a-notification-token"] == "sdk03"
+    assert post.headers["content-type"] == "application/json"
+    assert sdk03(["read"], post.body) == {"id": task_id, "state": "failed"}
     assert_sweep_counted(stack, changed=1)
     assert_sweep_probe_on_timeline(stack, task_id)
 
