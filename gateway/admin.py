@@ -194,7 +194,7 @@ def task_routes(runtime: Runtime) -> list[Route]:
         tenant = request.query_params.get("tenant", "")
         ledger = runtime.ledger
         try:
-            stored = await runtime.ledger_call("get", lambda: ledger.get(upstream, task_id))
+            stored = await runtime.ledger_call("get", lambda: ledger.get(upstream, task_id, tenant=tenant))
             entries = await runtime.ledger_call(
                 "timeline", lambda: ledger.timeline(upstream, task_id, tenant=tenant))
         except LedgerError:

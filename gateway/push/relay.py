@@ -1,7 +1,8 @@
 """The push relay on the running gateway (docs/push.md): push configs on their way to the
 worker get a callback URL of the gateway's own (docs/push.md §1), the worker's notifications to
 it are checked, judged and put in the durable outbox (docs/push.md §2), and :meth:`PushRelay.deliver_observed`
-lets other parts of the gateway enqueue a task update they judged themselves.
+lets other parts of the gateway (the sweep) enqueue a task update they judged themselves
+(docs/push.md §2.1).
 
 Secrets: the client's webhook token and credentials live only in the ledger's push config
 entry; they are never logged, never in a metric and never sent to the worker. The worker's
@@ -353,9 +354,11 @@ class PushRelay:
 
     async def deliver_observed(self, upstream: str, task_id: str, stream_response: dict, *, tenant: str = "") -> int:
         """Enqueue one already-judged, already-recorded v1.0 StreamResponse (e.g. ``{"task":
-        {...}}`` from a GetTask answer) for every push config of the task, translated per
-        config's client version and binding (docs/push.md §2). Returns how many outbox entries
-        were added (0: the task has no push config, or push is off).
+        {...}}`` from the sweep's GetTask answer, docs/push.md §2.1) for every push config of
+        the task under ``(upstream, tenant, task_id)``, written per config's client version
+        and binding (:func:`~gateway.exchange.push.client_body`, docs/push.md §2); not judged
+        again. Returns how many outbox entries were added (0: the task has no push config, or
+        push is off).
 
         Raises:
             LedgerError: the ledger failed. PushLimitError: the outbox is full (entries added

@@ -4,6 +4,7 @@ scripted worker (gateway/exchange/offline.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from typing import Any
 
@@ -92,7 +93,7 @@ def sweep(road: ProbeRoute, acts: list[dict[str, Any]], stored: TaskRecord | Non
           listed: LiveTask | None = None) -> tuple[Offline, SweepExchange]:
     ledger = Ledger()
     if stored is not None:
-        ledger.records[("w", "", "t-1")] = stored
+        ledger.records[("w", stored.tenant, "t-1")] = stored
     off = Offline(upstream="w", ledger=ledger, now=NOW, worker=deque(acts))
     listed = listed or task()
     exchange = SweepExchange(listed, probe_exchange(road, listed, CARD, POLICY), POLICY,
@@ -127,6 +128,10 @@ def test_a_task_the_worker_now_calls_failed_is_recorded_failed_and_a_stale_recor
     assert [(f.kind, f.category) for f in off.findings] == [("stale_record", "divergence")]
     assert ex.result.outcome == "changed" and ex.result.state == "TASK_STATE_FAILED"
     assert ex.result.task["status"]["state"] == "TASK_STATE_FAILED"  # the Task as recorded, v1.0
+    # the timeline says the gateway asked, and why (docs/observability.md §2.1)
+    [(task_id, entry)] = off.timeline
+    assert (task_id, entry.direction, entry.method, entry.forced_get) == ("t-1", "probe", "GetTask", "sweep")
+    assert (entry.state_received, entry.state) == ("TASK_STATE_FAILED", "TASK_STATE_FAILED")
 
 
 def test_a_task_still_working_is_observed_again_with_no_finding() -> None:
@@ -153,6 +158,26 @@ def test_a_rest_worker_is_asked_below_its_rest_base() -> None:
     [post] = posts(off)
     assert (post.method, post.target, post.body) == ("GET", "/api/tasks/t-1?historyLength=0", b"")
     assert off.ledger.records[("w", "", "t-1")].state is TaskState.CANCELED and ex.result.outcome == "changed"
+
+
+def test_a_tenants_task_is_asked_with_its_tenant_before_the_rest_prefix() -> None:
+    act = {"answer": {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_FAILED"}}}
+    stored = dataclasses.replace(record(), tenant="acme/eu")
+    off, ex = sweep(ProbeRoute(REST, V10, "/rest"), [act], stored, task(tenant="acme/eu"))
+    [post] = posts(off)
+    # as a client's REST path through the gateway names it, and a2a-sdk mounts it (docs/callers.md §1)
+    assert post.target == "/acme%2Feu/rest/tasks/t-1?historyLength=0"
+    assert off.ledger.records[("w", "acme/eu", "t-1")].state is TaskState.FAILED and ex.result.outcome == "changed"
+    [(_, entry)] = off.timeline
+    assert (entry.direction, entry.forced_get) == ("probe", "sweep")
+
+
+def test_a_tenants_task_is_asked_with_params_tenant_over_json_rpc() -> None:
+    stored = dataclasses.replace(record(), tenant="acme")
+    off, ex = sweep(ProbeRoute(JSONRPC, V10, "/"), [answer("TASK_STATE_FAILED")], stored, task(tenant="acme"))
+    [post] = posts(off)
+    assert orjson.loads(post.body)["params"] == {"id": "t-1", "historyLength": 0, "tenant": "acme"}
+    assert off.ledger.records[("w", "acme", "t-1")].state is TaskState.FAILED and ex.result.outcome == "changed"
 
 
 def test_an_unreachable_worker_leaves_the_record_untouched() -> None:

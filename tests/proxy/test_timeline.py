@@ -77,8 +77,9 @@ def test_admin_timeline_shows_the_observations_the_finding_and_the_local_refusal
 
     missing = httpx.get(h.admin.url + "/tasks/worker/t-none/timeline", trust_env=False)
     assert missing.status_code == 404
-    other_tenant = httpx.get(h.admin.url + "/tasks/worker/t-7/timeline?tenant=acme", trust_env=False).json()
-    assert other_tenant["timeline"] == [] and other_tenant["record"] is not None
+    # another tenant's t-7 is another task (docs/callers.md §1): neither this record nor this timeline
+    other_tenant = httpx.get(h.admin.url + "/tasks/worker/t-7/timeline?tenant=acme", trust_env=False)
+    assert other_tenant.status_code == 404, other_tenant.text
 
 
 def test_ledger_show_prints_the_timeline_readably(sqlite_harness: tuple[Harness, str]) -> None:
