@@ -33,6 +33,7 @@ from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, c
 from a2a.server.tasks import BasePushNotificationSender, InMemoryPushNotificationConfigStore, InMemoryTaskStore
 
 from demo.worker import DemoAgentExecutor, build_agent_card
+from tests.support.asgi import request_body
 
 __all__ = ["Post", "Receiver", "build_push_worker_app"]
 
@@ -93,12 +94,7 @@ class Receiver:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await request_body(receive)
         status = self.status
         with self._lock:
             self.attempts += 1
