@@ -44,6 +44,7 @@ import logging
 
 from collections.abc import AsyncIterator
 
+import httpx
 import uvicorn
 
 from starlette.applications import Starlette
@@ -62,7 +63,12 @@ from a2a.server.routes import (
     create_jsonrpc_routes,
     create_rest_routes,
 )
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    InMemoryPushNotificationConfigStore,
+    InMemoryTaskStore,
+    TaskUpdater,
+)
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -299,13 +305,18 @@ def build_agent_card(public_url: str) -> AgentCard:
     )
 
 
-def build_worker_app(public_url: str) -> Starlette:
+def build_worker_app(public_url: str, push: bool = False) -> Starlette:
     """Build the worker ASGI app.
 
     Args:
         public_url: Base URL advertised in the agent card (see
             :func:`build_agent_card`). It only affects the card; the routes
             are the same whatever URL is advertised.
+        push: also serve push notifications: the card declares
+            ``capabilities.pushNotifications`` and the SDK's in-memory config
+            store and sender post every task update to each registered
+            webhook (an httpx client that ignores proxy settings, 5 s
+            timeout). Off by default, as before.
 
     Returns:
         A Starlette app with the agent card, JSON-RPC at ``/`` (v1.0 and
@@ -316,11 +327,23 @@ def build_worker_app(public_url: str) -> Starlette:
     """
     card = build_agent_card(public_url)
     executor = DemoAgentExecutor()
-    handler = DefaultRequestHandler(
-        agent_executor=executor,
-        task_store=InMemoryTaskStore(),
-        agent_card=card,
-    )
+    http = httpx.AsyncClient(trust_env=False, timeout=5.0) if push else None
+    if push:
+        card.capabilities.push_notifications = True
+        store = InMemoryPushNotificationConfigStore()
+        handler = DefaultRequestHandler(
+            agent_executor=executor,
+            task_store=InMemoryTaskStore(),
+            agent_card=card,
+            push_config_store=store,
+            push_sender=BasePushNotificationSender(http, store),
+        )
+    else:
+        handler = DefaultRequestHandler(
+            agent_executor=executor,
+            task_store=InMemoryTaskStore(),
+            agent_card=card,
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -328,6 +351,8 @@ def build_worker_app(public_url: str) -> Starlette:
             yield
         finally:
             await handler.aclose()
+            if http is not None:
+                await http.aclose()
 
     routes = [
         *create_agent_card_routes(card),
@@ -370,6 +395,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=['critical', 'error', 'warning', 'info', 'debug'],
         help='uvicorn log level (default: %(default)s)',
     )
+    parser.add_argument(
+        '--push',
+        action='store_true',
+        help=(
+            'declare capabilities.pushNotifications and post task updates '
+            'to registered webhooks (to try the gateway\'s push relay)'
+        ),
+    )
     return parser.parse_args(argv)
 
 
@@ -381,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
     """
     args = _parse_args(argv)
     public_url = args.public_url or f'http://{args.host}:{args.port}/'
-    app = build_worker_app(public_url)
+    app = build_worker_app(public_url, push=args.push)
     config = uvicorn.Config(
         app,
         host=args.host,

@@ -194,13 +194,14 @@ def task_routes(runtime: Runtime) -> list[Route]:
         tenant = request.query_params.get("tenant", "")
         ledger = runtime.ledger
         try:
-            stored = await runtime.ledger_call("get", lambda: ledger.get(upstream, task_id))
+            stored = await runtime.ledger_call("get", lambda: ledger.get(upstream, task_id, tenant=tenant))
             entries = await runtime.ledger_call(
                 "timeline", lambda: ledger.timeline(upstream, task_id, tenant=tenant))
         except LedgerError:
             return JSONResponse({"error": "the task ledger did not answer"}, 503)
         if stored is None and not entries:
-            return JSONResponse({"error": f"task {task_id} of upstream {upstream} is not in the ledger"}, 404)
+            where = f" in tenant {tenant!r}" if tenant else ""
+            return JSONResponse({"error": f"task {task_id}{where} of upstream {upstream} is not in the ledger"}, 404)
         record = record_summary(stored.record, stored.version, stored.needs_resync) if stored else None
         docs = [{**e.to_doc(), "at": iso(e.at)} for e in entries]
         return JSONResponse({"upstream": upstream, "tenant": tenant, "task_id": task_id, "record": record,
