@@ -127,6 +127,10 @@ def test_a_task_the_worker_now_calls_failed_is_recorded_failed_and_a_stale_recor
     assert [(f.kind, f.category) for f in off.findings] == [("stale_record", "divergence")]
     assert ex.result.outcome == "changed" and ex.result.state == "TASK_STATE_FAILED"
     assert ex.result.task["status"]["state"] == "TASK_STATE_FAILED"  # the Task as recorded, v1.0
+    # the timeline says it was the gateway's own GetTask, and why (docs/observability.md §2)
+    [(task_id, entry)] = off.timeline
+    assert (task_id, entry.direction, entry.forced_get, entry.method) == ("t-1", "probe", "sweep", "GetTask")
+    assert (entry.state_received, entry.state) == ("TASK_STATE_FAILED", "TASK_STATE_FAILED")
 
 
 def test_a_task_still_working_is_observed_again_with_no_finding() -> None:
