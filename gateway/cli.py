@@ -580,8 +580,11 @@ def _ledger(args: argparse.Namespace) -> int:
                         found.append((name, stored, entries))
                 if not found:
                     tenant = f" in tenant {args.tenant!r}" if args.tenant else ""
+                    hint = "" if args.upstream or args.config else (
+                        " (the sidecar form's name; a gateway run with --config names its upstreams "
+                        "there: add --config FILE or --upstream NAME)")
                     print(f"task {args.task_id}{tenant} is not in the ledger under upstream "
-                          f"{', '.join(names)}", file=sys.stderr)
+                          f"{', '.join(names)}{hint}", file=sys.stderr)
                     return 1
                 if not args.json:
                     print("\n\n".join(_task_text(args.task_id, *item) for item in found))
