@@ -31,7 +31,9 @@ anything else        ``Task`` (SUBMITTED) -> status WORKING (with an agent
 ===================  =========================================================
 
 Run it with ``python demo/worker.py`` or ``python -m demo.worker``
-(``--help`` for options), or build the ASGI app in-process with
+(``--help`` for options; ``--push`` declares ``capabilities.pushNotifications``
+and posts each task's updates to the webhooks registered for it, to try the
+gateway's push relay), or build the ASGI app in-process with
 :func:`build_worker_app`.
 """
 
