@@ -324,7 +324,8 @@ def build_worker_app(public_url: str, push: bool = False) -> Starlette:
         A Starlette app with the agent card, JSON-RPC at ``/`` (v1.0 and
         v0.3) and REST under ``/rest`` (v1.0 and v0.3 ``/rest/v1/...``).
         ``app.state.executor`` and ``app.state.request_handler`` expose the
-        executor and handler for tests. On shutdown the handler is closed,
+        executor and handler for tests (with ``push``, ``app.state.push_store``
+        the push config store). On shutdown the handler is closed,
         which cancels any task still running or parked.
     """
     card = build_agent_card(public_url)
@@ -367,6 +368,8 @@ def build_worker_app(public_url: str, push: bool = False) -> Starlette:
     app.state.agent_card = card
     app.state.executor = executor
     app.state.request_handler = handler
+    if push:
+        app.state.push_store = store
     return app
 
 

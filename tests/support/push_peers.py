@@ -3,57 +3,32 @@ notifications with the SDK's own sender, and a webhook receiver that records wha
 
 Public API
 ----------
-- ``build_push_worker_app(public_url)`` -> the demo worker (``demo/worker.py``'s executor,
-  card and routes) with ``pushNotifications`` on, the SDK's ``InMemoryPushNotificationConfigStore``
-  and ``BasePushNotificationSender`` (an httpx client that does not read proxy settings);
-  ``app.state.push_store`` is the worker's config store.
+- ``build_push_worker_app(public_url)`` -> the demo worker with ``--push``
+  (``demo.worker.build_worker_app(public_url, push=True)``): ``pushNotifications`` on, the
+  SDK's ``InMemoryPushNotificationConfigStore`` and ``BasePushNotificationSender`` (an httpx
+  client that does not read proxy settings); ``app.state.push_store`` is the worker's config store.
 - ``Receiver()`` -> an ASGI webhook: records every POST (``.posts``, :class:`Post`), answers
   ``.status`` (200 by default; set 503 to make deliveries fail).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 from starlette.applications import Starlette
 
-from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
-from a2a.server.tasks import BasePushNotificationSender, InMemoryPushNotificationConfigStore, InMemoryTaskStore
-
-from demo.worker import DemoAgentExecutor, build_agent_card
+from demo.worker import build_worker_app
 
 __all__ = ["Post", "Receiver", "build_push_worker_app"]
 
 
 def build_push_worker_app(public_url: str) -> Starlette:
-    card = build_agent_card(public_url)
-    card.capabilities.push_notifications = True
-    store = InMemoryPushNotificationConfigStore()
-    http = httpx.AsyncClient(trust_env=False, timeout=5.0)
-    handler = DefaultRequestHandler(agent_executor=DemoAgentExecutor(), task_store=InMemoryTaskStore(),
-                                    agent_card=card, push_config_store=store,
-                                    push_sender=BasePushNotificationSender(http, store))
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            await handler.aclose()
-            await http.aclose()
-
-    routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True),
-              *create_rest_routes(handler, enable_v0_3_compat=True, path_prefix="/rest")]
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.push_store = store
-    return app
+    """The demo worker as ``python -m demo.worker --push`` runs it (docs: README, "Push
+    notifications through the gateway")."""
+    return build_worker_app(public_url, push=True)
 
 
 @dataclass
