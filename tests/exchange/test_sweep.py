@@ -138,6 +138,7 @@ def test_a_task_still_working_is_observed_again_with_no_finding() -> None:
     stored = off.ledger.records[("w", "", "t-1")]
     assert stored.state is TaskState.WORKING and stored.observed_at == NOW  # not due again for a heartbeat
     assert off.findings == [] and ex.result.outcome == "unchanged" and ex.result.task is None
+    assert off.timeline == []  # a sweep that changed nothing is no entry: heartbeats would crowd the bound
 
 
 def test_a_v03_only_worker_is_asked_tasks_get_and_its_answer_recorded_in_v10_form() -> None:
