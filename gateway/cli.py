@@ -118,6 +118,7 @@ examples:
   a2a-gateway check-config config/gateway.example.yaml
   a2a-gateway replay tests/fixtures/transcripts/f04_cancel_then_completed.jsonl
   a2a-gateway ledger stats
+  a2a-gateway ledger show 6db7f1c2-...     # why was a message refused: the task's record and timeline
   a2a-gateway ledger --config gateway.yaml show 6db7f1c2-...
   a2a-gateway ledger --config gateway.yaml show --tenant acme 6db7f1c2-...
 """
