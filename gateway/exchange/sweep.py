@@ -274,8 +274,8 @@ class SweepExchange:
                 return result
             get_ex = dataclasses.replace(self.probe.ex, operation=Operation.GET, task_id=task_id)
             seen = _Stores()
-            outcome = yield from seen.watch(judge(self.policy, get_ex, None, doc["result"], direction="probe",
-                                                  forced_get=REASON))
+            outcome = yield from seen.watch(judge(self.policy, get_ex, None, doc["result"],
+                                                 direction="probe", forced_get=REASON))
             if outcome.action is not Action.FORWARD:
                 yield Log("warning", "sweep_get_failed", (*log, ("reason", "invalid_response")))
                 return result

@@ -128,9 +128,9 @@ def test_a_task_the_worker_now_calls_failed_is_recorded_failed_and_a_stale_recor
     assert [(f.kind, f.category) for f in off.findings] == [("stale_record", "divergence")]
     assert ex.result.outcome == "changed" and ex.result.state == "TASK_STATE_FAILED"
     assert ex.result.task["status"]["state"] == "TASK_STATE_FAILED"  # the Task as recorded, v1.0
-    # the timeline says the gateway asked, and why (docs/observability.md §2.1)
+    # the timeline says it was the gateway's own GetTask, and why (docs/observability.md §2)
     [(task_id, entry)] = off.timeline
-    assert (task_id, entry.direction, entry.method, entry.forced_get) == ("t-1", "probe", "GetTask", "sweep")
+    assert (task_id, entry.direction, entry.forced_get, entry.method) == ("t-1", "probe", "sweep", "GetTask")
     assert (entry.state_received, entry.state) == ("TASK_STATE_FAILED", "TASK_STATE_FAILED")
 
 
@@ -139,6 +139,7 @@ def test_a_task_still_working_is_observed_again_with_no_finding() -> None:
     stored = off.ledger.records[("w", "", "t-1")]
     assert stored.state is TaskState.WORKING and stored.observed_at == NOW  # not due again for a heartbeat
     assert off.findings == [] and ex.result.outcome == "unchanged" and ex.result.task is None
+    assert off.timeline == []  # a sweep that changed nothing is no entry: heartbeats would crowd the bound
 
 
 def test_a_v03_only_worker_is_asked_tasks_get_and_its_answer_recorded_in_v10_form() -> None:
