@@ -375,6 +375,32 @@ def send_to_terminal_task(
     return lines
 
 
+def why_refused(
+    http: httpx.Client, admin_url: str, ledger_url: str, task_id: str
+) -> list[str]:
+    """Why the gateway refused step 3's message, from the task's timeline on
+    the admin listener (docs/observability.md §2), and the command that
+    prints it from the ledger once the demo is over."""
+    url = f'{admin_url}tasks/worker/{task_id}/timeline'
+    response = http.get(url)
+    if response.status_code != 200:
+        raise DemoError(f'GET {url}: HTTP {response.status_code}')
+    entries = response.json()['timeline']
+    if not entries or entries[-1]['verdict'] != 'answered_locally':
+        raise DemoError(f'the timeline does not end with the refusal: {entries!r}')
+    last = entries[-1]
+    findings = ', '.join(
+        f'{f["category"]} {f["kind"]}' for f in last['findings']
+    )
+    return [
+        f'  why? the task\'s timeline (GET {url}):',
+        f'    {len(entries)} entries; the last: {last["direction"]} '
+        f'{last["method"]} -> {last["verdict"]} ({findings})',
+        '  the same, readable, once the demo is over (the ledger stays):',
+        f'    .venv/bin/a2a-gateway ledger --ledger {ledger_url} show {task_id}',
+    ]
+
+
 # --------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------
@@ -523,7 +549,7 @@ def run(startup_timeout: float) -> int:
                 f'  gateway: {gateway_url}  (pid {gateway.proc.pid}, mode enforce, '
                 f'ready in {took:.1f}s) -> / to {worker_url}, /legacy to {legacy_url}'
             )
-            _say(f'  admin:   {admin_url}  (/metrics, /healthz, /readyz)')
+            _say(f'  admin:   {admin_url}  (/metrics, /healthz, /readyz, /status, /tasks/worker/ID/timeline)')
             _say(f'  config:  {config_path}')
             _say(f'  ledger:  embedded SQLite at {log_dir / "ledger.db"}'
                  f'  (inspect: .venv/bin/a2a-gateway ledger --ledger sqlite:///{log_dir / "ledger.db"} stats)')
@@ -547,6 +573,8 @@ def run(startup_timeout: float) -> int:
             _say(f'  task {task_id} from step (a) is TASK_STATE_COMPLETED.')
             _say('  Continuing it with another message must fail with -32004:')
             for line in send_to_terminal_task(http, gateway_url, metrics_url, task_id):
+                _say(line)
+            for line in why_refused(http, admin_url, f'sqlite:///{log_dir / "ledger.db"}', task_id):
                 _say(line)
 
             _heading(f'4. a misbehaving legacy worker behind {gateway_url}legacy/')

@@ -31,7 +31,9 @@ anything else        ``Task`` (SUBMITTED) -> status WORKING (with an agent
 ===================  =========================================================
 
 Run it with ``python demo/worker.py`` or ``python -m demo.worker``
-(``--help`` for options), or build the ASGI app in-process with
+(``--help`` for options; ``--push`` declares ``capabilities.pushNotifications``
+and posts each task's updates to the webhooks registered for it, to try the
+gateway's push relay), or build the ASGI app in-process with
 :func:`build_worker_app`.
 """
 
@@ -44,6 +46,7 @@ import logging
 
 from collections.abc import AsyncIterator
 
+import httpx
 import uvicorn
 
 from starlette.applications import Starlette
@@ -62,7 +65,12 @@ from a2a.server.routes import (
     create_jsonrpc_routes,
     create_rest_routes,
 )
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    InMemoryPushNotificationConfigStore,
+    InMemoryTaskStore,
+    TaskUpdater,
+)
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -299,28 +307,46 @@ def build_agent_card(public_url: str) -> AgentCard:
     )
 
 
-def build_worker_app(public_url: str) -> Starlette:
+def build_worker_app(public_url: str, push: bool = False) -> Starlette:
     """Build the worker ASGI app.
 
     Args:
         public_url: Base URL advertised in the agent card (see
             :func:`build_agent_card`). It only affects the card; the routes
             are the same whatever URL is advertised.
+        push: also serve push notifications: the card declares
+            ``capabilities.pushNotifications`` and the SDK's in-memory config
+            store and sender post every task update to each registered
+            webhook (an httpx client that ignores proxy settings, 5 s
+            timeout). Off by default, as before.
 
     Returns:
         A Starlette app with the agent card, JSON-RPC at ``/`` (v1.0 and
         v0.3) and REST under ``/rest`` (v1.0 and v0.3 ``/rest/v1/...``).
         ``app.state.executor`` and ``app.state.request_handler`` expose the
-        executor and handler for tests. On shutdown the handler is closed,
+        executor and handler for tests (with ``push``, ``app.state.push_store``
+        the push config store). On shutdown the handler is closed,
         which cancels any task still running or parked.
     """
     card = build_agent_card(public_url)
     executor = DemoAgentExecutor()
-    handler = DefaultRequestHandler(
-        agent_executor=executor,
-        task_store=InMemoryTaskStore(),
-        agent_card=card,
-    )
+    http = httpx.AsyncClient(trust_env=False, timeout=5.0) if push else None
+    if push:
+        card.capabilities.push_notifications = True
+        store = InMemoryPushNotificationConfigStore()
+        handler = DefaultRequestHandler(
+            agent_executor=executor,
+            task_store=InMemoryTaskStore(),
+            agent_card=card,
+            push_config_store=store,
+            push_sender=BasePushNotificationSender(http, store),
+        )
+    else:
+        handler = DefaultRequestHandler(
+            agent_executor=executor,
+            task_store=InMemoryTaskStore(),
+            agent_card=card,
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -328,6 +354,8 @@ def build_worker_app(public_url: str) -> Starlette:
             yield
         finally:
             await handler.aclose()
+            if http is not None:
+                await http.aclose()
 
     routes = [
         *create_agent_card_routes(card),
@@ -340,6 +368,8 @@ def build_worker_app(public_url: str) -> Starlette:
     app.state.agent_card = card
     app.state.executor = executor
     app.state.request_handler = handler
+    if push:
+        app.state.push_store = store
     return app
 
 
@@ -370,6 +400,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=['critical', 'error', 'warning', 'info', 'debug'],
         help='uvicorn log level (default: %(default)s)',
     )
+    parser.add_argument(
+        '--push',
+        action='store_true',
+        help=(
+            'declare capabilities.pushNotifications and post task updates '
+            'to registered webhooks (to try the gateway\'s push relay)'
+        ),
+    )
     return parser.parse_args(argv)
 
 
@@ -381,7 +419,7 @@ def main(argv: list[str] | None = None) -> None:
     """
     args = _parse_args(argv)
     public_url = args.public_url or f'http://{args.host}:{args.port}/'
-    app = build_worker_app(public_url)
+    app = build_worker_app(public_url, push=args.push)
     config = uvicorn.Config(
         app,
         host=args.host,

@@ -201,7 +201,8 @@ def task_routes(runtime: Runtime) -> list[Route]:
         except LedgerError:
             return JSONResponse({"error": "the task ledger did not answer"}, 503)
         if stored is None and not entries:
-            return JSONResponse({"error": f"task {task_id} of upstream {upstream} is not in the ledger"}, 404)
+            where = f" in tenant {tenant!r}" if tenant else ""
+            return JSONResponse({"error": f"task {task_id}{where} of upstream {upstream} is not in the ledger"}, 404)
         record = record_summary(stored.record, stored.version, stored.needs_resync) if stored else None
         docs = [{**e.to_doc(), "at": iso(e.at)} for e in entries]
         return JSONResponse({"upstream": upstream, "tenant": tenant, "task_id": task_id, "record": record,

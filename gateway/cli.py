@@ -118,6 +118,7 @@ examples:
   a2a-gateway check-config config/gateway.example.yaml
   a2a-gateway replay tests/fixtures/transcripts/f04_cancel_then_completed.jsonl
   a2a-gateway ledger stats
+  a2a-gateway ledger show 6db7f1c2-...     # why was a message refused: the task's record and timeline
   a2a-gateway ledger --config gateway.yaml show 6db7f1c2-...
   a2a-gateway ledger --config gateway.yaml show --tenant acme 6db7f1c2-...
 """
@@ -288,7 +289,10 @@ def _parser() -> argparse.ArgumentParser:
                            description="Validate FILE; print the normalized config as JSON "
                            "(exit 0) or one 'yaml.path: problem' line per error, every error "
                            "at once (exit 2). The environment is not read: the file alone is "
-                           "checked.", epilog="environment: none read (" + STATE_DIR_ENV +
+                           "checked. Files it names (certificates, keys, token, secret, JWKS and "
+                           "password files) and a SQLite ledger's directory that this host lacks "
+                           "are 'warning: yaml.path: ...' lines on stderr, exit 0 (serve here "
+                           "would stop).", epilog="environment: none read (" + STATE_DIR_ENV +
                            " only sets the default ledger.url printed)")
     check.add_argument("file", metavar="FILE")
 
@@ -330,7 +334,42 @@ def _check_config(path: str) -> int:
     for upstream in data["upstreams"]:  # an upstream URL may carry basic-auth credentials
         upstream["url"] = redact(upstream["url"])
     print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    for line in missing_on_this_host(config):
+        print(f"warning: {line}", file=sys.stderr)
     return 0
+
+
+def missing_on_this_host(config: GatewayConfig) -> list[str]:
+    """The files the config names (certificates, keys, token, secret, JWKS and password files)
+    that this host does not have, and a SQLite ledger's directory when missing (other than the
+    state directory, which ``serve`` creates): one ``yaml.path: problem`` line each. Warnings
+    of ``check-config`` (exit 0), since a file is often checked away from the host it is for;
+    ``serve`` here would stop (exit 2, or 1 for the directory)."""
+    from gateway.config import state_dir
+    from gateway.ledger import sqlite_path
+
+    named: list[tuple[str, str | None]] = [
+        ("admin.token_file", config.admin.token_file),
+        ("callers.secret_file", config.callers.secret_file),
+        ("ledger.password_file", config.ledger.password_file),
+        ("ledger.sentinel_password_file", config.ledger.sentinel_password_file)]
+    if config.listen.tls is not None:
+        tls = config.listen.tls
+        named += [("listen.tls.cert_file", tls.cert_file), ("listen.tls.key_file", tls.key_file),
+                  ("listen.tls.client_ca_file", tls.client_ca_file)]
+    for i, upstream in enumerate(config.upstreams):
+        named += [(f"upstreams[{i}].tls.{key}", getattr(upstream.tls, key))
+                  for key in ("ca_file", "cert_file", "key_file")]
+    if config.auth.jwt is not None:
+        named.append(("auth.jwt.jwks_file", config.auth.jwt.jwks_file))
+    lines = [f"{where}: {path}: not found on this host" for where, path in named
+             if path and not os.path.isfile(path)]
+    url = config.ledger.url
+    if url.startswith("sqlite:"):
+        directory = sqlite_path(url).absolute().parent
+        if not directory.exists() and directory != state_dir():
+            lines.append(f"ledger.url: the directory {directory} does not exist on this host")
+    return lines
 
 
 def _replay(path: str, *, strict: bool = False) -> int:
@@ -544,8 +583,11 @@ def _ledger(args: argparse.Namespace) -> int:
                         found.append((name, stored, entries))
                 if not found:
                     tenant = f" in tenant {args.tenant!r}" if args.tenant else ""
+                    hint = "" if args.upstream or args.config else (
+                        " (the sidecar form's name; a gateway run with --config names its upstreams "
+                        "there: add --config FILE or --upstream NAME)")
                     print(f"task {args.task_id}{tenant} is not in the ledger under upstream "
-                          f"{', '.join(names)}", file=sys.stderr)
+                          f"{', '.join(names)}{hint}", file=sys.stderr)
                     return 1
                 if not args.json:
                     print("\n\n".join(_task_text(args.task_id, *item) for item in found))

@@ -131,6 +131,8 @@ class TestLoad:
     def test_the_shipped_example_config_is_valid(self):
         config = load_config(ROOT / "config" / "gateway.example.yaml")
         assert [u.url for u in config.upstreams] == ["http://127.0.0.1:9999/"]  # the demo worker
+        # the name the README's `ledger show TASK_ID` and /tasks/worker/…/timeline take by default
+        assert [u.name for u in config.upstreams] == ["worker"]
 
 
 class TestErrors:
@@ -249,6 +251,22 @@ class TestCheckConfigCli:
         proc = cli("check-config", str(write(tmp_path, "listen: [\n")))
         assert proc.returncode == 2
         assert "invalid YAML" in proc.stderr
+
+    def test_files_missing_on_this_host_are_warnings_with_their_yaml_path(self, tmp_path):
+        """serve would stop on them; check-config names them but exits 0 (a file is often
+        checked away from its host: the image's and the Kubernetes configs are)."""
+        (tmp_path / "server.pem").write_text("x")
+        text = (f"listen: {{tls: {{cert_file: {tmp_path}/server.pem, key_file: {tmp_path}/gone.key}}}}\n"
+                f"admin: {{token_file: {tmp_path}/token}}\n"
+                f"ledger: {{url: 'sqlite:///{tmp_path}/no-dir/ledger.db'}}\n"
+                "upstreams: [{name: w, url: 'http://127.0.0.1:9999/'}]\n")
+        proc = cli("check-config", str(write(tmp_path, text)))
+        assert proc.returncode == 0, proc.stderr
+        assert orjson.loads(proc.stdout)["admin"]["token_file"] == f"{tmp_path}/token"
+        assert proc.stderr.splitlines() == [
+            f"warning: admin.token_file: {tmp_path}/token: not found on this host",
+            f"warning: listen.tls.key_file: {tmp_path}/gone.key: not found on this host",
+            f"warning: ledger.url: the directory {tmp_path}/no-dir does not exist on this host"]
 
     def test_missing_file_exits_2(self, tmp_path):
         proc = cli("check-config", str(tmp_path / "nope.yaml"))

@@ -150,8 +150,10 @@ _V03_KINDS = ("task", "message", "status-update", "artifact-update")
 @dataclass(frozen=True, slots=True)
 class Subscription:
     """What judging a notification needs of its push config: the upstream, the task (``""``:
-    an inline config of a send not bound yet), the tenant, and the client's version and
-    binding (the form the webhook receives)."""
+    an inline config of a send not bound yet), the tenant, the client's version and binding
+    (the form the webhook receives), and whether this webhook was already sent the task's
+    terminal state (``terminal_sent``: each webhook is one push "stream" of the task, which
+    ends with its terminal event; docs/push.md §2)."""
 
     callback_id: str
     upstream: str
@@ -159,18 +161,21 @@ class Subscription:
     version: ProtocolVersion
     binding: Binding = Binding.JSONRPC
     tenant: str = ""
+    terminal_sent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The answer to a worker's notification: the HTTP ``status`` for the worker, the
     ``reason`` it is not delivered (a bounded label; ``None``: enqueued), the task it named
-    (to bind a pending config to), and ``judged``: the v1.0 StreamResponse as delivered."""
+    (to bind a pending config to), ``judged``: the v1.0 StreamResponse as delivered, and
+    ``ended``: it carries the task's terminal state, the last this webhook gets."""
 
     status: int
     reason: str | None = None
     task_id: str | None = None
     judged: Any = None
+    ended: bool = False
 
 
 def read_notification(body: bytes, max_depth: int) -> dict[str, Any] | None:
@@ -229,19 +234,19 @@ def judge_notification(policy: Policy, sub: Subscription, body: bytes) -> Genera
         return (yield from _refused(sub, 400, "task_mismatch", task_id))
     ex = Exchange(sub.upstream, Operation.SUBSCRIBE, ProtocolVersion.V1_0, task_id, policy.mode,
                   tenant=sub.tenant)
-    # Each notification is one more event of the task's one push "stream": once the ledger
-    # holds the task terminal, that stream has seen its terminal event (the engine drops
-    # what follows, as after a terminal SSE event; docs/push.md §2).
+    # Each notification is one more event of this webhook's push "stream" of the task: once
+    # the webhook was sent the terminal state, what follows is dropped, as after a terminal SSE
+    # event. Until then a task the ledger holds terminal (a cancel's answer recorded first, a
+    # sweep) still gets its terminal state delivered once: the recorded one (docs/push.md §2).
     before = yield from load(policy, task_id, sub.tenant)
-    terminal = before.record is not None and before.record.terminal
     stream = StreamState(task_id=task_id, context_id=before.record.context_id if before.record else None,
-                         terminal=terminal)
+                         terminal=sub.terminal_sent)
     outcome = yield from judge(policy, ex, stream, result, direction="push")
     if outcome.action is not Action.FORWARD:
         return (yield from _refused(sub, 200, "invariant", task_id))
     judged = outcome.result
     yield Enqueue(sub.callback_id, task_id, client_body(judged, sub.version, sub.binding))
-    return Verdict(200, None, task_id, judged)
+    return Verdict(200, None, task_id, judged, ended=outcome.stream is not None and outcome.stream.terminal)
 
 
 def _refused(sub: Subscription, status: int, reason: str, task_id: str | None) -> Generator[Any, Any, Verdict]:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Container, Generator, Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import quote
 from typing import Any
+from urllib.parse import quote
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
@@ -131,8 +131,8 @@ _PREFERENCE = ((ProtocolVersion.V1_0, Binding.JSONRPC), (ProtocolVersion.V0_3, B
 @dataclass(frozen=True, slots=True)
 class ProbeRoute:
     """Where and how the sweep asks a worker ``GetTask``: its ``binding`` and ``version``, and
-    ``path``, below the upstream's base URL: the JSON-RPC endpoint, or the REST base (tenant,
-    the worker's REST prefix; without v0.3's ``/v1``)."""
+    ``path``, below the upstream's base URL: the JSON-RPC endpoint, or the worker's REST prefix
+    (without v0.3's ``/v1``; a task's tenant goes before it, :func:`probe_exchange`)."""
 
     binding: Binding
     version: ProtocolVersion
@@ -170,7 +170,9 @@ def probe_exchange(route: ProbeRoute, task: LiveTask, card: CardView, policy: Po
     """A ``GetTask`` of ``task`` as a v1.0 client's request of ``route.binding`` — bridged to
     the worker's version when it is v0.3 (docs/bridge.md §3) — so the answer is read, judged
     and recorded in v1.0 form exactly as a forced ``GetTask``'s answer
-    (:meth:`~gateway.exchange.request.RequestExchange.probe_request`, ``decode_own``)."""
+    (:meth:`~gateway.exchange.request.RequestExchange.probe_request`, ``decode_own``). The
+    task's tenant goes in JSON-RPC ``params.tenant``, or as the REST path's first segment,
+    before the worker's REST prefix: ``/acme/rest/tasks/t-1`` (docs/callers.md §1)."""
     v10 = ProtocolVersion.V1_0
     params: dict[str, Any] = {"id": task.task_id, "historyLength": 0}
     if task.tenant:
@@ -183,9 +185,9 @@ def probe_exchange(route: ProbeRoute, task: LiveTask, card: CardView, policy: Po
         if route.version is v10:
             return JsonRpcExchange(req, body, info, card, policy)
         return BridgedJsonRpcExchange(req, body, info, card, policy, route.version)
-    # the REST base is raw, as a client's request path is: the tenant percent-encoded whole
-    # (a "/", "?" or "#" in it must not make another path of the worker's)
-    base = route.path + (f"/{quote(task.tenant, safe='')}" if task.tenant else "")
+    # the tenant comes first, before the worker's REST prefix, as a client's REST path through
+    # the gateway has it and as a2a-sdk mounts it (docs/callers.md §1)
+    base = (f"/{quote(task.tenant, safe='')}" if task.tenant else "") + route.path
     call = RestCall(Operation.GET, v10, base, task.task_id)
     if route.version is v10:
         return RestExchange(call, "GET", b"", params, card, policy, tenant=task.tenant)
@@ -200,7 +202,7 @@ def probe_exchange(route: ProbeRoute, task: LiveTask, card: CardView, policy: Po
 class SweepResult:
     """What one :class:`SweepExchange` came to: ``outcome`` (one of :data:`OUTCOMES`),
     ``task`` the judged Task in v1.0 form when the sweep recorded a new state for it
-    (``changed``; for the push hook, docs/sweep.md §4), ``state`` the recorded state after."""
+    (``changed``; for the push relay, docs/sweep.md §4), ``state`` the recorded state after."""
 
     outcome: str = "error"
     task: Any = None
@@ -272,7 +274,8 @@ class SweepExchange:
                 return result
             get_ex = dataclasses.replace(self.probe.ex, operation=Operation.GET, task_id=task_id)
             seen = _Stores()
-            outcome = yield from seen.watch(judge(self.policy, get_ex, None, doc["result"]))
+            outcome = yield from seen.watch(judge(self.policy, get_ex, None, doc["result"],
+                                                 direction="probe", forced_get=REASON))
             if outcome.action is not Action.FORWARD:
                 yield Log("warning", "sweep_get_failed", (*log, ("reason", "invalid_response")))
                 return result

@@ -35,6 +35,13 @@ worker (an action on a terminal task), given up on (a push notification not deli
 client's webhook after ``push.max_attempts`` attempts)."""
 
 
+ROUTINE_PROBES = frozenset({"sweep"})
+"""``forced_get`` reasons of a ``GetTask`` sent on a schedule rather than because something
+happened (the proactive sweep, docs/sweep.md): such a probe is an entry only when it changed
+something, like any payload — else every heartbeat of a silent task would be one, pushing its
+history out of the per-task bound. Every other probe is an entry: its reason explains it."""
+
+
 @dataclass(frozen=True, slots=True)
 class TimelineEntry:
     """One observation of a task the gateway judged.
@@ -112,7 +119,8 @@ def payload_entry(ex: Exchange, direction: str, before: TaskRecord | None, outco
     else:
         verdict = "forwarded" if outcome.result is result else "rewritten"
     moved = before is None or after is not before.state
-    if not (moved or outcome.findings or verdict != "forwarded" or forced_get is not None):
+    explained = forced_get is not None and forced_get not in ROUTINE_PROBES
+    if not (moved or outcome.findings or verdict != "forwarded" or explained):
         return None
     error = f"{outcome.error[0]} {outcome.error[1]}" if outcome.error is not None else None
     raw_state = locate(result).raw_state

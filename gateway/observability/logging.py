@@ -240,7 +240,9 @@ def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: flo
     if repeat_window_seconds:
         handler.addFilter(RepeatFilter(repeat_window_seconds))
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    for name in (LOGGER_NAME, "uvicorn", "uvicorn.error"):  # uvicorn's own lines as JSON too
+    # uvicorn's own lines as JSON too, and the OpenTelemetry SDK's (an unreachable collector's
+    # "Transient error ... exporting spans" warnings), which would otherwise be plain text
+    for name in (LOGGER_NAME, "uvicorn", "uvicorn.error", "opentelemetry"):
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
         logger.setLevel(level.upper())

@@ -69,7 +69,8 @@ def from_config(cfg: TracingConfig, version: str, log: logging.Logger,
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
     except ImportError as exc:
         log.warning("tracing_unavailable", extra={
-            "error": f"{exc}; install the otel extra: pip install 'a2a-gateway[otel]'"})
+            "error": f"{exc}; install the otel extra: pip install 'a2a-gateway[otel]' "
+                     "(in a checkout: .venv/bin/pip install -e '.[otel]')"})
         return None
     service = cfg.service_name or env.get("OTEL_SERVICE_NAME") or "a2a-gateway"
     provider = TracerProvider(
@@ -77,10 +78,21 @@ def from_config(cfg: TracingConfig, version: str, log: logging.Logger,
         sampler=ParentBased(TraceIdRatioBased(cfg.sampling_ratio)))
     exporter = OTLPSpanExporter(endpoint=cfg.endpoint) if cfg.endpoint else OTLPSpanExporter()
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    log.info("tracing_enabled", extra={"service": service,
-                                       "endpoint": cfg.endpoint or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                                       or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "(SDK default)"})
+    log.info("tracing_enabled", extra={"service": service, "endpoint": traces_endpoint(cfg.endpoint, env)})
     return Tracing(provider.get_tracer("a2a_gateway", version), provider)
+
+
+def traces_endpoint(configured: str | None, env: Mapping[str, str]) -> str:
+    """The URL the OTLP/HTTP exporter posts spans to, as the SDK picks it: ``tracing.endpoint``,
+    else ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` as it is, else ``OTEL_EXPORTER_OTLP_ENDPOINT``
+    with the signal path ``v1/traces`` appended (the OTLP exporter specification), else the
+    SDK's default ``http://localhost:4318/v1/traces``."""
+    if configured:
+        return configured
+    if env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
+    return base.removesuffix("/") + "/v1/traces"
 
 
 def _host_port(url: str) -> tuple[str | None, int | None]:

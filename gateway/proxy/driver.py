@@ -282,22 +282,29 @@ class Driver:
                                    version=cmd.a2a_version if cmd.a2a_version is not None else self.version,
                                    task_id=self.task_id, reason=cmd.reason, card=self.card)
 
+    def _start_client_span(self, cmd: Post | Open, url: str, headers: Any) -> tuple[Any, Any]:
+        """With tracing on, the call's ``CLIENT`` span and ``headers`` carrying it as the
+        worker's ``traceparent``; off: ``(None, headers)``, nothing built."""
+        if self.span is None:
+            return None, headers
+        span = self._client_span(cmd, url)
+        return span, self.rt.tracing.propagate(span, headers)  # type: ignore[union-attr]
+
+    def _end_client_span(self, span: Any, *, status: int | None = None, error: str | None = None) -> None:
+        if span is not None:
+            self.rt.tracing.end_client(span, status=status, error=error)  # type: ignore[union-attr]
+
     async def _post(self, cmd: Post) -> Answer:
         url, headers, body = self._request(cmd)
-        span = None
-        if self.span is not None:
-            span = self._client_span(cmd, url)
-            headers = self.rt.tracing.propagate(span, headers)  # type: ignore[union-attr]
+        span, headers = self._start_client_span(cmd, url, headers)
         try:
             answer = await self.rt.client.fetch(cmd.method, url, headers=headers, content=body,
                                                 timeout=self.route.upstream.timeouts,
                                                 upstream=self.route.upstream)
         except UpstreamError as exc:
-            if span is not None:
-                self.rt.tracing.end_client(span, error=exc.reason)  # type: ignore[union-attr]
+            self._end_client_span(span, error=exc.reason)
             raise
-        if span is not None:
-            self.rt.tracing.end_client(span, status=answer.status_code)  # type: ignore[union-attr]
+        self._end_client_span(span, status=answer.status_code)
         return _answer(answer.status_code, answer.content, answer.headers)
 
     async def _open(self, cmd: Open) -> Any:
@@ -306,23 +313,18 @@ class Driver:
             await earlier.aclose()
         self._responses = []
         self._end_stream_span()
-        span = None
-        if self.span is not None:
-            span = self._client_span(cmd, url)
-            headers = self.rt.tracing.propagate(span, headers)  # type: ignore[union-attr]
+        span, headers = self._start_client_span(cmd, url, headers)
         try:
             response = await self.rt.client.send(cmd.method, url, headers=headers, content=body,
                                                  timeout=self.route.upstream.timeouts,
                                                  upstream=self.route.upstream)
         except UpstreamError as exc:
-            if span is not None:
-                self.rt.tracing.end_client(span, error=exc.reason)  # type: ignore[union-attr]
+            self._end_client_span(span, error=exc.reason)
             raise
         self._responses.append(response)
         if response.status_code >= 300 or not is_event_stream(response.headers):
             content = await self.rt.client.read(response)
-            if span is not None:
-                self.rt.tracing.end_client(span, status=response.status_code)  # type: ignore[union-attr]
+            self._end_client_span(span, status=response.status_code)
             return _answer(response.status_code, content, response.headers)
         if span is not None:
             span.set_attribute("http.response.status_code", response.status_code)

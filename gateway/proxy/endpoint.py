@@ -182,6 +182,19 @@ class ExchangeHandler:
             await self.refuse(exchange, jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable", status=503)
             return None
 
+    async def drive_pushed(self, exchange: RequestExchange, push: PushStep) -> None:
+        """:meth:`drive` ``exchange`` after the push relay's step for it (docs/push.md §1): a
+        refused webhook is answered -32602 in the binding's form and nothing is forwarded;
+        otherwise the worker's answer gives the client its own webhook back, and the send's
+        inline configs are bound to the task the answer names."""
+        if push.refusal is not None:
+            await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
+            return
+        exchange.rewrite_result = push.restore
+        exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
+        await self.drive(exchange)
+        await push.settle(exchange.summary)
+
     async def drive(self, exchange: RequestExchange) -> None:
         """Run the exchange until the client's response is complete, watching for the
         client's disconnect (and, for streams, the shutdown deadline); then let it finish

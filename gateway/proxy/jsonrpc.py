@@ -85,13 +85,7 @@ class JsonRpcHandler(ExchangeHandler):
             reparsed = jsonrpc.parse_request(body, limits.max_json_depth)
             assert not isinstance(reparsed, jsonrpc.ParseFailure)
             exchange = build(reparsed, body)
-        if push.refusal is not None:
-            await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
-            return
-        exchange.rewrite_result = push.restore
-        exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
-        await self.drive(exchange)
-        await push.settle(exchange.summary)
+        await self.drive_pushed(exchange, push)
 
     async def refuse_auth(self, failure: AuthFailure) -> None:
         """HTTP 401 (503: the keys cannot be had now) with ``WWW-Authenticate: Bearer`` and a

@@ -128,13 +128,7 @@ class RestHandler(ExchangeHandler):
         if push.doc is not None:  # the configs name the gateway's callback (docs/push.md §1)
             body = jsonrpc.dumps(push.doc)
             exchange = build(push.doc, body)
-        if push.refusal is not None:
-            await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
-            return
-        exchange.rewrite_result = push.restore
-        exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
-        await self.drive(exchange)
-        await push.settle(exchange.summary)
+        await self.drive_pushed(exchange, push)
 
     async def refuse_auth(self, failure: AuthFailure) -> None:
         """HTTP 401 with ``WWW-Authenticate: Bearer`` (503 when the keys cannot be had now)

@@ -1,7 +1,8 @@
 """The push relay on the running gateway (docs/push.md): push configs on their way to the
 worker get a callback URL of the gateway's own (docs/push.md §1), the worker's notifications to
 it are checked, judged and put in the durable outbox (docs/push.md §2), and :meth:`PushRelay.deliver_observed`
-lets other parts of the gateway enqueue a task update they judged themselves.
+lets other parts of the gateway (the sweep) enqueue a task update they judged themselves
+(docs/push.md §2.1).
 
 Secrets: the client's webhook token and credentials live only in the ledger's push config
 entry; they are never logged, never in a metric and never sent to the worker. The worker's
@@ -23,9 +24,17 @@ import orjson
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
+from gateway.a2a.states import normalize_state
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.config import UpstreamConfig
-from gateway.errors import BodyTooLargeError, ClientGoneError, LedgerError, PushLimitError, VersionConflictError
+from gateway.errors import (
+    BodyTooLargeError,
+    ClientGoneError,
+    LedgerError,
+    PushLimitError,
+    UnknownStateError,
+    VersionConflictError,
+)
 from gateway.exchange.commands import REPORTS, AppendTimeline, Enqueue, Load, Loaded, Store
 from gateway.exchange.model import Summary
 from gateway.exchange.push import (
@@ -66,18 +75,20 @@ class PushConfigData:
     version: ProtocolVersion
     binding: Binding
     config_id: str | None
+    terminal_sent: bool = False  # the webhook was sent the task's terminal state (docs/push.md §2)
 
     def encode(self) -> bytes:
         w = self.webhook
         return orjson.dumps({"url": w.url, "token": w.token, "auth": w.authentication,
                              "wt": self.worker_token_sha256, "cb": self.callback_url,
-                             "v": self.version.value, "b": self.binding.value, "cid": self.config_id})
+                             "v": self.version.value, "b": self.binding.value, "cid": self.config_id,
+                             "ts": self.terminal_sent})
 
     @classmethod
     def decode(cls, data: bytes) -> PushConfigData:
         d = orjson.loads(data)
         return cls(Webhook(d["url"], d["token"], d["auth"]), d["wt"], d["cb"], ProtocolVersion(d["v"]),
-                   Binding(d["b"]), d["cid"])
+                   Binding(d["b"]), d["cid"], bool(d.get("ts", False)))
 
 
 @dataclass
@@ -298,7 +309,8 @@ class PushRelay:
             await _answer(send, 401, "wrong or missing X-A2A-Notification-Token")
             return
         policy = self.rt.policy(upstream, self.rt.card_cache(upstream).heartbeat_seconds())
-        sub = Subscription(callback_id, entry.upstream, entry.task_id, data.version, data.binding, entry.tenant)
+        sub = Subscription(callback_id, entry.upstream, entry.task_id, data.version, data.binding, entry.tenant,
+                           data.terminal_sent)
         try:
             verdict = await self._perform(judge_notification(policy, sub, body), entry)
         except PushLimitError:
@@ -309,7 +321,30 @@ class PushRelay:
             self.rt.metrics.push_refused.labels(entry.upstream, "ledger").inc()
             await _answer(send, 503, "gateway task ledger unavailable", retry_after=True)
             return
+        if verdict.ended:
+            await self._terminal_sent(callback_id)
         await _answer(send, verdict.status, verdict.reason or "accepted")
+
+    async def _terminal_sent(self, callback_id: str) -> None:
+        """Note on the push config that its webhook was sent the task's terminal state: what
+        the worker posts later is not delivered (docs/push.md §2). Best effort: a failure
+        leaves the flag off, and at most one more copy of the terminal state is delivered."""
+        cfg = self.rt.config.push
+        try:
+            current = await self.rt.ledger_call("get_push_config", lambda: self.rt.ledger.get_push_config(
+                callback_id))
+            if current is None:
+                return
+            data = PushConfigData.decode(current.data)
+            if data.terminal_sent:
+                return
+            data.terminal_sent = True
+            marked = PushConfigEntry(current.callback_id, current.upstream, current.task_id, data.encode(),
+                                     current.tenant)
+            await self.rt.ledger_call("put_push_config", lambda: self.rt.ledger.put_push_config(
+                marked, time.time(), max_per_task=cfg.max_configs_per_task, max_total=cfg.max_configs_total))
+        except (LedgerError, PushLimitError):
+            pass
 
     async def _perform(self, gen: Generator[Any, Any, Any], entry: PushConfigEntry) -> Any:
         """Run a notification's commands (Load, Store, Enqueue and the reports) for the push
@@ -367,9 +402,11 @@ class PushRelay:
 
     async def deliver_observed(self, upstream: str, task_id: str, stream_response: dict, *, tenant: str = "") -> int:
         """Enqueue one already-judged, already-recorded v1.0 StreamResponse (e.g. ``{"task":
-        {...}}`` from a GetTask answer) for every push config of the task, translated per
-        config's client version and binding (docs/push.md §2). Returns how many outbox entries
-        were added (0: the task has no push config, or push is off).
+        {...}}`` from the sweep's GetTask answer, docs/push.md §2.1) for every push config of
+        the task under ``(upstream, tenant, task_id)``, written per config's client version
+        and binding (:func:`~gateway.exchange.push.client_body`, docs/push.md §2); not judged
+        again. Returns how many outbox entries were added (0: the task has no push config, or
+        push is off).
 
         Raises:
             LedgerError: the ledger failed. PushLimitError: the outbox is full (entries added
@@ -379,13 +416,28 @@ class PushRelay:
             return 0
         entries = await self.rt.ledger_call("push_configs", lambda: self.rt.ledger.push_configs(
             upstream, task_id, tenant=tenant))
+        terminal = _is_terminal(stream_response)
         added = 0
         for entry in entries:
             data = PushConfigData.decode(entry.data)
+            if data.terminal_sent:  # this webhook has had the task's end already
+                continue
             await self._enqueue(upstream, task_id, entry.callback_id,
                                 client_body(stream_response, data.version, data.binding), tenant)
             added += 1
+            if terminal:
+                await self._terminal_sent(entry.callback_id)
         return added
+
+
+def _is_terminal(stream_response: dict) -> bool:
+    """True when a v1.0 StreamResponse's Task or status update is in a terminal state."""
+    item = stream_response.get("task") or stream_response.get("statusUpdate")
+    status = item.get("status") if isinstance(item, dict) else None
+    try:
+        return isinstance(status, dict) and normalize_state(status.get("state"), ProtocolVersion.V1_0).state.is_terminal
+    except UnknownStateError:
+        return False
 
 
 def _config_ids(operation: Operation, doc: Any, n: int) -> list[str | None]:

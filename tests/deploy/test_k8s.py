@@ -176,6 +176,10 @@ def test_probes_hit_what_a_running_gateway_serves(rendered: dict[str, Any], over
     with serve_in_thread(worker, name="worker") as wsrv:
         config["upstreams"] = [{**u, "url": wsrv.url + "/"} for u in config["upstreams"]]
         config["ledger"] = {"url": "memory"}  # (a Redis ledger's other settings need Redis)
+        if config.get("callers", {}).get("secret_file"):  # the mounted Secret's file, here
+            secret = tmp_path / "callers-secret"
+            secret.write_text("0123456789abcdef0123456789abcdef\n")
+            config["callers"] = {**config["callers"], "secret_file": str(secret)}
         app = build_app(parse_config(config))
         with serve_gateway(app) as (gsrv, admin), httpx.Client(trust_env=False, timeout=5) as http:
             scrape_path = annotations.get("prometheus.io/path", "/metrics")

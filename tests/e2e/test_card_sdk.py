@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from demo.worker import build_worker_app
 from gateway.app import build_app
 from gateway.config import sidecar_config
+from tests.support.asgi import request_body
 from tests.support.gateway import serve_gateway
 from tests.support.servers import RunningServer, serve_in_thread
 
@@ -48,12 +49,7 @@ class CardSwitch:
                 await self._altered(scope, receive, send)
                 return
         if scope["type"] == "http" and scope["method"] == "POST":
-            body = b""
-            while True:
-                message = await receive()
-                body += message.get("body", b"")
-                if not message.get("more_body"):
-                    break
+            body = await request_body(receive)
             self.methods.append(orjson.loads(body).get("method", "?"))
             sent = False
 

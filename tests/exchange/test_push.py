@@ -3,6 +3,7 @@ plain values out: config rewriting and restoring, and a notification judged as a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Generator
 from typing import Any
 
@@ -24,7 +25,8 @@ from gateway.exchange.push import (
     restore_answer,
     rewrite_request,
 )
-from gateway.invariants.model import Clock
+from gateway.a2a.states import TaskState
+from gateway.invariants.model import Clock, TaskRecord
 
 CB = "https://gw.example/_a2a_gateway/push/cb-1"
 
@@ -144,12 +146,30 @@ def test_a_notification_is_normalized_stored_then_enqueued() -> None:
 
 def test_a_notification_after_the_terminal_state_is_not_delivered() -> None:
     ledger = Ledger()
-    run(judge_notification(POLICY, sub(), status("TASK_STATE_CANCELED")), ledger)
-    verdict, seen = run(judge_notification(POLICY, sub(), status("TASK_STATE_COMPLETED")), ledger)
+    first, _ = run(judge_notification(POLICY, sub(), status("TASK_STATE_CANCELED")), ledger)
+    assert first.ended  # the webhook had the task's end: the shell marks its config terminal_sent
+    done = dataclasses.replace(sub(), terminal_sent=True)
+    verdict, seen = run(judge_notification(POLICY, done, status("TASK_STATE_COMPLETED")), ledger)
     assert verdict.status == 200 and verdict.reason == "invariant"
     assert enqueued(seen) == []
     assert Count("push_refused", ("invariant",)) in seen
     assert ledger.get("w", "t-1").state.value == "TASK_STATE_CANCELED"  # type: ignore[union-attr]
+
+
+def test_a_webhook_gets_the_terminal_state_once_even_when_the_ledger_had_it_first() -> None:
+    """A cancel's answer recorded CANCELED before the worker's CANCELED notification: the
+    webhook has not had the end yet, so it gets it — the recorded status, even when the worker
+    now says otherwise (docs/push.md §2)."""
+    ledger = Ledger()
+    ledger.put(TaskRecord("w", "t-1", "c", TaskState.CANCELED, 1.0,
+                          terminal_status={"state": "TASK_STATE_CANCELED"}), 0)
+    verdict, seen = run(judge_notification(POLICY, sub(), status("TASK_STATE_CANCELED")), ledger)
+    assert verdict.reason is None and verdict.ended
+    (body,) = enqueued(seen)
+    assert body["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+    verdict, seen = run(judge_notification(POLICY, sub(), status("TASK_STATE_COMPLETED")), ledger)
+    (body,) = enqueued(seen)
+    assert body["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED" and verdict.ended
 
 
 def test_an_unknown_state_is_refused_and_nothing_enqueued() -> None:

@@ -93,7 +93,7 @@ def sweep(road: ProbeRoute, acts: list[dict[str, Any]], stored: TaskRecord | Non
           listed: LiveTask | None = None) -> tuple[Offline, SweepExchange]:
     ledger = Ledger()
     if stored is not None:
-        ledger.records[("w", "", "t-1")] = stored
+        ledger.records[("w", stored.tenant, "t-1")] = stored
     off = Offline(upstream="w", ledger=ledger, now=NOW, worker=deque(acts))
     listed = listed or task()
     exchange = SweepExchange(listed, probe_exchange(road, listed, CARD, POLICY), POLICY,
@@ -128,6 +128,10 @@ def test_a_task_the_worker_now_calls_failed_is_recorded_failed_and_a_stale_recor
     assert [(f.kind, f.category) for f in off.findings] == [("stale_record", "divergence")]
     assert ex.result.outcome == "changed" and ex.result.state == "TASK_STATE_FAILED"
     assert ex.result.task["status"]["state"] == "TASK_STATE_FAILED"  # the Task as recorded, v1.0
+    # the timeline says it was the gateway's own GetTask, and why (docs/observability.md §2)
+    [(task_id, entry)] = off.timeline
+    assert (task_id, entry.direction, entry.forced_get, entry.method) == ("t-1", "probe", "sweep", "GetTask")
+    assert (entry.state_received, entry.state) == ("TASK_STATE_FAILED", "TASK_STATE_FAILED")
 
 
 def test_a_task_still_working_is_observed_again_with_no_finding() -> None:
@@ -135,6 +139,7 @@ def test_a_task_still_working_is_observed_again_with_no_finding() -> None:
     stored = off.ledger.records[("w", "", "t-1")]
     assert stored.state is TaskState.WORKING and stored.observed_at == NOW  # not due again for a heartbeat
     assert off.findings == [] and ex.result.outcome == "unchanged" and ex.result.task is None
+    assert off.timeline == []  # a sweep that changed nothing is no entry: heartbeats would crowd the bound
 
 
 def test_a_v03_only_worker_is_asked_tasks_get_and_its_answer_recorded_in_v10_form() -> None:
@@ -169,7 +174,27 @@ def test_a_rest_probe_names_the_tenant_percent_encoded_as_one_path_segment() -> 
     road = ProbeRoute(REST, V10, "/api")
     assert off.run(SweepExchange(listed, probe_exchange(road, listed, CARD, POLICY), POLICY).run())
     [post] = posts(off)
-    assert post.target == "/api/a%2F..%2Fadmin%3Fx%3D1%23y/tasks/t-1?historyLength=0"
+    assert post.target == "/a%2F..%2Fadmin%3Fx%3D1%23y/api/tasks/t-1?historyLength=0"
+
+
+def test_a_tenants_task_is_asked_with_its_tenant_before_the_rest_prefix() -> None:
+    act = {"answer": {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_FAILED"}}}
+    stored = dataclasses.replace(record(), tenant="acme/eu")
+    off, ex = sweep(ProbeRoute(REST, V10, "/rest"), [act], stored, task(tenant="acme/eu"))
+    [post] = posts(off)
+    # as a client's REST path through the gateway names it, and a2a-sdk mounts it (docs/callers.md §1)
+    assert post.target == "/acme%2Feu/rest/tasks/t-1?historyLength=0"
+    assert off.ledger.records[("w", "acme/eu", "t-1")].state is TaskState.FAILED and ex.result.outcome == "changed"
+    [(_, entry)] = off.timeline
+    assert (entry.direction, entry.forced_get) == ("probe", "sweep")
+
+
+def test_a_tenants_task_is_asked_with_params_tenant_over_json_rpc() -> None:
+    stored = dataclasses.replace(record(), tenant="acme")
+    off, ex = sweep(ProbeRoute(JSONRPC, V10, "/"), [answer("TASK_STATE_FAILED")], stored, task(tenant="acme"))
+    [post] = posts(off)
+    assert orjson.loads(post.body)["params"] == {"id": "t-1", "historyLength": 0, "tenant": "acme"}
+    assert off.ledger.records[("w", "acme", "t-1")].state is TaskState.FAILED and ex.result.outcome == "changed"
 
 
 def test_an_unreachable_worker_leaves_the_record_untouched() -> None:

@@ -77,10 +77,15 @@ def test_admin_timeline_shows_the_observations_the_finding_and_the_local_refusal
 
     missing = httpx.get(h.admin.url + "/tasks/worker/t-none/timeline", trust_env=False)
     assert missing.status_code == 404
-    # no tenant is a namespace of its own (docs/callers.md §1): tenant acme has no task t-7,
-    # neither its timeline nor the record of the task t-7 without a tenant
+    # another tenant's namespace holds neither the record nor the timeline of tenant "" (docs/callers.md §1)
     other_tenant = httpx.get(h.admin.url + "/tasks/worker/t-7/timeline?tenant=acme", trust_env=False)
-    assert other_tenant.status_code == 404, other_tenant.text
+    assert other_tenant.status_code == 404 and "tenant 'acme'" in other_tenant.json()["error"]
+    h.worker.on("GetTask", json_result=task("t-7", "working"))
+    in_acme = {**get_task(4, "t-7"), "params": {"id": "t-7", "tenant": "acme"}}
+    assert h.rpc(in_acme, headers=V1).json()["result"]["status"]["state"] == "TASK_STATE_WORKING"
+    acme = httpx.get(h.admin.url + "/tasks/worker/t-7/timeline?tenant=acme", trust_env=False).json()
+    assert acme["tenant"] == "acme" and acme["record"]["state"] == "TASK_STATE_WORKING"
+    assert acme["record"]["terminal"] is False and [e["method"] for e in acme["timeline"]] == ["GetTask"]
 
 
 def test_ledger_show_prints_the_timeline_readably(sqlite_harness: tuple[Harness, str]) -> None:

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
+import orjson
 import pytest
 
 from gateway.config import TracingConfig
@@ -17,7 +21,7 @@ from gateway.observability import tracing
 from tests.proxy.conftest import Harness
 from tests.support.objects import task
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
-from tests.support.servers import serve_in_thread
+from tests.support.servers import free_port, serve_in_thread, subprocess_server, wait_until
 
 V1 = {"A2A-Version": "1.0"}
 
@@ -147,3 +151,40 @@ def test_tracing_is_off_unless_configured(env: dict[str, str], enabled: bool | N
 def test_tracing_off_builds_no_span(h: Harness) -> None:
     assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in os.environ
     assert h.runtime.tracing is None
+
+
+@pytest.mark.parametrize(("configured", "env", "expected"), [
+    ("http://c:4318/v1/traces", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:1"}, "http://c:4318/v1/traces"),
+    (None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:1/spans", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:1"},
+     "http://t:1/spans"),
+    (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:1"}, "http://x:1/v1/traces"),
+    (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:1/"}, "http://x:1/v1/traces"),
+    (None, {}, "http://localhost:4318/v1/traces"),
+])
+def test_the_logged_endpoint_is_the_one_the_exporter_posts_to(configured: str | None, env: dict[str, str],
+                                                             expected: str) -> None:
+    assert tracing.traces_endpoint(configured, env) == expected
+
+
+@pytest.mark.slow
+def test_an_unreachable_collector_leaves_the_gateway_serving_and_its_warnings_json(tmp_path: Path) -> None:
+    """``OTEL_EXPORTER_OTLP_ENDPOINT`` at a closed port: requests are answered, and the SDK's
+    export warnings are the gateway's JSON lines on stderr, not plain text."""
+    from demo.worker import build_worker_app
+
+    closed, port, admin_port = free_port(), free_port(), free_port()
+    with serve_in_thread(build_worker_app("http://127.0.0.1:9/"), name="worker") as worker:
+        cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", worker.url + "/", "--ledger", "memory",
+               "--port", str(port), "--admin-port", str(admin_port)]
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed}", "OTEL_BSP_SCHEDULE_DELAY": "50",
+               "A2A_GATEWAY_STATE_DIR": str(tmp_path)}
+        with subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz", env=env) as proc:
+            r = httpx.post(f"http://127.0.0.1:{port}/", json=send(1), headers={"A2A-Version": "1.0"},
+                           trust_env=False, timeout=10)
+            assert r.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            wait_until(lambda: "exporting spans" in proc.stderr_text(), timeout=15)
+            lines = proc.stderr_text().splitlines()
+    docs = [orjson.loads(line) for line in lines if line.strip()]  # every line is JSON
+    enabled = [d for d in docs if d["event"] == "tracing_enabled"]
+    assert [d["endpoint"] for d in enabled] == [f"http://127.0.0.1:{closed}/v1/traces"]
+    assert any(d["level"] == "warning" and "exporting spans" in d["event"] for d in docs)

@@ -377,3 +377,41 @@ def test_a_create_with_the_same_config_id_replaces_the_stored_config(stack: Stac
     assert len(stored) == 1
     listed = rpc(stack.gateway.url, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})["result"]["configs"]
     assert [c["url"] for c in listed] == [f"{stack.receiver_url}/replaced-11"]
+
+
+def states_of(posts: list[Any]) -> list[str]:
+    out = []
+    for post in posts:
+        inner = post.json().get("statusUpdate") or post.json().get("task") or {}
+        state = (inner.get("status") or {}).get("state")
+        if state:
+            out.append(state)
+    return out
+
+
+def test_a_cancel_through_the_gateway_still_reaches_the_webhook_once(stack: Stack) -> None:
+    """The client cancels through the gateway: the cancel's answer records CANCELED before the
+    worker's CANCELED notification arrives. That notification is still this webhook's first
+    terminal one, so it is delivered (once); what the worker posts after it is not (docs/push.md §2)."""
+    hook = f"{stack.receiver_url}/cancel"
+    answer = rpc(stack.gateway.url, "SendMessage", {"message": message("slow"), "configuration": {
+        "returnImmediately": True, "taskPushNotificationConfig": {"url": hook, "token": "t"}}})
+    task = answer["result"]["task"]
+    wait_until(lambda: "TASK_STATE_WORKING" in states_of(notifications_of(stack, "/cancel")), timeout=10)
+    canceled = rpc(stack.gateway.url, "CancelTask", {"id": task["id"]})
+    assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+    wait_until(lambda: "TASK_STATE_CANCELED" in states_of(notifications_of(stack, "/cancel")), timeout=10,
+               message="the worker's CANCELED notification reaches the webhook")
+    wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
+    (entry,) = stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))
+    assert orjson.loads(entry.data)["ts"] is True  # the webhook has had the task's end
+    (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs",
+                         {"taskId": task["id"]})["result"]["configs"]
+    again = orjson.dumps({"statusUpdate": {"taskId": task["id"], "contextId": task["contextId"],
+                                           "status": {"state": "TASK_STATE_CANCELED"}}})
+    with httpx.Client(trust_env=False, timeout=5) as client:
+        ok = client.post(worker_view["url"], content=again,
+                         headers={"X-A2A-Notification-Token": worker_view["token"]})
+    assert ok.status_code == 200
+    assert stack.ledger_call(lambda led: led.outbox_depth()) == 0
+    assert states_of(notifications_of(stack, "/cancel")).count("TASK_STATE_CANCELED") == 1

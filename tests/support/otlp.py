@@ -20,6 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanPb
 
+from tests.support.asgi import request_body
 from tests.support.servers import wait_until
 
 __all__ = ["OtlpReceiver", "ReceivedSpan"]
@@ -56,12 +57,7 @@ class OtlpReceiver:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await request_body(receive)
         if scope["method"] != "POST" or scope["path"] != "/v1/traces":
             await send({"type": "http.response.start", "status": 404, "headers": []})
             await send({"type": "http.response.body", "body": b""})

@@ -3,11 +3,15 @@ notifications with the SDK's own sender, and a webhook receiver that records wha
 
 Public API
 ----------
-- ``build_push_worker_app(public_url)`` -> the demo worker (``demo/worker.py``'s executor,
+- ``build_push_worker_app(public_url, rest_only=False)`` -> the demo worker (``demo/worker.py``'s executor,
   card and routes) with ``pushNotifications`` on, the SDK's ``InMemoryPushNotificationConfigStore``
   and ``BasePushNotificationSender`` (an httpx client that does not read proxy settings);
-  ``app.state.push_store`` is the worker's config store.
-- ``Receiver()`` -> an ASGI webhook: records every POST (``.posts``, :class:`Post`), answers
+  ``app.state.push_store`` is the worker's config store, ``app.state.task_store`` its task
+  store (a test rewrites a stored task there, as a worker's restart would). ``rest_only``:
+  HTTP+JSON v1.0 alone (``/rest``, and ``/{tenant}/rest`` as a2a-sdk mounts tenants), in the
+  card as on the wire.
+- ``Receiver()`` -> an ASGI webhook: records every POST (``.posts``, :class:`Post`, with its
+  arrival time on the monotonic clock), answers
   ``.status`` (200 by default; set 503 to make deliveries fail).
 """
 
@@ -15,8 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -28,16 +33,21 @@ from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, c
 from a2a.server.tasks import BasePushNotificationSender, InMemoryPushNotificationConfigStore, InMemoryTaskStore
 
 from demo.worker import DemoAgentExecutor, build_agent_card
+from tests.support.asgi import request_body
 
 __all__ = ["Post", "Receiver", "build_push_worker_app"]
 
 
-def build_push_worker_app(public_url: str) -> Starlette:
+def build_push_worker_app(public_url: str, *, rest_only: bool = False) -> Starlette:
     card = build_agent_card(public_url)
     card.capabilities.push_notifications = True
-    store = InMemoryPushNotificationConfigStore()
+    if rest_only:  # a worker of HTTP+JSON v1.0 alone: its card names no other interface
+        rest = [i for i in card.supported_interfaces if i.protocol_binding == "HTTP+JSON"]
+        del card.supported_interfaces[:]
+        card.supported_interfaces.extend(rest)
+    store, tasks = InMemoryPushNotificationConfigStore(), InMemoryTaskStore()
     http = httpx.AsyncClient(trust_env=False, timeout=5.0)
-    handler = DefaultRequestHandler(agent_executor=DemoAgentExecutor(), task_store=InMemoryTaskStore(),
+    handler = DefaultRequestHandler(agent_executor=DemoAgentExecutor(), task_store=tasks,
                                     agent_card=card, push_config_store=store,
                                     push_sender=BasePushNotificationSender(http, store))
 
@@ -49,10 +59,12 @@ def build_push_worker_app(public_url: str) -> Starlette:
             await handler.aclose()
             await http.aclose()
 
-    routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True),
-              *create_rest_routes(handler, enable_v0_3_compat=True, path_prefix="/rest")]
+    routes = [*create_agent_card_routes(card),
+              *([] if rest_only else create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)),
+              *create_rest_routes(handler, enable_v0_3_compat=not rest_only, path_prefix="/rest")]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.push_store = store
+    app.state.task_store = tasks
     return app
 
 
@@ -63,6 +75,8 @@ class Post:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.monotonic)
+    """When it arrived (``time.monotonic()``)."""
 
     def json(self) -> Any:
         return orjson.loads(self.body)
@@ -80,12 +94,7 @@ class Receiver:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await request_body(receive)
         status = self.status
         with self._lock:
             self.attempts += 1
