@@ -26,3 +26,17 @@ def test_the_restart_warning_names_only_what_changed(caplog: pytest.LogCaptureFi
     with caplog.at_level(logging.WARNING, logger="a2a_gateway"):
         runtime.apply_config(parse_config(BASE))
     assert not [r for r in caplog.records if r.getMessage() == "config_needs_restart"]
+
+
+def test_a_reload_that_changes_log_or_the_answer_bound_warns_and_keeps_them(caplog: pytest.LogCaptureFixture) -> None:
+    """``log`` and ``limits.max_answer_bytes`` are read at start (README, "Running it"): a SIGHUP
+    that changes them says so and keeps the running values; the rest of ``limits`` applies."""
+    runtime = build_app(parse_config(BASE), registry=CollectorRegistry()).state.runtime
+    changed = parse_config({**BASE, "log": {"level": "debug"},
+                            "limits": {"max_answer_bytes": 1024 * 1024, "max_body_bytes": 4096}})
+    with caplog.at_level(logging.WARNING, logger="a2a_gateway"):
+        runtime.apply_config(changed)
+    [record] = [r for r in caplog.records if r.getMessage() == "config_needs_restart"]
+    assert record.keys == ["log", "limits.max_answer_bytes"]
+    assert runtime.config.log.level == "info" and runtime.config.limits.max_answer_bytes == 16 * 1024 * 1024
+    assert runtime.config.limits.max_body_bytes == 4096

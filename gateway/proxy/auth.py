@@ -152,11 +152,14 @@ class JwtVerifier:
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=cfg.fetch_timeout_seconds, trust_env=False)
         try:
-            response = await self._http.get(cfg.jwks_url, headers={"accept": "application/json"})
-            response.raise_for_status()
-            if len(response.content) > MAX_JWKS_BYTES:
-                raise ValueError(f"larger than {MAX_JWKS_BYTES} bytes")
-            self._keys = _key_set(response.content)
+            async with self._http.stream("GET", cfg.jwks_url, headers={"accept": "application/json"}) as response:
+                response.raise_for_status()
+                content = b""
+                async for chunk in response.aiter_bytes():  # read no further than the bound
+                    content += chunk
+                    if len(content) > MAX_JWKS_BYTES:
+                        raise ValueError(f"larger than {MAX_JWKS_BYTES} bytes")
+            self._keys = _key_set(content)
         except (httpx.HTTPError, ValueError) as exc:
             self.log.warning("jwks_fetch_failed", extra={"url": cfg.jwks_url, "error": str(exc),
                                                          "keys_held": self._keys is not None})

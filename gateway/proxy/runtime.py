@@ -113,11 +113,16 @@ class Runtime:
         they keep their old values (a warning says so). Returns the names of the upstreams whose cache was kept.
         """
         old = getattr(self, "config", None)
-        kept_keys = ("listen", "admin", "ledger", "replay_window", "timeline", "tracing", "callers", "auth")
+        kept_keys = ("listen", "admin", "ledger", "replay_window", "timeline", "tracing", "callers", "auth",
+                     "log")
         changed = [key for key in kept_keys if old is not None and getattr(old, key) != getattr(config, key)]
+        if old is not None and old.limits.max_answer_bytes != config.limits.max_answer_bytes:
+            changed.append("limits.max_answer_bytes")  # the upstream clients' read bound, set at start
         if changed:
             self.log.warning("config_needs_restart", extra={"keys": changed})
-            config = config.model_copy(update={key: getattr(old, key) for key in kept_keys})
+            limits = config.limits.model_copy(update={"max_answer_bytes": old.limits.max_answer_bytes})
+            config = config.model_copy(update={**{key: getattr(old, key) for key in kept_keys},
+                                               "limits": limits})
         kept: set[str] = set()
         fresh: dict[str, CardCache] = {}
         for upstream in config.upstreams:

@@ -4,6 +4,8 @@ callers seen on a task, tenants kept apart, rotated caller secrets, bearer JWTs.
 
 from __future__ import annotations
 
+import asyncio
+
 import logging
 import time
 import uuid
@@ -419,3 +421,50 @@ def test_a_resume_from_the_window_is_replayed_only_to_a_caller_seen(make_harness
     replayed = [f["data"]["result"] for f in frames(raw) if isinstance(f["data"], dict)]
     assert [e["statusUpdate"]["status"]["state"] for e in replayed] == ["TASK_STATE_COMPLETED"]
     assert len(h.worker.calls("SubscribeToTask")) == 1  # Alice's resume was the gateway's
+
+
+class EndlessJwks:
+    """A JWKS URL whose answer never ends: 64 KiB chunks until the reader hangs up."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b'{"keys": [', "more_body": True})
+        gone = asyncio.Event()
+
+        async def watch() -> None:  # the reader hanging up is an http.disconnect
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.ensure_future(watch())
+        chunk = b'{"kty": "oct", "k": "' + b"A" * 65536 + b'"},'
+        while not gone.is_set() and self.sent < 256 * 1024 * 1024:  # the test's own bound: 256 MiB
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            self.sent += len(chunk)
+            await asyncio.sleep(0)
+        watcher.cancel()
+        if not gone.is_set():
+            await send({"type": "http.response.body", "body": b"]}"})
+
+
+def test_a_jwks_answer_over_the_bound_is_not_read_to_its_end(make_harness: Any, keys: Keys, secret: str) -> None:
+    """The JWKS fetch stops reading at MAX_JWKS_BYTES (gateway/proxy/auth.py): the request is
+    answered 503 (no keys can be had) and the endless answer is not held in memory."""
+    from gateway.proxy.auth import MAX_JWKS_BYTES
+
+    endless = EndlessJwks()
+    with serve_in_thread(endless, name="endless-jwks") as server:
+        h = make_harness(auth={"jwt": {"issuer": ISSUER, "audience": AUDIENCE,
+                                       "jwks_url": server.url + "/jwks.json", "algorithms": ["RS256"]}})
+        _serve(h, OwnedTasks())
+        r = h.rpc({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1"}},
+                  headers=_bearer(keys.token("alice")))
+        assert r.status_code == 503, r.text
+        assert h.rpc_calls() == []
+        assert endless.sent < 64 * MAX_JWKS_BYTES  # hung up on long before the answer's end
