@@ -49,6 +49,7 @@ def otlp() -> Iterator[tuple[OtlpReceiver, str]]:
 @pytest.fixture
 def traced(make_harness: Any, otlp: tuple[OtlpReceiver, str], monkeypatch: pytest.MonkeyPatch) -> tuple[Harness, OtlpReceiver]:
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # export every 50 ms, not 5 s
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")  # an export given up on in 2 s, not 10 s
     receiver, endpoint = otlp
     h = make_harness(tracing={"enabled": True, "endpoint": endpoint, "service_name": "gw-under-test"})
     assert h.runtime.tracing is not None
@@ -177,6 +178,7 @@ def test_an_unreachable_collector_leaves_the_gateway_serving_and_its_warnings_js
         cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", worker.url + "/", "--ledger", "memory",
                "--port", str(port), "--admin-port", str(admin_port)]
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed}", "OTEL_BSP_SCHEDULE_DELAY": "50",
+               "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
                "A2A_GATEWAY_STATE_DIR": str(tmp_path)}
         with subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz", env=env) as proc:
             r = httpx.post(f"http://127.0.0.1:{port}/", json=send(1), headers={"A2A-Version": "1.0"},
