@@ -799,13 +799,7 @@ class SqliteLedger(SqlitePushStore):
 
     async def prune_timeline(self, older_than: float) -> int:
         """Delete entries kept before ``older_than``, in chunks of :data:`PRUNE_CHUNK`."""
-        deleted = 0
-        while True:
-            n = await self._submit(lambda c: c.execute(_TIMELINE_PRUNE, (older_than, PRUNE_CHUNK)).rowcount,
-                                   write=True)
-            deleted += n
-            if n < PRUNE_CHUNK:
-                return deleted
+        return await self._prune_in_chunks(_TIMELINE_PRUNE, older_than)
 
     async def prune_events(self, older_than: float) -> int:
         """Delete every window event appended at an ``at`` before ``older_than`` (epoch
@@ -813,10 +807,14 @@ class SqliteLedger(SqlitePushStore):
 
         Returns how many were deleted.
         """
+        return await self._prune_in_chunks(_EVENT_PRUNE, older_than)
+
+    async def _prune_in_chunks(self, sql: str, older_than: float) -> int:
+        """Run the deleting ``sql`` (parameters: the time, the chunk size) until it deletes
+        fewer than :data:`PRUNE_CHUNK` rows, one write operation per chunk; how many in all."""
         deleted = 0
         while True:
-            n = await self._submit(lambda c: c.execute(_EVENT_PRUNE, (older_than, PRUNE_CHUNK)).rowcount,
-                                   write=True)
+            n = await self._submit(lambda c: c.execute(sql, (older_than, PRUNE_CHUNK)).rowcount, write=True)
             deleted += n
             if n < PRUNE_CHUNK:
                 return deleted
