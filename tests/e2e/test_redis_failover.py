@@ -23,6 +23,7 @@ With ``min_replica_acks: 1`` both must be 0; with acknowledgement off the number
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -159,6 +160,11 @@ async def _follow_ups(gateway_url: str, task_ids: list[str]) -> Counter[str]:
     return answers
 
 
+# redis-py (8.1) can drop a connection to the killed primary without closing it when a command
+# on it is cancelled mid-failover (a client of the test's load gone, a replica-ack wait ended);
+# its __del__ closes the socket and warns. Seen once in CI, in about 1 run of 8: ignored here,
+# and collected before the test ends so the warning cannot land in a later test.
+@pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning")
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("link", ["direct", "partitioned"])
 @pytest.mark.parametrize("acks", [1, 0], ids=["acks-on", "acks-off"])
@@ -185,6 +191,7 @@ def test_a_primary_killed_under_load(acks: int, link: str) -> None:
             worker_calls_before = len(worker.calls("SendMessage"))
             answers = asyncio.run(_follow_ups(gsrv.url, run.acked))
             reached = len(worker.calls("SendMessage")) - worker_calls_before
+    gc.collect()
     lost = sum(1 for term in held if term != b"1")
     summary = {"min_replica_acks": acks, "link": link, "sent": run.sent, "acked": len(run.acked), **facts,
                "outcomes": dict(run.outcomes), "replica_ack_failures": getattr(ledger, "replica_ack_failures", None),
