@@ -21,10 +21,15 @@ from gateway.invariants.timeline import TimelineEntry
 @dataclass(slots=True)
 class Load:
     """Read the record of ``task_id`` in ``tenant`` (``None``: no task, only the time;
-    docs/callers.md §1). Reply: :class:`Loaded`. Throws :class:`~gateway.errors.LedgerError`."""
+    docs/callers.md §1). With ``cached``, the record this exchange itself last read or stored
+    (and its version) may answer without a ledger call; the reply says so (``Loaded.cached``),
+    and only a :class:`Store` over that version proves it current (docs/architecture.md,
+    "A stream holds its record"). Reply: :class:`Loaded`. Throws
+    :class:`~gateway.errors.LedgerError`."""
 
     task_id: str | None
     tenant: str = ""
+    cached: bool = False
 
 
 @dataclass(slots=True)
@@ -39,6 +44,9 @@ class Loaded:
     clock: Clock
     version: int = 0
     needs_resync: bool = False
+    cached: bool = False
+    """True when the exchange's own last read or store answered (a ``Load(cached=True)``),
+    not the ledger: the record may have moved since."""
 
 
 @dataclass(slots=True)
@@ -66,6 +74,19 @@ class AppendEvent:
     lineage: str | None
     payload: bytes
     tenant: str = ""
+
+
+@dataclass(slots=True)
+class StoreAndAppend:
+    """A :class:`Store` and an :class:`AppendEvent` of the event it was judged from, as one
+    ledger operation: the event is added to the window only when the compare-and-set holds,
+    and both are kept or neither (docs/resume.md §2). Reply: ``(version, event_id, lineage)``.
+    Throws :class:`~gateway.errors.VersionConflictError` (nothing was kept) or
+    :class:`~gateway.errors.LedgerError`."""
+
+    record: TaskRecord
+    expected_version: int
+    event: AppendEvent
 
 
 @dataclass(slots=True)

@@ -15,11 +15,20 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.a2a.jsonrpc import Operation
 from gateway.errors import LedgerError, VersionConflictError
-from gateway.exchange.commands import AppendTimeline, Count, Found, Load, Loaded, Store
+from gateway.exchange.commands import (
+    AppendEvent,
+    AppendTimeline,
+    Count,
+    Found,
+    Load,
+    Loaded,
+    Store,
+    StoreAndAppend,
+)
 from gateway.exchange.model import Policy
 from gateway.invariants import engine
 from gateway.invariants.model import Action, Exchange, Outcome, StreamState, TaskRecord
@@ -45,6 +54,20 @@ def only_fresher(old: TaskRecord | None, new: TaskRecord) -> bool:
     return bool(_content(new) == _content(old))
 
 
+class WindowSink(Protocol):
+    """Where a stream event's judge puts the event into the replay window together with the
+    record (:class:`~gateway.exchange.commands.StoreAndAppend`): the stream side."""
+
+    def window_event(self, outcome: Outcome) -> AppendEvent | None:
+        """The window append of the event judged as ``outcome``; ``None`` when it is not
+        delivered (refused, dropped, a repeated snapshot) or the window is off."""
+        ...
+
+    def appended(self, event_id: str, lineage: str) -> None:
+        """The append of :meth:`window_event` was kept with the record, as ``event_id``."""
+        ...
+
+
 def load(policy: Policy, task_id: str | None, tenant: str = "") -> Generator[Any, Any, Loaded]:
     """The record of ``task_id`` in ``tenant`` and the time.
 
@@ -63,7 +86,7 @@ def load(policy: Policy, task_id: str | None, tenant: str = "") -> Generator[Any
 
 def judge(
     policy: Policy, ex: Exchange, stream: StreamState | None, result: Any, *,
-    direction: str = "answer", forced_get: str | None = None,
+    direction: str = "answer", forced_get: str | None = None, window: WindowSink | None = None,
 ) -> Generator[Any, Any, Outcome]:
     """Judge one worker payload (a unary ``result`` or one stream event's ``result``) and
     store its ledger change first. A ``ListTasks`` result is judged task by task
@@ -74,6 +97,13 @@ def judge(
     (:func:`~gateway.invariants.engine.with_caller`, docs/callers.md §2): the worker answered
     that caller about that task.
 
+    A stream event (``window`` given) is judged first against the record its stream last
+    read or stored (``Load(cached=True)``; docs/architecture.md, "A stream holds its record"):
+    when the outcome changes the record, the compare-and-set over that version proves the record
+    current, and the event goes into the replay window in the same ledger operation
+    (``window.window_event``); when it changes nothing, the record is read again, and the
+    event judged again only if it moved.
+
     Returns the engine's :class:`~gateway.invariants.model.Outcome`, its findings reported.
 
     Raises:
@@ -83,10 +113,17 @@ def judge(
     if ex.operation is Operation.LIST:
         return (yield from judge_list(policy, ex, result))
     task_id = engine.payload_task_id(result)
-    load = Load(task_id, ex.tenant)
+    load = fresh = Load(task_id, ex.tenant)
+    if window is not None and task_id is not None:
+        load = Load(task_id, ex.tenant, cached=True)
+    again: Loaded | None = None  # a record read already, to be judged on
     try:
         for _ in range(CAS_ATTEMPTS):  # one generator level: this runs once per SSE event
-            loaded: Loaded = yield load
+            if again is None:
+                loaded: Loaded = yield load
+            else:
+                loaded, again = again, None
+            load = fresh
             record = loaded.record
             outcome = engine.check_payload(ex, stream, record, result, loaded.clock)
             new = outcome.record
@@ -96,10 +133,21 @@ def judge(
                 if seen_on is not None and ex.caller not in seen_on.callers:
                     new = outcome.record = engine.with_caller(ex, seen_on)
             if new is not None and (loaded.needs_resync or not only_fresher(record, new)):
+                event = window.window_event(outcome) if window is not None else None
                 try:
-                    yield Store(new, loaded.version)
+                    if event is None:
+                        yield Store(new, loaded.version)
+                    else:
+                        _, event_id, lineage = yield StoreAndAppend(new, loaded.version, event)
+                        window.appended(event_id, lineage)  # type: ignore[union-attr]
                 except VersionConflictError:
                     yield Count("ledger_conflicts")
+                    continue
+            elif loaded.cached:  # nothing to store proves the held record current: read it
+                current: Loaded = yield fresh
+                if current.version != loaded.version or current.record != record \
+                        or current.needs_resync != loaded.needs_resync:
+                    again = current
                     continue
             if outcome.findings:
                 yield Found(tuple(outcome.findings), task_id or ex.task_id, tenant=ex.tenant)

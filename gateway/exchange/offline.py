@@ -51,6 +51,7 @@ from gateway.exchange.commands import (
     Respond,
     ReadWindow,
     Store,
+    StoreAndAppend,
 )
 from gateway.invariants.model import Clock, Finding, TaskRecord
 from gateway.invariants.timeline import TimelineEntry
@@ -216,6 +217,11 @@ class Offline:
         if kind is AppendEvent:
             return self.ledger.append_event(self.upstream, cmd.task_id, cmd.lineage, cmd.payload,
                                             tenant=cmd.tenant)
+        if kind is StoreAndAppend:  # the append only when the compare-and-set held
+            version = self.ledger.put(cmd.record, cmd.expected_version)
+            event = cmd.event
+            return (version, *self.ledger.append_event(self.upstream, event.task_id, event.lineage,
+                                                       event.payload, tenant=event.tenant))
         if kind is ReadWindow:
             return self.ledger.events_after(self.upstream, cmd.task_id, cmd.after, tenant=cmd.tenant)
         if kind in (Post, Open, Read):

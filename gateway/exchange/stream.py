@@ -74,7 +74,7 @@ from gateway.exchange.commands import (
 from gateway.exchange.judge import Steps, judge, load, touch
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.window import Replay
-from gateway.invariants.model import Action, Exchange, Mode, StreamState, TaskRecord
+from gateway.invariants.model import Action, Exchange, Mode, Outcome, StreamState, TaskRecord
 
 
 class RequestSide(Protocol):
@@ -153,6 +153,7 @@ class StreamExchange:
         self._message_reply = False  # the stream began with a Message: that is the whole reply
         self.lineage: str | None = None  # the replay window lineage of this client stream
         self.dialect = dialect_of(owner.ex.version, owner.ex.binding)
+        self._appended: str | None = None  # the window id the judge's store gave the event
 
     def run(self) -> Steps:
         """Open the upstream stream and relay it; answers JSON when the worker did."""
@@ -495,7 +496,9 @@ class StreamExchange:
             if (yield from self.owner.adopt_pushed_task(item.task_id)):  # docs/push.md §1.3
                 self.ex = self.owner.ex
         seen = self.stream.generation
-        outcome = yield from judge(self.policy, self.ex, self.stream, result, direction="event")
+        self._appended = None
+        outcome = yield from judge(self.policy, self.ex, self.stream, result, direction="event",
+                                   window=self if deliver and self.policy.replay else None)
         self.stream = outcome.stream or self.stream
         if outcome.action is Action.REJECT and outcome.error is not None:
             self.summary.close_reason = "refused"
@@ -508,15 +511,15 @@ class StreamExchange:
             item = locate(outcome.result)
         state = self._state_of(item)
         skip, self._skip_snapshot = self._skip_snapshot, None
-        if skip is not None and state is skip and item.kind is Kind.TASK and not _advanced(seen, self.stream.generation):
-            # the unchanged snapshot a resubscribe starts with (F08 (ii)); one whose generation
-            # moved on carries what happened in between (docs/resume.md §3.2): delivered
+        if self._repeated_snapshot(skip, item, state, seen, self.stream):
             return Next.CONTINUE
         if state is not None and state is not TaskState.UNSPECIFIED:
             self._last_state = state
         try:
             if self.policy.replay:
-                event_id = yield from self._append(outcome.result, outcome.close)
+                event_id = self._appended
+                if event_id is None:  # the judge stored nothing, or the window append failed with it
+                    event_id = yield from self._append(outcome.result, outcome.close)
                 event = Event(event.data, event.event, event_id, event.retry)
             frame = yield from self.owner.event_frame(event, doc, outcome.result)
         except UnencodableError as exc:
@@ -533,6 +536,41 @@ class StreamExchange:
             self.summary.close_reason = "interrupted"
             return Next.CLOSE
         return Next.CONTINUE
+
+    @staticmethod
+    def _repeated_snapshot(skip: TaskState | None, item: Item, state: TaskState | None,
+                           seen: int | None, stream: StreamState) -> bool:
+        """True for the unchanged snapshot a resubscribe starts with (F08 (ii)), which is not
+        delivered; one whose generation moved on carries what happened in between
+        (docs/resume.md §3.2) and is."""
+        return skip is not None and state is skip and item.kind is Kind.TASK \
+            and not _advanced(seen, stream.generation)
+
+    # -- the judge's window (judge.WindowSink): the event goes in with the record's store --
+
+    def window_event(self, outcome: Outcome) -> AppendEvent | None:
+        """The window append of the event judged as ``outcome`` (see
+        :class:`~gateway.exchange.judge.WindowSink`): ``None`` for an event that will not be
+        delivered — refused, dropped, the repeated snapshot of a resubscribe — or that cannot
+        be encoded (its delivery then fails as without the judge's append)."""
+        if outcome.action is Action.DROP or (outcome.action is Action.REJECT and outcome.error is not None):
+            return None
+        stream = outcome.stream or self.stream
+        if stream.task_id is None:
+            return None
+        if self._skip_snapshot is not None:
+            item = locate(outcome.result)
+            if self._repeated_snapshot(self._skip_snapshot, item, self._state_of(item), self.stream.generation, stream):
+                return None
+        try:
+            payload = window.encode(outcome.result, self.dialect, outcome.close)
+        except UnencodableError:
+            return None
+        return AppendEvent(stream.task_id, self.lineage, payload, self.ex.tenant)
+
+    def appended(self, event_id: str, lineage: str) -> None:
+        """The judge kept the event in the window with the record, as ``event_id``."""
+        self._appended, self.lineage = str(event_id), lineage
 
     def _drain(self) -> Steps:
         """After a terminal event: read on, bounded in time, to count late events (F04)."""

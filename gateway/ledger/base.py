@@ -198,6 +198,19 @@ class TaskLedger(Protocol):
         """
         ...
 
+    async def put_with_event(self, record: TaskRecord, expected_version: int, lineage: str | None,
+                             payload: bytes, at: float) -> tuple[int, str, str]:
+        """:meth:`put` and :meth:`append_event` of one delivered event of the record's task, as
+        one operation: the event is appended only when the compare-and-set holds, and a failure
+        keeps neither (docs/resume.md §2).
+
+        Returns ``(version, event_id, lineage)``.
+
+        Raises:
+            VersionConflictError: another writer got there first; nothing was kept.
+        """
+        ...
+
     async def events_after(self, upstream: str, task_id: str, event_id: str, *,
                            tenant: str = "") -> Replay:
         """The events of ``task_id``'s window (in ``tenant``) after ``event_id`` in ``event_id``'s lineage

@@ -283,6 +283,15 @@ class MemoryLedger(_PushStore):
                                           key=lambda pair: pair[1]))
         return event_id, lineage
 
+    async def put_with_event(self, record: TaskRecord, expected_version: int, lineage: str | None,
+                             payload: bytes, at: float) -> tuple[int, str, str]:
+        """:meth:`put`, then :meth:`append_event` when it held (nothing awaits in between);
+        see :meth:`TaskLedger.put_with_event`."""
+        version = await self.put(record, expected_version)
+        event_id, lineage = await self.append_event(record.upstream, record.task_id, lineage, payload, at,
+                                                    tenant=record.tenant)
+        return version, event_id, lineage
+
     def _pop_front(self, key: Key, window: _Window) -> None:
         size = len(window.events.popleft()[2].payload)
         window.size -= size

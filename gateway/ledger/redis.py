@@ -733,6 +733,16 @@ class RedisLedger(RedisPushStore):
                 raise
         return version
 
+    async def put_with_event(self, record: TaskRecord, expected_version: int, lineage: str | None,
+                             payload: bytes, at: float) -> tuple[int, str, str]:
+        """:meth:`put`, then :meth:`append_event` once it held: two round trips, in that order
+        (the append is never sent for a lost compare-and-set; a failure of the append leaves the
+        record stored, as two separate calls would). See :meth:`TaskLedger.put_with_event`."""
+        version = await self.put(record, expected_version)
+        event_id, lineage = await self.append_event(record.upstream, record.task_id, lineage, payload, at,
+                                                    tenant=record.tenant)
+        return version, event_id, lineage
+
     def _replicated(self, key: str, version: int) -> asyncio.Future[None]:
         """Hold a terminal put until the next barrier says it is on enough replicas."""
         if self._ack_client is None:

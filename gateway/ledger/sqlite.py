@@ -351,6 +351,27 @@ def _last_to_drop(front: sqlite3.Cursor, n: int, size: int, max_n: int,
     return last, dropped, freed
 
 
+def _put_statement(record: TaskRecord, expected_version: int) -> tuple[str, tuple[Any, ...], int]:
+    """The compare-and-set statement of a ``put``, its parameters and the new version."""
+    blob = codec.encode(record)
+    version = expected_version + 1
+    if expected_version == 0:
+        return _INSERT, (version, record.state.value, int(record.terminal), record.observed_at, blob,
+                         record.upstream, record.tenant, record.task_id), version
+    return _UPDATE, (version, record.state.value, int(record.terminal), record.observed_at, blob,
+                     record.upstream, record.tenant, record.task_id, expected_version), version
+
+
+def _undo(conn: sqlite3.Connection, savepoint: str) -> None:
+    """Roll back to ``savepoint`` and drop it (nothing when SQLite rolled the whole
+    transaction back already: the batch sees it)."""
+    try:
+        conn.execute(f"ROLLBACK TO {savepoint}")
+        conn.execute(f"RELEASE {savepoint}")
+    except sqlite3.Error:
+        pass
+
+
 def _append_event(conn: sqlite3.Connection, limits: WindowLimits, upstream: str, tenant: str,
                   task_id: str, lineage: str | None, payload: bytes, at: float) -> tuple[str, str]:
     """Insert one event and trim its window, then all windows, to ``limits``; all of it or
@@ -372,11 +393,7 @@ def _append_event(conn: sqlite3.Connection, limits: WindowLimits, upstream: str,
             conn.execute(_EVENT_DROP_OLDEST, (last,))
         conn.execute("RELEASE append_event")
     except BaseException:
-        try:
-            conn.execute("ROLLBACK TO append_event")
-            conn.execute("RELEASE append_event")
-        except sqlite3.Error:  # SQLite rolled the whole transaction back: the batch sees it
-            pass
+        _undo(conn, "append_event")
         raise
     event_id = str(row_id)
     return event_id, lineage or event_id
@@ -688,17 +705,7 @@ class SqliteLedger(SqlitePushStore):
     async def put(self, record: TaskRecord, expected_version: int) -> int:
         """Compare-and-set on the version; see :meth:`TaskLedger.put`. Returns the new
         version."""
-        blob = codec.encode(record)
-        version = expected_version + 1
-        if expected_version == 0:
-            sql = _INSERT
-            params: tuple[Any, ...] = (version, record.state.value, int(record.terminal),
-                                       record.observed_at, blob, record.upstream, record.tenant,
-                                       record.task_id)
-        else:
-            sql = _UPDATE
-            params = (version, record.state.value, int(record.terminal), record.observed_at,
-                      blob, record.upstream, record.tenant, record.task_id, expected_version)
+        sql, params, version = _put_statement(record, expected_version)
         if await self._submit(lambda c: c.execute(sql, params).rowcount, write=True) != 1:
             raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
         return version
@@ -772,6 +779,34 @@ class SqliteLedger(SqlitePushStore):
         limits = self._window_limits
         return await self._submit(lambda c: _append_event(c, limits, upstream, tenant, task_id,
                                                           lineage, payload, at), write=True)
+
+    async def put_with_event(self, record: TaskRecord, expected_version: int, lineage: str | None,
+                             payload: bytes, at: float) -> tuple[int, str, str]:
+        """:meth:`put` and :meth:`append_event` as one write operation (one hand-over to the
+        ledger's thread, one savepoint in its batch's transaction): the event is inserted only
+        when the compare-and-set holds, and an error keeps neither. See
+        :meth:`TaskLedger.put_with_event`.
+
+        Raises:
+            VersionConflictError: the version moved; nothing was kept.
+            sqlite3.Error: the write failed; nothing of it was kept.
+        """
+        sql, params, version = _put_statement(record, expected_version)
+        limits, key = self._window_limits, (record.upstream, record.tenant, record.task_id)
+
+        def write(conn: sqlite3.Connection) -> tuple[int, str, str]:
+            conn.execute("SAVEPOINT put_with_event")
+            try:
+                if conn.execute(sql, params).rowcount != 1:
+                    raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
+                event_id, kept = _append_event(conn, limits, *key, lineage, payload, at)
+                conn.execute("RELEASE put_with_event")
+            except BaseException:
+                _undo(conn, "put_with_event")
+                raise
+            return version, event_id, kept
+
+        return await self._submit(write, write=True)
 
     async def events_after(self, upstream: str, task_id: str, event_id: str, *,
                            tenant: str = "") -> Replay:

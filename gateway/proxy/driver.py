@@ -67,8 +67,10 @@ from gateway.exchange.commands import (
     Sleep,
     StartStream,
     Store,
+    StoreAndAppend,
 )
-from gateway.invariants.model import Clock
+from gateway.invariants.model import Clock, TaskRecord
+from gateway.ledger.base import Stored
 from gateway.observability.reporter import Reporter
 from gateway.proxy.forward import (
     Route,
@@ -104,7 +106,7 @@ class Driver:
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
                  "_streaming", "_stream_task", "_stream_tenant", "_stream_key", "span", "status", "state", "card",
-                 "_stream_span", "version", "task_id")
+                 "_stream_span", "version", "task_id", "_held")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
                  operation: str, *, task_id: str | None = None, tenant: str = "") -> None:
@@ -139,6 +141,9 @@ class Driver:
         self._stream_span: Any = None  # the client span of the open upstream stream
         self.status: int | None = None  # the HTTP status sent to the client
         self.state: str | None = None  # the canonical state last read or stored (tracing on)
+        # (tenant, task id) -> the record this exchange last read or stored, with its version and
+        # flag: what answers a Load(cached=True) (docs/architecture.md, "A stream holds its record")
+        self._held: dict[tuple[str, str], Stored] = {}
 
     async def run(self, gen: Generator[Any, Any, Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
@@ -213,12 +218,24 @@ class Driver:
         ledger, upstream, tenant = self.rt.ledger, self.route.upstream.name, cmd.tenant
         if self._streaming and self._stream_key is None:  # a new task's stream: its first event
             self._open_stream_of(task_id, tenant)
+        held = self._held.get((tenant, task_id)) if cmd.cached else None
+        if held is not None:
+            return Loaded(held.record, Clock(time.time()), held.version, held.needs_resync, cached=True)
         stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id, tenant=tenant))
         if stored is None:
+            self._held.pop((tenant, task_id), None)
             return Loaded(None, Clock(time.time()))
+        if self._streaming:
+            self._hold(stored)
         if self.span is not None and self.operation is not Operation.LIST:  # a2a.task.state
             self.state = stored.record.state.value
         return Loaded(stored.record, Clock(time.time()), stored.version, stored.needs_resync)
+
+    def _hold(self, stored: Stored) -> None:
+        """Keep ``stored`` as this exchange's last read or store of its task (a stream keeps
+        the few tasks it touches; a unary exchange keeps none)."""
+        record = stored.record
+        self._held[(record.tenant, record.task_id)] = stored
 
     async def _push_bound(self, cmd: PushBound) -> frozenset[str]:
         ledger = self.rt.ledger
@@ -230,11 +247,31 @@ class Driver:
         return frozenset(tasks)
 
     async def _store(self, cmd: Store) -> int:
-        ledger = self.rt.ledger
-        version = await self.rt.ledger_call("put", lambda: ledger.put(cmd.record, cmd.expected_version))
-        if self.span is not None and self.operation is not Operation.LIST:  # a2a.task.state
-            self.state = cmd.record.state.value
+        ledger, record = self.rt.ledger, cmd.record
+        try:
+            version = await self.rt.ledger_call("put", lambda: ledger.put(record, cmd.expected_version))
+        except VersionConflictError:
+            self._held.pop((record.tenant, record.task_id), None)
+            raise
+        self._stored(record, version)
         return version
+
+    async def _store_and_append(self, cmd: StoreAndAppend) -> tuple[int, str, str]:
+        ledger, record, event = self.rt.ledger, cmd.record, cmd.event
+        try:
+            version, event_id, lineage = await self.rt.ledger_call("put_with_event", lambda: ledger.put_with_event(
+                record, cmd.expected_version, event.lineage, event.payload, time.time()))
+        except VersionConflictError:
+            self._held.pop((record.tenant, record.task_id), None)
+            raise
+        self._stored(record, version)
+        return version, event_id, lineage
+
+    def _stored(self, record: TaskRecord, version: int) -> None:
+        if self._streaming:
+            self._hold(Stored(record, version))
+        if self.span is not None and self.operation is not Operation.LIST:  # a2a.task.state
+            self.state = record.state.value
 
     async def _append_timeline(self, cmd: AppendTimeline) -> None:
         await self.rt.keep_timeline(self.route.upstream.name, cmd.task_id, cmd.entry, tenant=cmd.tenant)
@@ -460,7 +497,8 @@ class Driver:
 
 
 _HANDLERS: dict[type, Any] = {
-    Load: Driver._load, Store: Driver._store, AppendEvent: Driver._append_event,
+    Load: Driver._load, Store: Driver._store, StoreAndAppend: Driver._store_and_append,
+    AppendEvent: Driver._append_event,
     ReadWindow: Driver._read_window, AppendTimeline: Driver._append_timeline, Post: Driver._post, Open: Driver._open,
     Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver.respond,
     StartStream: Driver._start_stream, Flush: Driver._flush,

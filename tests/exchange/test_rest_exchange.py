@@ -19,7 +19,7 @@ from gateway.a2a.states import TaskState
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import LedgerError
 from gateway.exchange.commands import (
-    Answer, Emit, EndStream, Load, Log, Open, Post, Read, Respond, StartStream, Store,
+    Answer, Emit, EndStream, Load, Log, Open, Post, Read, Respond, StartStream, Store, StoreAndAppend,
 )
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
@@ -367,8 +367,8 @@ class TestStream:
     def test_each_bare_event_is_judged_and_stored_before_it_is_queued(self):
         book = play("POST", "/message:stream", send(), [
             {"open": True}, {"events": [{"task": task("t-1", "TASK_STATE_WORKING")}]}, {"end": True}])
-        kinds = [type(c) for c in book.commands if type(c) in (Open, Load, Store, Emit, EndStream)]
-        assert kinds[:4] == [Open, Load, Store, Emit]
+        kinds = [type(c) for c in book.commands if type(c) in (Open, Load, Store, StoreAndAppend, Emit, EndStream)]
+        assert kinds[:4] == [Open, Load, StoreAndAppend, Emit]  # the record and the window in one write
         assert worker_cmds(book)[0] == Open(orjson.dumps(send()), "POST", None)
 
     def test_an_unchanged_event_keeps_the_workers_text_a_changed_one_is_re_encoded(self):

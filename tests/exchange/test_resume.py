@@ -12,7 +12,7 @@ from gateway.a2a import jsonrpc
 from gateway.a2a.bridge import Dialect
 from gateway.errors import LedgerError
 from gateway.exchange import window
-from gateway.exchange.commands import AppendEvent, Emit, Open, Post, Read, ReadWindow, Store
+from gateway.exchange.commands import AppendEvent, Emit, Open, Post, Read, ReadWindow, Store, StoreAndAppend
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
 from gateway.exchange.offline import Ledger, Offline
@@ -92,8 +92,8 @@ class TestEventIds:
         book = first_stream(ledger := Ledger())
         got = frames(book)
         assert [i for i, _ in got[:4]] == ["1", "2", "3", "4"]
-        kinds = [type(c) for c in book.commands if type(c) in (Store, AppendEvent, Emit)]
-        assert kinds[:3] == [Store, AppendEvent, Emit]  # ledger record, then window, then the client
+        kinds = [type(c) for c in book.commands if type(c) in (Store, StoreAndAppend, AppendEvent, Emit)]
+        assert kinds[:2] == [StoreAndAppend, Emit]  # ledger record and window in one write, then the client
         stored = ledger.windows[("w", "", "t-1")]
         assert [e.lineage for e in stored] == ["1"] * 4
         assert window.decode(stored[1].payload, Dialect.V1_0, 10) == (got[1][1], False)

@@ -17,7 +17,7 @@ from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.states import TaskState
 from gateway.a2a.version import ProtocolVersion
-from gateway.exchange.commands import Count, Emit, EndStream, Load, Open, Post, Read, Respond, Store
+from gateway.exchange.commands import Count, Emit, EndStream, Load, Open, Post, Read, Respond, Store, StoreAndAppend
 from gateway.exchange.judge import judge, touch
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
@@ -66,8 +66,8 @@ class TestWriteBeforeForward:
     def test_each_event_is_loaded_judged_and_stored_before_it_is_queued(self):
         book = play("SendStreamingMessage", V10_SEND,
                     [{"open": True}, {"events": [{"task": task("t-1", "TASK_STATE_WORKING")}]}, {"end": True}])
-        kinds = [type(c) for c in book.commands if type(c) in (Open, Load, Store, Emit, EndStream)]
-        assert kinds[:4] == [Open, Load, Store, Emit]
+        kinds = [type(c) for c in book.commands if type(c) in (Open, Load, Store, StoreAndAppend, Emit, EndStream)]
+        assert kinds[:4] == [Open, Load, StoreAndAppend, Emit]  # the record and the window in one write
         assert book.ledger.get("w", "t-1") is not None
 
 

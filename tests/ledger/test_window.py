@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.a2a.states import TaskState
+from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec
 from gateway.ledger.base import Replay, Stored, TaskLedger, WindowEvent, WindowLimits
@@ -95,6 +96,35 @@ async def test_events_after_follow_the_lineage_of_the_asked_id(make_ledger: Make
     assert await after(led, a1) == Replay(True, la, (WindowEvent(a2, la, b"a2"), WindowEvent(a3, la, b"a3")))
     assert await after(led, b1) == Replay(True, lb, (WindowEvent(b2, lb, b"b2"),))
     assert await after(led, a2) == Replay(True, la, (WindowEvent(a3, la, b"a3"),))
+
+
+# -- a record and its event in one operation (put_with_event) -----------------------------------
+
+async def test_put_with_event_stores_the_record_and_appends_the_event(make_ledger: MakeLedger) -> None:
+    led = await make_ledger()
+    version, first, lineage = await led.put_with_event(rec(), 0, None, b"e1", T0)
+    assert version == 1 and lineage == first
+    version, second, same = await led.put_with_event(rec(state=TaskState.COMPLETED), 1, lineage, b"e2", T0 + 1)
+    assert (version, same) == (2, first) and second != first
+    got = await led.get("w", "t-1")
+    assert got is not None and got.version == 2 and got.record.state is TaskState.COMPLETED
+    assert await after(led, first) == Replay(True, first, (WindowEvent(second, first, b"e2"),))
+    # the same window as append_event's: a plain append goes on in the lineage
+    third, _ = await led.append_event("w", "t-1", lineage, b"e3", T0 + 2)
+    assert await payloads_after(led, first) == [b"e2", b"e3"] and third not in (first, second)
+
+
+async def test_put_with_event_over_a_moved_version_keeps_neither(make_ledger: MakeLedger) -> None:
+    led = await make_ledger()
+    _, first, lineage = await led.put_with_event(rec(), 0, None, b"e1", T0)
+    await led.put(rec(state=TaskState.INPUT_REQUIRED), 1)  # another writer: version 2
+    with pytest.raises(VersionConflictError):
+        await led.put_with_event(rec(state=TaskState.COMPLETED), 1, lineage, b"stale", T0 + 1)
+    with pytest.raises(VersionConflictError):
+        await led.put_with_event(rec(), 0, None, b"insert-over-existing", T0 + 1)
+    got = await led.get("w", "t-1")
+    assert got is not None and got.version == 2 and got.record.state is TaskState.INPUT_REQUIRED
+    assert await payloads_after(led, first) == []  # no event of a lost compare-and-set
 
 
 async def test_the_newest_id_is_found_with_nothing_after_it(make_ledger: MakeLedger) -> None:

@@ -59,3 +59,39 @@ def test_a_read_that_starts_with_a_ping_is_still_one_write(h: Harness, writes: l
     [write] = writes
     assert write.startswith(b": ping\n\nid: ")  # the gateway's event id (docs/resume.md §1.1), then the data
     assert b"\ndata: " in write
+
+
+@pytest.mark.parametrize("ledger", ["memory", "sqlite"])
+def test_a_token_stream_reads_its_record_once_and_stores_each_chunk_with_its_event(
+        make_harness: Any, tmp_path: Any, ledger: str) -> None:
+    """A stream holds its record (docs/architecture.md, "A stream holds its record"): a task
+    streamed as one artifact in append chunks is read from the ledger once, and each chunk's
+    record store and replay-window append is one ledger call; the client gets every chunk
+    with the gateway's event ids, and the ledger holds the sealed artifact's part count."""
+    url = "memory" if ledger == "memory" else f"sqlite:///{tmp_path}/ledger.db"
+    h = make_harness(ledger={"url": url})
+    tid, chunks = "t-tokens", 20
+    ids = {"taskId": tid, "contextId": "c-1"}
+    events: list[Any] = [{"task": _task(tid, "TASK_STATE_WORKING")}]
+    events += [{"artifactUpdate": {**ids, "append": k > 0, "lastChunk": k == chunks - 1,
+                                   "artifact": {"artifactId": "a-1", "parts": [{"text": f"tok{k} "}]}}}
+               for k in range(chunks)]
+    events.append({"statusUpdate": {**ids, "status": {"state": "TASK_STATE_COMPLETED"}}})
+    h.worker.on("SendStreamingMessage", sse=[
+        b"data: " + orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": e}) + b"\n\n" for e in events])
+
+    def calls(operation: str) -> float:
+        return h.metric("a2a_gateway_ledger_operation_duration_seconds_count", operation=operation)
+
+    before = {op: calls(op) for op in ("get", "put", "put_with_event", "append_event")}
+    _, raw = h.stream({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message": {
+        "messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "go"}]}}}, headers=V1)
+    got = [f for f in frames(raw) if "data" in f]
+    assert [f["data"]["result"] for f in got] == events
+    event_ids = {line for line in raw.split(b"\n") if line.startswith(b"id: ")}
+    assert len(event_ids) == len(events)  # every event has its own gateway id
+    made = {op: calls(op) - before[op] for op in before}
+    assert made == {"get": 1, "put": 0, "put_with_event": len(events), "append_event": 0}, made
+    stored = h.on_gateway_loop(h.runtime.ledger.get("worker", tid))
+    assert stored.record.state.value == "TASK_STATE_COMPLETED"
+    assert (stored.record.artifacts["a-1"].sealed, stored.record.artifacts["a-1"].parts) == (True, chunks)
