@@ -161,7 +161,7 @@ def _wrk_one(env: Env, script: Path, port: int, proc: Proc, worker: Proc, proxie
 
 
 def _print_wrk(label: str, t: str, res: dict[str, Any], sockerr: bool = True) -> None:
-    print(f"  {label} {t:<10} {res['rps']:>9.0f} req/s  p50 {res['p50_ms']:.2f} ms  p99 {res['p99_ms']:.2f} ms  "
+    print(f"  {label} {t:<17} {res['rps']:>9.0f} req/s  p50 {res['p50_ms']:.2f} ms  p99 {res['p99_ms']:.2f} ms  "
           f"non2xx {res['non2xx']}" + (f"  sockerr {res['socket_errors']}" if sockerr else ""), flush=True)
 
 
@@ -192,7 +192,7 @@ async def _fixed_workloads(env: Env, run: int, ports: Ports, order: list[str], o
         res = await fixed_rate(port, s.rate, s.rate_seconds)
         res["client_cpu_us_per_req"] = (self_cpu() - c0) / max(1, res["requests"]) * 1e6
         out["fixed"][t] = res
-        print(f"  run {run + 1} fixed {s.rate:.0f}/s      {t:<10} p50 {res['p50_ms']:.3f} ms  "
+        print(f"  run {run + 1} fixed {s.rate:.0f}/s      {t:<17} p50 {res['p50_ms']:.3f} ms  "
               f"p99 {res['p99_ms']:.3f} ms  p99.9 {res['p999_ms']:.3f} ms  errors {sum(res['errors'].values())}",
               flush=True)
     for t, (port, _) in env.calibration.items():
@@ -200,7 +200,7 @@ async def _fixed_workloads(env: Env, run: int, ports: Ports, order: list[str], o
         await fixed_rate(port, s.rate, min(1.0, s.rate_seconds / 4), check=check)
         res = await fixed_rate(port, s.rate, s.rate_seconds, check=check)
         out.setdefault("calibration", {}).setdefault("fixed", {})[t] = res
-        print(f"  run {run + 1} fixed {s.rate:.0f}/s      {t:<10} p50 {res['p50_ms']:.3f} ms  "
+        print(f"  run {run + 1} fixed {s.rate:.0f}/s      {t:<17} p50 {res['p50_ms']:.3f} ms  "
               f"p99 {res['p99_ms']:.3f} ms  errors {sum(res['errors'].values())}", flush=True)
 
 
@@ -220,7 +220,7 @@ async def _sse_workloads(env: Env, run: int, ports: Ports, order: list[str], out
         if t != "direct":
             _per_event(res, "proxy_cpu_us_per_event", cpu_seconds(proc.pid) - c0)
         out["sse"][t] = res
-        print(f"  run {run + 1} sse sequential   {t:<10} {res['events_per_s']:>9.0f} events/s  "
+        print(f"  run {run + 1} sse sequential   {t:<17} {res['events_per_s']:>9.0f} events/s  "
               f"stream p50 {res['stream_ms_p50']:.2f} ms  errors {sum(res['errors'].values())}", flush=True)
 
 
@@ -238,8 +238,9 @@ async def _sse_concurrent_workloads(env: Env, run: int, ports: Ports, order: lis
         if t != "direct":
             _per_event(res, "proxy_cpu_us_per_event", cpu_seconds(proc.pid) - c0)
         out["ssec"][t] = res
-        print(f"  run {run + 1} sse c{s.sse_concurrency} chunks  {t:<10} {res['events_per_s']:>9.0f} events/s  "
-              f"proxy CPU {res.get('proxy_cpu_us_per_event', float('nan')):.1f} us/event  "
+        cpu = f"{res['proxy_cpu_us_per_event']:.1f}" if t != "direct" else "-"
+        print(f"  run {run + 1} sse c{s.sse_concurrency} chunks  {t:<17} {res['events_per_s']:>9.0f} events/s  "
+              f"proxy CPU {cpu} us/event  "
               f"errors {sum(res['errors'].values())}", flush=True)
 
 
@@ -291,7 +292,7 @@ async def _sdk_workloads(env: Env, run: int, ports: Ports, order: list[str], wor
         if t != "direct":
             _per_event(res, "proxy_cpu_us_per_event", cpu_seconds(proc.pid) - c0)
         out["sse"][t] = res
-        print(f"  run {run + 1} sdk sse              {t:<10} {res['events_per_s']:>9.0f} events/s  "
+        print(f"  run {run + 1} sdk sse              {t:<17} {res['events_per_s']:>9.0f} events/s  "
               f"{res['events'] / max(1, res['streams']):.1f} events/stream  stream p50 "
               f"{res['stream_ms_p50']:.2f} ms  errors {sum(res['errors'].values())}", flush=True)
 

@@ -84,12 +84,12 @@ def _derive_sse(run: dict[str, Any], d: dict[str, float]) -> None:
     for t in TARGETS[1:]:
         if t in sse and "direct" in sse:
             d[f"sse {t} added ms/event"] = (sse[t]["stream_ms_p50"] - sse["direct"]["stream_ms_p50"]) / STREAM_EVENTS
-            d[f"sse {t}/direct events/s"] = sse[t]["events_per_s"] / sse["direct"]["events_per_s"]
-    ssec = run.get("ssec") or {}
-    for t in TARGETS[1:]:
-        for base in ("direct", "nginx", "gw-memory"):
-            if t in ssec and base in ssec and base != t:
-                d[f"ssec {t}/{base} events/s"] = ssec[t]["events_per_s"] / ssec[base]["events_per_s"]
+    for kind in ("sse", "ssec"):  # sequential mixed shape; concurrent append-chunk
+        per = run.get(kind) or {}
+        for t in TARGETS[1:]:
+            for base in ("direct", "nginx", "gw-memory"):
+                if t in per and base in per and base != t:
+                    d[f"{kind} {t}/{base} events/s"] = per[t]["events_per_s"] / per[base]["events_per_s"]
 
 
 def _derive_sdk(run: dict[str, Any], d: dict[str, float]) -> None:
@@ -253,17 +253,16 @@ def _absolute(runs: list[dict[str, Any]], s: Settings, derived: dict[str, float 
 
 
 def _ratios(derived: dict[str, float | None], gws: list[str]) -> list[str]:
-    cols = [f"{g}/{b}" for g in gws for b in ("direct", "nginx")] + [f"{g}/gw-memory" for g in gws if g != "gw-memory"]
-    w = _width(cols, 24)
-    head = f"{'figure':<26}" + "".join(f"{c:>{w}}" for c in cols)
+    """One row per gateway/base pair, one column per figure."""
+    pairs = [f"{g}/{b}" for g in gws for b in ("direct", "nginx")] + [f"{g}/gw-memory" for g in gws if g != "gw-memory"]
+    figures = {"SendMessage req/s": "SendMessage {c}", "GetTask req/s": "GetTask {c}",
+               "SSE sequential events/s": "sse {c} events/s", "SSE append-chunk events/s": "ssec {c} events/s"}
+    w = _width(figures, 14)
+    head = f"{'gateway/base':<32}" + "".join(f"{f:>{w}}" for f in figures)
     lines = ["RATIOS (median of per-run ratios; throughput = wrk req/s)", head, "-" * len(head)]
-    for wl in ("SendMessage", "GetTask"):
-        lines.append(f"{wl + ' req/s':<26}" + "".join(f"{fmt(derived.get(f'{wl} {c}'), '.3f'):>{w}}" for c in cols))
-    sequential = [derived.get(f"sse {c.removesuffix('/direct')}/direct events/s") if c.endswith("/direct")
-                  else None for c in cols]
-    lines.append(f"{'SSE sequential events/s':<26}" + "".join(f"{fmt(v, '.3f'):>{w}}" for v in sequential))
-    lines.append(f"{'SSE append-chunk events/s':<26}" + "".join(
-        f"{fmt(derived.get(f'ssec {c} events/s'), '.3f'):>{w}}" for c in cols))
+    for c in pairs:
+        lines.append(f"{c:<32}" + "".join(f"{fmt(derived.get(key.format(c=c)), '.3f'):>{w}}"
+                                          for key in figures.values()))
     return lines
 
 
@@ -381,6 +380,8 @@ def _goals16(runs: list[dict[str, Any]], derived: dict[str, float | None],
             else:
                 cells.append(f"({fmt(v, '.3f')})" if v is not None else "")
         lines.append(f"{goal.label:<52}" + "".join(f"{c:>{w}}" for c in cells))
+        if goal is not GOALS16[-1] and goal.numbers == GOALS16[GOALS16.index(goal) + 1].numbers:
+            continue  # the next goal says the same numbers
         label, path, spec, targets = goal.numbers
         shown = [f"{t} {fmt(med(runs, *(p.format(t=t) for p in path)), spec)}" for t in targets
                  if any(get(r, *(p.format(t=t) for p in path)) is not None for r in runs)]
