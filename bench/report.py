@@ -7,23 +7,14 @@ No timing assertions: every goal is reported as met or not met with its numbers.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-import platform
-import shutil
 import statistics
-import subprocess
 import textwrap
-import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
-from gateway import __version__
-
 from bench.load import STREAM_EVENTS
-from bench.targets import CALIBRATION, GATEWAYS, GRANIAN, ROOT, SDK_TARGETS, TARGETS, Settings
+from bench.targets import CALIBRATION, GATEWAYS, GRANIAN, SDK_TARGETS, TARGETS, Settings
 
 # --------------------------------------------------------------------------- derived figures
 
@@ -568,45 +559,3 @@ def report(runs: list[dict[str, Any]], s: Settings, machine: dict[str, str], not
     doc = {"settings": dataclasses.asdict(s), "machine": machine, "runs": runs, "derived_per_run": derived_runs,
            "derived_median": derived, "goals": verdicts, "goals_issue16": verdicts16, "notes": notes}
     return "\n".join(L), doc
-
-
-# --------------------------------------------------------------------------- the machine
-
-
-def machine_info() -> dict[str, str]:
-    """Versions of the machine, the tools and the gateway's libraries, for the report's header."""
-    def version(argv: list[str]) -> str:
-        try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
-            return (p.stdout + p.stderr).strip().splitlines()[0]
-        except (OSError, IndexError, subprocess.TimeoutExpired):
-            return f"{argv[0]}: not available"
-
-    cpu = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    from importlib.metadata import PackageNotFoundError, version as pkg_version
-
-    def pv(name: str) -> str:
-        try:
-            return pkg_version(name)
-        except PackageNotFoundError:
-            return "-"
-
-    head = version(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "gateway"], capture_output=True,
-                           text=True, check=False).stdout.strip().splitlines()
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    return {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cores": str(os.cpu_count()), "cpu": cpu,
-        "python": platform.python_version(), "platform": platform.platform(),
-        "nginx": version([nginx, "-v"]), "wrk": version(["wrk", "--version"]).split(" Copyright")[0],
-        "redis": version(["redis-server", "--version"]).split(" sha=")[0],
-        "gateway": __version__,
-        "git": f"{head}" + (f" + {len(dirty)} uncommitted path(s) under gateway/" if dirty else ""),
-        "uvicorn": pv("uvicorn"), "httpx": pv("httpx"), "starlette": pv("starlette"), "orjson": pv("orjson"),
-        "uvloop": pv("uvloop"), "granian": pv("granian"),
-    }

@@ -66,9 +66,9 @@ import orjson
 
 from bench.measure import measure_run, measure_sdk_run
 from bench.profile import profile
-from bench.report import machine_info, report
+from bench.report import report
 from bench.targets import (CALIBRATION, HOST, PY, RESULTS, ROOT, Env, Proc, Settings, child_env, discover_tools,
-                           free_port, granian_available, start_nginx, wait_port)
+                           free_port, granian_available, machine_info, start_nginx, wait_port)
 
 
 def _start_calibration(env: Env, stack: contextlib.ExitStack) -> None:

@@ -1,5 +1,5 @@
-"""What ``python -m bench.run`` measures: child processes, ports, tool discovery, nginx's
-config, and the gateways of one run (one uvicorn process per ledger, ``--workers 2`` on
+"""What ``python -m bench.run`` measures: child processes, ports, tool discovery and the
+machine's versions, nginx's config, and the gateways of one run (one uvicorn process per ledger, ``--workers 2`` on
 SQLite, and with ``--granian`` the memory gateway under granian).
 
 The targets, all on 127.0.0.1 in front of the canned worker (:mod:`bench.canned_worker`):
@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -27,6 +28,8 @@ from pathlib import Path
 
 import httpx
 import orjson
+
+from gateway import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -248,6 +251,48 @@ def start_nginx(nginx: str, tmp: Path, worker_port: int, name: str = "nginx") ->
         proc.stop()
         raise
     return port, proc
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+def machine_info() -> dict[str, str]:
+    """Versions of the machine, the tools and the gateway's libraries, for the report's header."""
+    def version(argv: list[str]) -> str:
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+            return (p.stdout + p.stderr).strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return f"{argv[0]}: not available"
+
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    from importlib.metadata import PackageNotFoundError, version as pkg_version
+
+    def pv(name: str) -> str:
+        try:
+            return pkg_version(name)
+        except PackageNotFoundError:
+            return "-"
+
+    head = version(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "gateway"], capture_output=True,
+                           text=True, check=False).stdout.strip().splitlines()
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cores": str(os.cpu_count()), "cpu": cpu,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "nginx": version([nginx, "-v"]), "wrk": version(["wrk", "--version"]).split(" Copyright")[0],
+        "redis": version(["redis-server", "--version"]).split(" sha=")[0],
+        "gateway": __version__,
+        "git": f"{head}" + (f" + {len(dirty)} uncommitted path(s) under gateway/" if dirty else ""),
+        "uvicorn": pv("uvicorn"), "httpx": pv("httpx"), "starlette": pv("starlette"), "orjson": pv("orjson"),
+        "uvloop": pv("uvloop"), "granian": pv("granian"),
+    }
 
 
 # --------------------------------------------------------------------------- the run's targets
