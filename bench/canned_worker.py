@@ -11,9 +11,13 @@ regex and the id is echoed exactly as its JSON text:
   (``t-<boot>-<n>``) so a gateway's ledger tracks a new task each time;
 * ``GetTask`` → a bare COMPLETED Task whose id is ``params.id``;
 * ``SendStreamingMessage`` → ``text/event-stream`` (chunked, one chunk per event, written
-  back to back without waiting): a Task (WORKING), 98 alternating statusUpdate (WORKING) /
-  artifactUpdate events, then a statusUpdate COMPLETED; 100 events, then the chunked body ends
-  (the connection stays open);
+  back to back without waiting), 100 events, then the chunked body ends (the connection stays
+  open). The message text chooses the shape: ``tokens please`` → the append-chunk shape, a
+  Task (WORKING), one artifact sent as 98 ``artifactUpdate`` chunks (the first
+  ``append:false``, the rest ``append:true``; ``lastChunk:false`` but on the last chunk),
+  then a statusUpdate COMPLETED (how a model streams its tokens); any other text (the
+  harness sends ``stream please``) → the mixed shape, a Task (WORKING), 98 alternating
+  statusUpdate (WORKING) / artifactUpdate events, then a statusUpdate COMPLETED;
 * any other method → JSON-RPC -32601;
 * ``GET /.well-known/agent-card.json`` → a valid v1.0 Agent Card (streaming true, one skill,
   ``Cache-Control: max-age=3600``, an ETag; 304 on a matching ``If-None-Match``); any other
@@ -42,6 +46,7 @@ JSON_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-lengt
 SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
             b"cache-control: no-store\r\nx-accel-buffering: no\r\ntransfer-encoding: chunked\r\n\r\n")
 ARTIFACT_TEXT = b"the canned worker's answer; " * 4
+TOKENS_TEXT = b'"text":"tokens please"'  # chooses the append-chunk stream shape
 
 
 def _json_response(body: bytes) -> bytes:
@@ -66,8 +71,9 @@ def _get_task(rid: bytes, task_id: bytes) -> bytes:
         + b'"}]}]}}')
 
 
-def _stream_frames(rid: bytes, n: int) -> list[bytes]:
-    """The 100 events of one stream, each already framed as one HTTP chunk."""
+def _stream_frames(rid: bytes, n: int, tokens: bool = False) -> list[bytes]:
+    """The 100 events of one stream, each already framed as one HTTP chunk; ``tokens``: the
+    append-chunk shape, else the mixed one (module docstring)."""
     tid = b"t-%s-%d" % (BOOT, n)
     cid = b"c-%s-%d" % (BOOT, n)
     head = b'data: {"jsonrpc":"2.0","id":' + rid + b',"result":'
@@ -75,7 +81,12 @@ def _stream_frames(rid: bytes, n: int) -> list[bytes]:
     results = [b'{"task":{"id":"' + tid + b'","contextId":"' + cid
                + b'","status":{"state":"TASK_STATE_WORKING","timestamp":"' + TS + b'"}}}']
     for k in range(1, STREAM_EVENTS - 1):
-        if k % 2:
+        if tokens:
+            append = b"true" if k > 1 else b"false"
+            last = b"true" if k == STREAM_EVENTS - 2 else b"false"
+            results.append(b'{"artifactUpdate":{' + ids + b',"artifact":{"artifactId":"a-1",'
+                           b'"parts":[{"text":"token %d "}]},"append":%s,"lastChunk":%s}}' % (k, append, last))
+        elif k % 2:
             results.append(b'{"statusUpdate":{' + ids + b',"status":{"state":"TASK_STATE_WORKING",'
                            b'"timestamp":"' + TS + b'"}}}')
         else:
@@ -161,7 +172,7 @@ class Worker:
             writer.write(_get_task(rid, m.group(1) if m else b"t-0"))
         elif method == b"SendStreamingMessage":
             writer.write(SSE_HEAD)
-            for frame in _stream_frames(rid, self.n):
+            for frame in _stream_frames(rid, self.n, TOKENS_TEXT in body):
                 writer.write(frame)  # one write per event, as a server flushing each event
             writer.write(b"0\r\n\r\n")
         else:

@@ -65,7 +65,8 @@ def _fake_client(httpx: Any, orjson: Any) -> Any:
         in_flight = 0
         n = 0
 
-        async def fetch(self, method: str, url: str, *, headers: Any, timeout: Any, content: Any = None) -> Any:
+        async def fetch(self, method: str, url: str, *, headers: Any, timeout: Any, content: Any = None,
+                     upstream: Any = None) -> Any:
             if method == "GET":
                 return Answer(200, {"content-type": "application/json", "etag": '"1"',
                                     "cache-control": "max-age=3600"}, CARD)
@@ -74,7 +75,8 @@ def _fake_client(httpx: Any, orjson: Any) -> Any:
             doc = {"jsonrpc": "2.0", "id": orjson.loads(content)["id"], "result": result}
             return Answer(200, {"content-type": "application/json"}, orjson.dumps(doc))
 
-        async def send(self, method: str, url: str, *, headers: Any, timeout: Any, content: Any = None) -> Any:
+        async def send(self, method: str, url: str, *, headers: Any, timeout: Any, content: Any = None,
+                    upstream: Any = None) -> Any:
             FakeClient.n += 1
             rid = orjson.loads(content)["id"]
             return httpx.Response(200, headers=[("content-type", "text/event-stream")],
@@ -84,6 +86,18 @@ def _fake_client(httpx: Any, orjson: Any) -> Any:
             return None
 
     return FakeClient()
+
+
+def _problem(messages: list[dict[str, Any]], events: int) -> str | None:
+    """What is wrong with one answer (the ASGI messages the app sent), or None: it must be
+    HTTP 200 without a JSON-RPC error, and a stream must carry ``events`` events."""
+    status = next((m["status"] for m in messages if m["type"] == "http.response.start"), None)
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
+    if status != 200 or b'"error"' in body:
+        return f"HTTP {status} {body[:300]!r}"
+    if events and body.count(b"data:") != events:
+        return f"{body.count(b'data:')} events instead of {events}"
+    return None
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -106,7 +120,7 @@ async def _main(args: argparse.Namespace) -> None:
              "headers": [(b"host", b"gw"), (b"content-type", b"application/json")],
              "client": ("127.0.0.1", 5), "scheme": "http"}
 
-    async def one(method: str, rid: int) -> None:
+    async def one(method: str, rid: int, seen: list[dict[str, Any]] | None = None) -> None:
         params = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}}
         body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         first = [True]
@@ -119,13 +133,18 @@ async def _main(args: argparse.Namespace) -> None:
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
-            return None
+            if seen is not None:
+                seen.append(message)
 
         await app(scope, receive, send)
 
-    for i in range(20):  # warm-up
-        await one("SendMessage", i)
-        await one("SendStreamingMessage", i)
+    for i in range(20):  # warm-up, each answer checked: a path that answers errors measures nothing
+        for method, events in (("SendMessage", 0), ("SendStreamingMessage", EVENTS)):
+            seen: list[dict[str, Any]] = []
+            await one(method, i, seen)
+            problem = _problem(seen, events)
+            if problem:
+                raise SystemExit(f"bench.inprocess: {method} through the gateway: {problem}")
     workloads = {"unary": ("SendMessage", args.count or 5000, 1),
                  "stream": ("SendStreamingMessage", args.count or 300, EVENTS)}
     for name in (("unary", "stream") if args.workload == "both" else (args.workload,)):

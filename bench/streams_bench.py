@@ -56,7 +56,7 @@ from pathlib import Path
 
 from bench import run_and_save
 from bench.canned_worker import ID_RE, METHOD_RE, SSE_HEAD, TS, Worker, serve_until_signal
-from bench.run import HOST, PY, ROOT, Proc, child_env, free_port, nginx_conf, wait_port, wait_ready
+from bench.targets import HOST, PY, ROOT, Proc, child_env, free_port, nginx_conf, wait_port, wait_ready
 from gateway import __version__
 
 SENT_RE = re.compile(rb'"sentAt":([0-9.]+)')
