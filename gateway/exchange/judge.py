@@ -134,6 +134,8 @@ def judge(
                     new = outcome.record = engine.with_caller(ex, seen_on)
             if new is not None and (loaded.needs_resync or not only_fresher(record, new)):
                 event = window.window_event(outcome) if window is not None else None
+                if event is not None and (event.task_id, event.tenant) != (new.task_id, new.tenant):
+                    event = None  # another task's record (a Message naming it): the event is the stream's
                 try:
                     if event is None:
                         yield Store(new, loaded.version)
