@@ -143,7 +143,7 @@ class Driver:
         self.state: str | None = None  # the canonical state last read or stored (tracing on)
         # (tenant, task id) -> the record this exchange last read or stored, with its version and
         # flag: what answers a Load(cached=True) (docs/architecture.md, "A stream holds its record")
-        self._held: dict[tuple[str, str], Stored] = {}
+        self._held: dict[tuple[str, str], tuple[Stored, int]] = {}
 
     async def run(self, gen: Generator[Any, Any, Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
@@ -219,8 +219,9 @@ class Driver:
         if self._streaming and self._stream_key is None:  # a new task's stream: its first event
             self._open_stream_of(task_id, tenant)
         held = self._held.get((tenant, task_id)) if cmd.cached else None
-        if held is not None:
-            return Loaded(held.record, Clock(time.time()), held.version, held.needs_resync, cached=True)
+        if held is not None and held[1] == getattr(ledger, "evicted", 0):
+            stored = held[0]
+            return Loaded(stored.record, Clock(time.time()), stored.version, stored.needs_resync, cached=True)
         stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id, tenant=tenant))
         if stored is None:
             self._held.pop((tenant, task_id), None)
@@ -233,9 +234,11 @@ class Driver:
 
     def _hold(self, stored: Stored) -> None:
         """Keep ``stored`` as this exchange's last read or store of its task (a stream keeps
-        the few tasks it touches; a unary exchange keeps none)."""
+        the few tasks it touches; a unary exchange keeps none), with the ledger's eviction count
+        at the time: a memory ledger that evicted a record since may hold the task anew at the
+        same version (versions start again at 1), so the held record no longer answers."""
         record = stored.record
-        self._held[(record.tenant, record.task_id)] = stored
+        self._held[(record.tenant, record.task_id)] = (stored, getattr(self.rt.ledger, "evicted", 0))
 
     async def _push_bound(self, cmd: PushBound) -> frozenset[str]:
         ledger = self.rt.ledger

@@ -10,7 +10,6 @@ import threading
 from typing import Any
 
 import orjson
-import pytest
 
 from gateway.a2a.states import TaskState
 from gateway.invariants.model import TaskRecord
@@ -25,9 +24,6 @@ def _sse(result: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": result}) + b"\n\n"
 
 
-@pytest.mark.xfail(strict=True, reason="bug in 50f3197: the held WORKING v1 passes the compare-and-set over "
-                   "a COMPLETED v1 stored after an eviction (versions restart at 1); the artifact is "
-                   "delivered and the terminal record overwritten")
 def test_a_record_evicted_and_stored_terminal_again_is_not_overwritten_by_the_held_one(make_harness: Any) -> None:
     h = make_harness(ledger={"url": "memory", "max_tasks": 2})
     tid, ids = "t-evict", {"taskId": "t-evict", "contextId": "c-1"}
