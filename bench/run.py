@@ -160,8 +160,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="apt-get install -y nginx wrk when missing (and pip install granian with --granian); "
                         "without it a missing tool skips what needs it, with a note")
     parser.add_argument("--granian", action="store_true",
-                        help="also measure the memory gateway under granian (gw-memory-granian): SendMessage "
-                        "saturation, fixed rate and SSE")
+                        help="also measure the memory gateway under granian (gw-memory-granian), "
+                        "through every workload")
     parser.add_argument("--profile", action="store_true", help="also profile gw-memory with py-spy")
     parser.add_argument("--calibrate", action="store_true",
                         help="also measure bare uvicorn, a minimal httpx proxy and a minimal raw-asyncio "
