@@ -305,3 +305,18 @@ class TaskLedger(Protocol):
         """Entries in the outbox, all tasks."""
         ...
 
+
+async def put_then_append(ledger: TaskLedger, record: TaskRecord, expected_version: int,
+                          lineage: str | None, payload: bytes, at: float) -> tuple[int, str, str]:
+    """:meth:`TaskLedger.put_with_event` as its two calls in turn: ``put``, then — only once it
+    held — ``append_event`` on the record's task. Atomic where nothing awaits in between (the
+    memory ledger); elsewhere a failure of the append (or a crash between the two) leaves the
+    record stored without its event, as two separate calls would (docs/resume.md §1.6).
+
+    Raises:
+        VersionConflictError: from ``put``; nothing was appended.
+    """
+    version = await ledger.put(record, expected_version)
+    event_id, lineage = await ledger.append_event(record.upstream, record.task_id, lineage, payload, at,
+                                                  tenant=record.tenant)
+    return version, event_id, lineage

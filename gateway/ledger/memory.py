@@ -36,6 +36,7 @@ from gateway.ledger.base import (
     TimelineLimits,
     WindowEvent,
     WindowLimits,
+    put_then_append,
 )
 
 _log = logging.getLogger("a2a_gateway")
@@ -287,10 +288,7 @@ class MemoryLedger(_PushStore):
                              payload: bytes, at: float) -> tuple[int, str, str]:
         """:meth:`put`, then :meth:`append_event` when it held (nothing awaits in between);
         see :meth:`TaskLedger.put_with_event`."""
-        version = await self.put(record, expected_version)
-        event_id, lineage = await self.append_event(record.upstream, record.task_id, lineage, payload, at,
-                                                    tenant=record.tenant)
-        return version, event_id, lineage
+        return await put_then_append(self, record, expected_version, lineage, payload, at)
 
     def _pop_front(self, key: Key, window: _Window) -> None:
         size = len(window.events.popleft()[2].payload)

@@ -116,6 +116,7 @@ from gateway.ledger.base import (
     TimelineLimits,
     WindowEvent,
     WindowLimits,
+    put_then_append,
     decode_entry,
     encode_entry,
 )
@@ -738,10 +739,7 @@ class RedisLedger(RedisPushStore):
         """:meth:`put`, then :meth:`append_event` once it held: two round trips, in that order
         (the append is never sent for a lost compare-and-set; a failure of the append leaves the
         record stored, as two separate calls would). See :meth:`TaskLedger.put_with_event`."""
-        version = await self.put(record, expected_version)
-        event_id, lineage = await self.append_event(record.upstream, record.task_id, lineage, payload, at,
-                                                    tenant=record.tenant)
-        return version, event_id, lineage
+        return await put_then_append(self, record, expected_version, lineage, payload, at)
 
     def _replicated(self, key: str, version: int) -> asyncio.Future[None]:
         """Hold a terminal put until the next barrier says it is on enough replicas."""

@@ -251,24 +251,24 @@ class Driver:
 
     async def _store(self, cmd: Store) -> int:
         ledger, record = self.rt.ledger, cmd.record
-        try:
-            version = await self.rt.ledger_call("put", lambda: ledger.put(record, cmd.expected_version))
-        except VersionConflictError:
-            self._held.pop((record.tenant, record.task_id), None)
-            raise
+        version: int = await self._put(record, "put", lambda: ledger.put(record, cmd.expected_version))
         self._stored(record, version)
         return version
 
     async def _store_and_append(self, cmd: StoreAndAppend) -> tuple[int, str, str]:
         ledger, record, event = self.rt.ledger, cmd.record, cmd.event
+        reply: tuple[int, str, str] = await self._put(record, "put_with_event", lambda: ledger.put_with_event(
+            record, cmd.expected_version, event.lineage, event.payload, time.time()))
+        self._stored(record, reply[0])
+        return reply
+
+    async def _put(self, record: TaskRecord, operation: str, call: Any) -> Any:
+        """One compare-and-set ledger call; a lost one forgets the held record of its task."""
         try:
-            version, event_id, lineage = await self.rt.ledger_call("put_with_event", lambda: ledger.put_with_event(
-                record, cmd.expected_version, event.lineage, event.payload, time.time()))
+            return await self.rt.ledger_call(operation, call)
         except VersionConflictError:
             self._held.pop((record.tenant, record.task_id), None)
             raise
-        self._stored(record, version)
-        return version, event_id, lineage
 
     def _stored(self, record: TaskRecord, version: int) -> None:
         if self._streaming:
