@@ -306,7 +306,10 @@ class TestRedisLedgerSettings:
         assert options == RedisOptions(1, 0.25, "/run/secrets/redis", "watcher", "/run/secrets/sentinel")
         led = ledger_from_url(config.ledger.url, redis=options)
         assert isinstance(led, RedisLedger) and led.options is options
-        assert parse_config(one_upstream()).ledger.redis_options() == RedisOptions()
+        redis = parse_config({**one_upstream(), "ledger": {"url": "redis://h:6379/0"}})
+        assert redis.ledger.redis_options() == RedisOptions()
+        # a ledger that is not Redis takes none: redis-py is then never imported
+        assert parse_config(one_upstream()).ledger.redis_options() is None
 
     @pytest.mark.parametrize("ledger, problem", [
         ({"url": "sqlite:x.db", "min_replica_acks": 1}, "ledger: min_replica_acks: needs a Redis ledger URL"),

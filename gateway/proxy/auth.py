@@ -20,14 +20,17 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import jwt
 import orjson
 
 from gateway.config import JwtConfig
 from gateway.errors import ConfigError
+
+if TYPE_CHECKING:
+    import jwt  # at run time imported where used: PyJWT brings cryptography, ~19 MB of RSS
+                # a gateway without auth.jwt never needs
 
 REFETCH_SECONDS = 30.0
 """The least time between two JWKS fetches made for a key the set does not hold."""
@@ -92,6 +95,8 @@ class JwtVerifier:
         Raises:
             AuthFailure: no token, or one the gateway does not accept.
         """
+        import jwt
+
         token = bearer_token(scope)
         if token is None:
             raise AuthFailure("missing", "authentication required: a bearer token")
@@ -177,6 +182,8 @@ def _key_set(data: bytes) -> jwt.PyJWKSet:
     Raises:
         ValueError: not a JWKS, or no usable key in it.
     """
+    import jwt
+
     try:
         doc = orjson.loads(data)
         return jwt.PyJWKSet.from_dict(doc)
