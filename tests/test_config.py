@@ -609,6 +609,22 @@ class TestPrecedence:
         for s in settings:
             assert s.env in out, s.env
         assert "A2A_GATEWAY_STATE_DIR" in out
+        if argv[0] != "ledger":  # serve reads these too, without a flag
+            assert "A2A_GATEWAY_CALLER_SECRET" in out and "OTEL_EXPORTER_OTLP_ENDPOINT" in out
+
+    def test_help_names_every_variable_the_gateway_reads(self):
+        """Every ``A2A_GATEWAY_*`` name in the gateway's code is in ``--help``, but the ones
+        a supervisor sets for its workers (gateway/workers.py)."""
+        import re
+
+        from gateway import workers
+
+        internal = {workers.LISTEN_FD_ENV, workers.SUPERVISOR_FD_ENV, workers.SUPERVISOR_PID_ENV,
+                    workers.WORKER_INDEX_ENV, workers.ADMIN_FD_ENV}
+        read = {name for path in (ROOT / "gateway").rglob("*.py")
+                for name in re.findall(r"A2A_GATEWAY_[A-Z_]*[A-Z]", path.read_text())}
+        out = cli("--help").stdout
+        assert sorted(name for name in read - internal if name not in out) == []
 
 
 # -- callers and auth (docs/callers.md §2, §5) ------------------------------------------------------
