@@ -461,6 +461,11 @@ class TestCheckConfigReportsEverything:
                                         {"name": "b", "url": "http://b", "prefix": "/x/"}]})
         assert lines == ["upstreams[1].prefix: duplicate prefix /x (also upstreams[0].prefix)"]
 
+    def test_an_invalid_prefix_is_not_also_called_a_duplicate(self):
+        lines = problems({"upstreams": [{"name": "a", "url": "http://a", "prefix": "/x"},
+                                        {"name": "b", "url": "http://b", "prefix": "x"}]})
+        assert lines == ["upstreams[1].prefix: must start with '/'"]
+
 
 class TestStateDirectory:
     def test_the_default_ledger_is_in_the_state_directory_by_the_documented_rule(self, monkeypatch, tmp_path):
