@@ -243,9 +243,8 @@ class ExchangeHandler:
         """The request's ``SERVER`` span, with what the request says (method, version, task,
         message, the tenant it is judged under — JSON-RPC's ``params.tenant``, REST's path) and
         the upstream's Agent Card (name, version)."""
-        params = exchange.params if isinstance(exchange.params, dict) else {}
-        message = params.get("message")
-        message_id = message.get("messageId") if isinstance(message, dict) else None
+        message = jsonrpc.request_message(exchange.params)  # params.message, or v0.3 REST's request
+        message_id = message.get("messageId") if message is not None else None
         ex = exchange.ex
         began = time.time_ns() - int((time.perf_counter() - self.started) * 1e9)  # the request's start
         return tracing.server_span(

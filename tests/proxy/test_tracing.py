@@ -239,3 +239,17 @@ def test_the_tenant_is_the_server_span_s_a2a_tenant(traced: tuple[Harness, OtlpR
     [server] = [s for s in of_trace(receiver.wait_for(lambda s: of_trace(s, trace_id)), trace_id) if s.kind == "SERVER"]
     assert server.attributes["a2a.protocol.binding"] == binding
     assert server.attributes["a2a.tenant"] == "acme"
+
+
+def test_a_v03_rest_send_s_message_id_is_on_its_server_span(traced: tuple[Harness, OtlpReceiver]) -> None:
+    """a2a-sdk's v0.3 REST transport names the message ``request`` (docs/protocol.md §11
+    pitfall 11): its ``messageId`` is ``a2a.message.id`` as for ``message``."""
+    h, receiver = traced
+    header, trace_id, _ = traceparent(9)
+    h.worker.on_path("POST", "/v1/message:send", json_body={"task": {
+        "id": "t-9", "contextId": "c-9", "status": {"state": "TASK_STATE_WORKING"}}})
+    r, _ = h.rest("POST", "/v1/message:send", headers={"traceparent": header}, json={
+        "request": {"messageId": "m-v03", "role": "ROLE_USER", "content": [{"text": "hi"}]}})
+    assert r.status_code == 200, r.text
+    [server] = [s for s in of_trace(receiver.wait_for(lambda s: of_trace(s, trace_id)), trace_id) if s.kind == "SERVER"]
+    assert (server.attributes["a2a.protocol.version"], server.attributes["a2a.message.id"]) == ("0.3", "m-v03")
