@@ -98,7 +98,8 @@ _KEY_OF = {"config": "(the file itself)", "upstream": "upstreams[0].url",
 
 
 def _environment_help(settings: Sequence[Setting] = SERVE_SETTINGS) -> str:
-    """The environment section of ``--help``: every variable, its flag and config key."""
+    """The environment section of ``--help``: every variable, its flag and config key; for
+    ``serve`` also the caller secret and OpenTelemetry's ``OTEL_*``, which have no flag."""
     lines = ["environment (a flag wins over its variable, a variable over the config file, the "
              "file over the default):"]
     for s in settings:
@@ -106,6 +107,13 @@ def _environment_help(settings: Sequence[Setting] = SERVE_SETTINGS) -> str:
         lines.append(f"  {s.env:32} {s.flag:22} {key}")
     lines.append(f"  {STATE_DIR_ENV:32} {'':22} the state directory of the default SQLite "
                  "ledger (else $XDG_STATE_HOME/a2a-gateway, else ~/.local/state/a2a-gateway)")
+    if settings is SERVE_SETTINGS:
+        lines.append(f"  {CALLER_SECRET_ENV:32} {'':22} the caller-fingerprint secret; wins over "
+                     "callers.secret_file (docs/callers.md §4)")
+        lines.append(f"  {'OTEL_*':32} {'':22} tracing: the OpenTelemetry SDK's own variables "
+                     "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_SDK_DISABLED, ...); "
+                     "unlike the rest, the config file's tracing.* wins over them, and OTEL_SDK_DISABLED=true "
+                     "over everything (docs/observability.md §1)")
     return "\n".join(lines) + "\n"
 
 
@@ -125,6 +133,7 @@ examples:
 
 
 STATE_DIR_ENV = "A2A_GATEWAY_STATE_DIR"  # gateway.config.STATE_DIR_ENV (not imported: --help stays fast)
+CALLER_SECRET_ENV = "A2A_GATEWAY_CALLER_SECRET"  # gateway.proxy.callers.SECRET_ENV (not imported: the same)
 
 
 class UsageError(Exception):

@@ -892,8 +892,10 @@ def _format_errors(err: ValidationError) -> list[str]:
 
 
 def _normal_prefix(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
+    """A prefix as :class:`UpstreamConfig` stores it; ``None`` for one it refuses (its own
+    problem line says why, and it is nobody's duplicate)."""
+    if not isinstance(value, str) or not value.startswith("/"):
+        return None
     return "/" + value.strip("/") if value != "/" else "/"
 
 
@@ -910,6 +912,8 @@ def _cross_problems(data: dict[str, Any]) -> list[str]:
                 if not isinstance(upstream, dict) or key not in upstream and key != "prefix":
                     continue
                 value = norm(upstream.get(key, "/"))
+                if value is None:
+                    continue
                 try:
                     seen = first.setdefault(value, i)
                 except TypeError:  # not hashable: its own type error is reported

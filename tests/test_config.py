@@ -464,6 +464,11 @@ class TestCheckConfigReportsEverything:
                                         {"name": "b", "url": "http://b", "prefix": "/x/"}]})
         assert lines == ["upstreams[1].prefix: duplicate prefix /x (also upstreams[0].prefix)"]
 
+    def test_an_invalid_prefix_is_not_also_called_a_duplicate(self):
+        lines = problems({"upstreams": [{"name": "a", "url": "http://a", "prefix": "/x"},
+                                        {"name": "b", "url": "http://b", "prefix": "x"}]})
+        assert lines == ["upstreams[1].prefix: must start with '/'"]
+
 
 class TestStateDirectory:
     def test_the_default_ledger_is_in_the_state_directory_by_the_documented_rule(self, monkeypatch, tmp_path):
@@ -505,7 +510,8 @@ class TestStateDirectory:
 
 
 PRECEDENCE_FILE = """\
-listen: {port: 7001}
+listen: {port: 7001, host: 10.0.0.1, shutdown_grace_seconds: 1, pid_file: /tmp/from-file.pid}
+admin: {port: 8001, host: 10.0.1.1}
 mode: observe
 ledger: {url: "sqlite:///tmp/from-file.db"}
 upstreams:
@@ -519,6 +525,11 @@ PRECEDENCE = {
     "ledger": ("memory", "sqlite:///tmp/from-env.db", "sqlite:///tmp/from-file.db", lambda c: c.ledger.url),
     "upstream": ("http://flag.internal:3/", "http://env.internal:2/", "http://file.internal:1/",
                  lambda c: c.upstreams[0].url),
+    "host": ("10.0.0.3", "10.0.0.2", "10.0.0.1", lambda c: c.listen.host),
+    "admin_host": ("10.0.1.3", "10.0.1.2", "10.0.1.1", lambda c: c.admin.host),
+    "admin_port": ("8003", "8002", 8001, lambda c: c.admin.port),
+    "shutdown_grace": ("3", "2", 1.0, lambda c: c.listen.shutdown_grace_seconds),
+    "pid_file": ("/tmp/from-flag.pid", "/tmp/from-env.pid", "/tmp/from-file.pid", lambda c: c.listen.pid_file),
 }
 
 
@@ -536,17 +547,21 @@ class TestPrecedence:
     @pytest.mark.parametrize("given", ["file", "env", "flag"])
     def test_the_flag_wins_over_the_variable_which_wins_over_the_file(self, tmp_path, setting, given):
         flag, env, file_value, read = PRECEDENCE[setting]
-        argv = [f"--{setting}", flag] if given == "flag" else []
+        argv = [f"--{setting.replace('_', '-')}", flag] if given == "flag" else []
         environ = {f"A2A_GATEWAY_{setting.upper()}": env} if given in ("env", "flag") else {}
         expected = {"file": file_value, "env": env, "flag": flag}[given]
-        if setting == "port":
-            expected = int(expected)
+        expected = type(file_value)(expected)  # the file's value has the setting's type
         config = _serve_config(tmp_path, argv, environ)
         assert read(config) == expected
         # the other settings keep the file's values
         for other, (_, _, value, read_other) in PRECEDENCE.items():
             if other != setting:
                 assert read_other(config) == value
+
+    def test_the_matrix_holds_every_setting_that_sets_a_config_key(self):
+        from gateway.cli import SERVE_SETTINGS
+
+        assert {s.dest for s in SERVE_SETTINGS if s.path is not None} | {"upstream"} == set(PRECEDENCE)
 
     def test_the_upstream_variable_with_a_config_file_keeps_the_upstreams_other_settings(self, tmp_path):
         config = _serve_config(tmp_path, [], {"A2A_GATEWAY_UPSTREAM": "http://env.internal:2/"})
@@ -602,6 +617,22 @@ class TestPrecedence:
         for s in settings:
             assert s.env in out, s.env
         assert "A2A_GATEWAY_STATE_DIR" in out
+        if argv[0] != "ledger":  # serve reads these too, without a flag
+            assert "A2A_GATEWAY_CALLER_SECRET" in out and "OTEL_EXPORTER_OTLP_ENDPOINT" in out
+
+    def test_help_names_every_variable_the_gateway_reads(self):
+        """Every ``A2A_GATEWAY_*`` name in the gateway's code is in ``--help``, but the ones
+        a supervisor sets for its workers (gateway/workers.py)."""
+        import re
+
+        from gateway import workers
+
+        internal = {workers.LISTEN_FD_ENV, workers.SUPERVISOR_FD_ENV, workers.SUPERVISOR_PID_ENV,
+                    workers.WORKER_INDEX_ENV, workers.ADMIN_FD_ENV}
+        read = {name for path in (ROOT / "gateway").rglob("*.py")
+                for name in re.findall(r"A2A_GATEWAY_[A-Z_]*[A-Z]", path.read_text())}
+        out = cli("--help").stdout
+        assert sorted(name for name in read - internal if name not in out) == []
 
 
 # -- callers and auth (docs/callers.md §2, §5) ------------------------------------------------------

@@ -241,14 +241,13 @@ class ExchangeHandler:
 
     def _server_span(self, tracing: Tracing, exchange: RequestExchange) -> Any:
         """The request's ``SERVER`` span, with what the request says (method, version, task,
-        message, tenant) and the upstream's Agent Card (name, version)."""
-        params = exchange.params if isinstance(exchange.params, dict) else {}
-        message = params.get("message")
-        message_id = message.get("messageId") if isinstance(message, dict) else None
-        tenant = params.get("tenant")
+        message, the tenant it is judged under — JSON-RPC's ``params.tenant``, REST's path) and
+        the upstream's Agent Card (name, version)."""
+        message = jsonrpc.request_message(exchange.params)  # params.message, or v0.3 REST's request
+        message_id = message.get("messageId") if message is not None else None
         ex = exchange.ex
         began = time.time_ns() - int((time.perf_counter() - self.started) * 1e9)  # the request's start
         return tracing.server_span(
             self.scope, start_time=began, method=str(ex.operation.value), version=ex.version.value, binding=ex.binding.value,
             task_id=ex.task_id, message_id=message_id if isinstance(message_id, str) else None,
-            tenant=tenant if isinstance(tenant, str) else None, card=exchange.card.doc)
+            tenant=ex.tenant or None, card=exchange.card.doc)

@@ -5,6 +5,7 @@ latest divergences linking to their timelines) and a screenshot that is not blan
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -101,6 +102,12 @@ def test_status_page_in_headless_chromium(h: Harness, tmp_path: Path) -> None:
     assert '<tr data-upstream="worker">' in page
     assert '<td class="card-state fresh">fresh</td>' in page
     assert "JSONRPC 1.0" in page  # the worker's advertised interfaces
+    etag = h.on_gateway_loop(h.runtime.ledger.get("worker", "t-live")).record.card_etag
+    row = page.split('<tr data-upstream="worker">', 1)[1].split("</tr>", 1)[0]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+    assert etag and cells[2] == f"<code>{etag}</code>"  # the card's ETag, as the ledger records it
+    assert re.fullmatch(r"\d+ s", cells[3]), cells[3]  # its age
+    assert cells[4:6] == ["no", "yes"]  # not signed; admitting new tasks
     assert '<tr data-state="TASK_STATE_WORKING"><td>TASK_STATE_WORKING</td><td>1</td></tr>' in page
     assert '<tr data-state="TASK_STATE_COMPLETED"><td>TASK_STATE_COMPLETED</td><td>1</td></tr>' in page
     assert page.count('<tr class="divergence">') == 1

@@ -151,3 +151,22 @@ def test_ledger_show_text_holds_no_control_character_a_worker_sent() -> None:
     assert not any(c in text for c in "\x1b\x07\u202e")
     assert "forged line" in text and not any(line.startswith("forged") for line in text.splitlines())
     assert "\\x1b]52;c;" in text  # shown escaped, so the operator still sees what was sent
+
+
+def test_a_forced_get_task_is_a_probe_entry_with_its_reason_and_the_timeline_is_bounded(make_harness: Any) -> None:
+    """A worker error that hides a terminal task: the gateway's own ``GetTask`` is a ``probe``
+    entry saying why (``worker_error``), then the rewritten answer; with
+    ``timeline.max_entries_per_task`` 2 a later refusal pushes the oldest entry out."""
+    h = make_harness(timeline={"max_entries_per_task": 2})
+    h.worker.on("SendMessage", json_error={"code": -32001, "message": "no such task"})
+    h.worker.on("GetTask", json_result=task("t-11", "TASK_STATE_COMPLETED"))
+    assert h.rpc(follow_up(1, "t-11"), headers=V1).json()["error"]["code"] == -32004
+    doc = httpx.get(h.admin.url + "/tasks/worker/t-11/timeline", trust_env=False).json()
+    entries = [(e["direction"], e["method"], e["forced_get"], e["verdict"]) for e in doc["timeline"]]
+    assert entries == [("probe", "GetTask", "worker_error", "forwarded"),
+                       ("answer", "SendMessage", None, "rewritten")], doc["timeline"]
+    assert doc["timeline"][1]["error"].startswith("-32004 ")
+    assert h.rpc(follow_up(2, "t-11"), headers=V1).json()["error"]["code"] == -32004  # now refused locally
+    doc = httpx.get(h.admin.url + "/tasks/worker/t-11/timeline", trust_env=False).json()
+    assert [(e["direction"], e["verdict"]) for e in doc["timeline"]] == [("answer", "rewritten"),
+                                                                          ("request", "answered_locally")]

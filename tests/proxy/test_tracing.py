@@ -18,9 +18,10 @@ import pytest
 
 from gateway.config import TracingConfig
 from gateway.observability import tracing
-from tests.proxy.conftest import Harness
+from tests.proxy.conftest import Harness, frames
 from tests.support.objects import task
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
+from tests.support.scripted_worker import Event
 from tests.support.servers import free_port, serve_in_thread, subprocess_server, wait_until
 
 V1 = {"A2A-Version": "1.0"}
@@ -193,3 +194,62 @@ def test_an_unreachable_collector_leaves_the_gateway_serving_and_its_warnings_js
     enabled = [d for d in docs if d["event"] == "tracing_enabled"]
     assert [d["endpoint"] for d in enabled] == [f"http://127.0.0.1:{closed}/v1/traces"]
     assert any(d["level"] in ("warning", "error") and "spans batch" in d["event"] for d in docs)
+
+
+def test_a_cut_stream_s_probe_and_resubscribe_are_client_spans_saying_why(traced: tuple[Harness, OtlpReceiver]) -> None:
+    """A stream the worker cuts before its task ended: the gateway's own ``GetTask`` (reason
+    ``upstream_eof``) and ``SubscribeToTask`` (reason ``resubscribe``) are client spans of the
+    client's stream, beside the client's own call (no reason)."""
+    h, receiver = traced
+    working = {"id": "t-9", "contextId": "c-9", "status": {"state": "TASK_STATE_WORKING"}}
+    done = {"taskId": "t-9", "contextId": "c-9", "status": {"state": "TASK_STATE_COMPLETED"}}
+    h.worker.on("SendStreamingMessage", sse=[Event(result={"task": working})])  # then the worker's EOF
+    h.worker.on("GetTask", json_result=working)
+    h.worker.on("SubscribeToTask", sse=[Event(result={"task": working}), Event(result={"statusUpdate": done})])
+    header, trace_id, _ = traceparent(6)
+    _, raw = h.stream({"jsonrpc": "2.0", "id": 9, "method": "SendStreamingMessage", "params": {
+        "message": {"messageId": "m-9", "role": "ROLE_USER", "parts": [{"text": "go"}]}}},
+        headers={**V1, "traceparent": header})
+    assert frames(raw)[-1]["data"]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    spans = of_trace(receiver.wait_for(lambda s: len(of_trace(s, trace_id)) >= 4), trace_id)
+    [server] = [s for s in spans if s.kind == "SERVER"]
+    assert server.name == "SendStreamingMessage" and server.attributes["a2a.task.state"] == "TASK_STATE_COMPLETED"
+    clients = sorted((s.name, s.attributes.get("a2a_gateway.forced_get.reason")) for s in spans if s.kind == "CLIENT")
+    assert clients == [("GetTask", "upstream_eof"), ("SendStreamingMessage", None), ("SubscribeToTask", "resubscribe")]
+    assert all(s.parent_span_id == server.span_id for s in spans if s.kind == "CLIENT")
+    [subscribe] = h.worker.calls("SubscribeToTask")
+    [span] = [s for s in spans if s.name == "SubscribeToTask"]
+    assert subscribe.headers["traceparent"] == f"00-{trace_id}-{span.span_id}-01"
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+def test_the_tenant_is_the_server_span_s_a2a_tenant(traced: tuple[Harness, OtlpReceiver], binding: str) -> None:
+    """``a2a.tenant`` is the tenant the gateway judged the call under (docs/callers.md §1):
+    JSON-RPC's ``params.tenant``, REST's path before the operation."""
+    h, receiver = traced
+    header, trace_id, _ = traceparent(7 if binding == "jsonrpc" else 8)
+    if binding == "jsonrpc":
+        h.worker.on("GetTask", json_result=task("t-7", "TASK_STATE_WORKING"))
+        h.rpc({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-7", "tenant": "acme"}},
+              headers={**V1, "traceparent": header})
+    else:
+        h.worker.on_path("GET", "/acme/tasks/t-7", json_body=task("t-7", "TASK_STATE_WORKING"))
+        r, _ = h.rest("GET", "/acme/tasks/t-7", headers={**V1, "traceparent": header})
+        assert r.status_code == 200
+    [server] = [s for s in of_trace(receiver.wait_for(lambda s: of_trace(s, trace_id)), trace_id) if s.kind == "SERVER"]
+    assert server.attributes["a2a.protocol.binding"] == binding
+    assert server.attributes["a2a.tenant"] == "acme"
+
+
+def test_a_v03_rest_send_s_message_id_is_on_its_server_span(traced: tuple[Harness, OtlpReceiver]) -> None:
+    """a2a-sdk's v0.3 REST transport names the message ``request`` (docs/protocol.md §11
+    pitfall 11): its ``messageId`` is ``a2a.message.id`` as for ``message``."""
+    h, receiver = traced
+    header, trace_id, _ = traceparent(9)
+    h.worker.on_path("POST", "/v1/message:send", json_body={"task": {
+        "id": "t-9", "contextId": "c-9", "status": {"state": "TASK_STATE_WORKING"}}})
+    r, _ = h.rest("POST", "/v1/message:send", headers={"traceparent": header}, json={
+        "request": {"messageId": "m-v03", "role": "ROLE_USER", "content": [{"text": "hi"}]}})
+    assert r.status_code == 200, r.text
+    [server] = [s for s in of_trace(receiver.wait_for(lambda s: of_trace(s, trace_id)), trace_id) if s.kind == "SERVER"]
+    assert (server.attributes["a2a.protocol.version"], server.attributes["a2a.message.id"]) == ("0.3", "m-v03")
