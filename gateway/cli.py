@@ -111,9 +111,8 @@ def _environment_help(settings: Sequence[Setting] = SERVE_SETTINGS) -> str:
         lines.append(f"  {CALLER_SECRET_ENV:32} {'':22} the caller-fingerprint secret; wins over "
                      "callers.secret_file (docs/callers.md §4)")
         lines.append(f"  {'OTEL_*':32} {'':22} tracing: the OpenTelemetry SDK's own variables "
-                     "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_SDK_DISABLED, ...); "
-                     "unlike the rest, the config file's tracing.* wins over them, and OTEL_SDK_DISABLED=true "
-                     "over everything (docs/observability.md §1)")
+                     "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_EXPORTER, OTEL_SDK_DISABLED, ...); "
+                     "they win over the config file's tracing.* (docs/observability.md §1)")
     return "\n".join(lines) + "\n"
 
 

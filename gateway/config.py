@@ -618,21 +618,21 @@ class TimelineConfig(_Frozen):
 
 class TracingConfig(_Frozen):
     """OpenTelemetry traces over OTLP/HTTP (docs/observability.md §1; needs the ``otel``
-    extra: ``pip install 'a2a-gateway[otel]'``). ``enabled``: ``null`` (the default) follows
-    the standard environment — on when ``OTEL_TRACES_EXPORTER`` is ``otlp`` or an
-    ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is set; ``OTEL_SDK_DISABLED=true`` turns it off
-    whatever the file says. ``endpoint``: the OTLP/HTTP traces URL
-    (``http://collector:4318/v1/traces``; ``null``: the SDK's, from ``OTEL_EXPORTER_OTLP_*``).
-    ``service_name``: ``service.name`` (``null``: ``OTEL_SERVICE_NAME``, else ``a2a-gateway``).
+    extra: ``pip install 'a2a-gateway[otel]'``). The standard ``OTEL_*`` variables win over
+    these keys, as every variable wins over the file. ``enabled``: on or off unless
+    ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER`` (``otlp`` / ``none``) says; ``null``
+    (the default): on when an ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is set. ``endpoint``: the
+    OTLP/HTTP traces URL (``http://collector:4318/v1/traces``) unless those variables name one.
+    ``service_name``: ``service.name`` unless ``OTEL_SERVICE_NAME`` is set (else ``a2a-gateway``).
     ``sampling_ratio``: the share of new traces recorded (a client's sampled ``traceparent``
     is followed whatever it is)."""
 
     enabled: bool | None = None
-    """Export traces (``null``: as the ``OTEL_*`` environment says)."""
+    """Export traces (``OTEL_SDK_DISABLED`` / ``OTEL_TRACES_EXPORTER`` win; ``null``: on when an OTLP endpoint variable is set)."""
     endpoint: str | None = None
-    """The OTLP/HTTP traces URL (``null``: the SDK's, from ``OTEL_EXPORTER_OTLP_*``)."""
+    """The OTLP/HTTP traces URL (``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` win; ``null``: ``http://localhost:4318/v1/traces``)."""
     service_name: str | None = None
-    """``service.name`` (``null``: ``OTEL_SERVICE_NAME``, else ``a2a-gateway``)."""
+    """``service.name`` (``OTEL_SERVICE_NAME`` wins; ``null``: ``a2a-gateway``)."""
     sampling_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
     """The share of new traces recorded (a client's sampled ``traceparent`` is followed)."""
 

@@ -40,18 +40,21 @@ _TRACE_HEADERS = (b"traceparent", b"tracestate")
 
 
 def wanted(cfg: TracingConfig, env: Mapping[str, str]) -> bool:
-    """Whether tracing is on: ``OTEL_SDK_DISABLED=true`` wins; then ``tracing.enabled`` when
-    set; else the environment (``OTEL_TRACES_EXPORTER`` including ``otlp``, or an OTLP endpoint
-    variable set, with no ``OTEL_TRACES_EXPORTER=none``)."""
+    """Whether tracing is on, the environment over the file as for every setting
+    (docs/observability.md §1): ``OTEL_SDK_DISABLED=true`` is off; ``OTEL_TRACES_EXPORTER``
+    naming ``none`` is off, naming ``otlp`` on; else ``tracing.enabled`` when set; else on
+    when an OTLP endpoint variable is set (a place to send spans, which switches nothing the
+    file has switched)."""
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
-    if cfg.enabled is not None:
-        return cfg.enabled
     exporters = {e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "").split(",") if e.strip()}
     if "none" in exporters:
         return False
-    return "otlp" in exporters or bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                                       or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    if "otlp" in exporters:
+        return True
+    if cfg.enabled is not None:
+        return cfg.enabled
+    return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
 def from_config(cfg: TracingConfig, version: str, log: logging.Logger,
@@ -72,27 +75,27 @@ def from_config(cfg: TracingConfig, version: str, log: logging.Logger,
             "error": f"{exc}; install the otel extra: pip install 'a2a-gateway[otel]' "
                      "(in a checkout: .venv/bin/pip install -e '.[otel]')"})
         return None
-    service = cfg.service_name or env.get("OTEL_SERVICE_NAME") or "a2a-gateway"
+    service = env.get("OTEL_SERVICE_NAME") or cfg.service_name or "a2a-gateway"
     provider = TracerProvider(
         resource=Resource.create({"service.name": service, "service.version": version}),
         sampler=ParentBased(TraceIdRatioBased(cfg.sampling_ratio)))
-    exporter = OTLPSpanExporter(endpoint=cfg.endpoint) if cfg.endpoint else OTLPSpanExporter()
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    log.info("tracing_enabled", extra={"service": service, "endpoint": traces_endpoint(cfg.endpoint, env)})
+    endpoint = traces_endpoint(cfg.endpoint, env)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    log.info("tracing_enabled", extra={"service": service, "endpoint": endpoint})
     return Tracing(provider.get_tracer("a2a_gateway", version), provider)
 
 
 def traces_endpoint(configured: str | None, env: Mapping[str, str]) -> str:
-    """The URL the OTLP/HTTP exporter posts spans to, as the SDK picks it: ``tracing.endpoint``,
-    else ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` as it is, else ``OTEL_EXPORTER_OTLP_ENDPOINT``
-    with the signal path ``v1/traces`` appended (the OTLP exporter specification), else the
-    SDK's default ``http://localhost:4318/v1/traces``."""
-    if configured:
-        return configured
+    """The URL the OTLP/HTTP exporter posts spans to (it is given this one): the environment
+    over the file — ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` as it is, else
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` with the signal path ``v1/traces`` appended (the OTLP
+    exporter specification) — else ``tracing.endpoint``, else the SDK's default
+    ``http://localhost:4318/v1/traces``."""
     if env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         return env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
-    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318"
-    return base.removesuffix("/") + "/v1/traces"
+    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return env["OTEL_EXPORTER_OTLP_ENDPOINT"].removesuffix("/") + "/v1/traces"
+    return configured or "http://localhost:4318/v1/traces"
 
 
 def _host_port(url: str) -> tuple[str | None, int | None]:

@@ -144,7 +144,11 @@ def test_the_request_log_line_carries_the_trace_id(traced: tuple[Harness, OtlpRe
     ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, None, False),
     ({}, True, True),
     ({"OTEL_SDK_DISABLED": "true"}, True, False),
-    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, False, False),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, False, False),  # a place, not a switch
+    # the environment's switches win over the file, as every variable does
+    ({"OTEL_TRACES_EXPORTER": "otlp"}, False, True),
+    ({"OTEL_TRACES_EXPORTER": "none"}, True, False),
+    ({"OTEL_TRACES_EXPORTER": "console"}, True, True),
 ])
 def test_tracing_is_off_unless_configured(env: dict[str, str], enabled: bool | None, expected: bool) -> None:
     assert tracing.wanted(TracingConfig(enabled=enabled), env) is expected
@@ -156,7 +160,9 @@ def test_tracing_off_builds_no_span(h: Harness) -> None:
 
 
 @pytest.mark.parametrize(("configured", "env", "expected"), [
-    ("http://c:4318/v1/traces", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:1"}, "http://c:4318/v1/traces"),
+    ("http://c:4318/v1/traces", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:1"}, "http://x:1/v1/traces"),
+    ("http://c:4318/v1/traces", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:1/spans"}, "http://t:1/spans"),
+    ("http://c:4318/v1/traces", {}, "http://c:4318/v1/traces"),
     (None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:1/spans", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:1"},
      "http://t:1/spans"),
     (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:1"}, "http://x:1/v1/traces"),
