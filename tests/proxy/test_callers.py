@@ -177,8 +177,23 @@ def test_requests_without_an_identity_are_one_caller_anonymous(make_harness: Any
 # -- tenants -------------------------------------------------------------------------------------
 
 
-def test_two_tenants_with_the_same_task_id_keep_separate_records_over_json_rpc(make_harness: Any, secret: str) -> None:
-    h = make_harness()
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The ledger the tenant tests run on: every backend keys records by tenant (docs/callers.md §1)."""
+    if request.param == "memory":
+        yield {"url": "memory"}
+    elif request.param == "sqlite":
+        yield {"url": f"sqlite:///{tmp_path}/ledger.db"}
+    else:
+        from tests.support.redis_server import redis_server
+
+        with redis_server() as url:
+            yield {"url": url}
+
+
+def test_two_tenants_with_the_same_task_id_keep_separate_records_over_json_rpc(
+        make_harness: Any, secret: str, ledger: dict[str, Any]) -> None:
+    h = make_harness(ledger=ledger)
     store = OwnedTasks()
     _serve(h, store)
     store.task("acme", "t-same", "TASK_STATE_COMPLETED", "Bearer alice")
@@ -213,8 +228,9 @@ def test_the_gateways_own_get_task_carries_the_clients_tenant(make_harness: Any,
     assert h.on_gateway_loop(h.runtime.ledger.get("worker", "t-9", tenant="acme")).record.terminal
 
 
-def test_two_tenants_with_the_same_task_id_keep_separate_records_over_rest(make_harness: Any, secret: str) -> None:
-    h = make_harness()
+def test_two_tenants_with_the_same_task_id_keep_separate_records_over_rest(
+        make_harness: Any, secret: str, ledger: dict[str, Any]) -> None:
+    h = make_harness(ledger=ledger)
     for tenant, state in (("acme", "TASK_STATE_COMPLETED"), ("beta", "TASK_STATE_WORKING")):
         h.worker.on_path("GET", f"/{tenant}/tasks/t-same",
                          json_body={"id": "t-same", "contextId": f"c-{tenant}", "status": {"state": state}})
