@@ -357,12 +357,13 @@ def test_a_valid_jwt_is_accepted_and_its_subject_is_the_caller(guarded: Harness,
 
 
 @pytest.mark.parametrize("case,reason", [("expired", "expired"), ("audience", "audience"),
-                                         ("unknown_key", "unknown_key"), ("missing", "missing"),
-                                         ("garbage", "invalid")])
+                                         ("issuer", "issuer"), ("unknown_key", "unknown_key"),
+                                         ("missing", "missing"), ("garbage", "invalid")])
 def test_a_refused_jwt_never_reaches_the_worker(guarded: Harness, keys: Keys, case: str, reason: str) -> None:
     tokens = {
         "expired": keys.token(exp=int(time.time()) - 3600, iat=int(time.time()) - 7200),
         "audience": keys.token(aud="someone-else"),
+        "issuer": keys.token(iss="https://another-issuer.test"),
         "unknown_key": keys.token(key=keys.stranger, kid="k-2"),
         "garbage": "not.a.jwt",
     }
@@ -378,8 +379,15 @@ def test_a_refused_jwt_never_reaches_the_worker(guarded: Harness, keys: Keys, ca
     assert orjson.loads(raw)["error"]["status"] == "UNAUTHENTICATED"
     passthrough, _ = guarded.rest("GET", "/some/other/path", headers=headers)
     assert passthrough.status_code == 401
+    # v0.3: the JSON-RPC error with the client's id; the v0.3 REST body (code and type at the top)
+    v03 = {k: v for k, v in headers.items() if k != "A2A-Version"}
+    r = guarded.rpc({"jsonrpc": "2.0", "id": 41, "method": "tasks/get", "params": {"id": "t-1"}}, headers=v03)
+    assert r.status_code == 401 and r.json()["id"] == 41 and r.json()["error"]["code"] == jsonrpc.INVALID_REQUEST
+    rest, raw = guarded.rest("GET", "/v1/tasks/t-1", headers=v03)
+    assert rest.status_code == 401 and rest.headers["www-authenticate"].startswith("Bearer")
+    assert orjson.loads(raw)["code"] == jsonrpc.INVALID_REQUEST and "type" in orjson.loads(raw)
     assert guarded.rpc_calls() == []  # nothing reached the worker
-    assert guarded.metric("a2a_gateway_auth_failures_total", upstream="worker", reason=reason) == 3
+    assert guarded.metric("a2a_gateway_auth_failures_total", upstream="worker", reason=reason) == 5
     if case == "unknown_key":
         assert keys.fetches == 1  # a refetch for the unknown key waits REFETCH_SECONDS
 
