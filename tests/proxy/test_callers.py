@@ -213,6 +213,10 @@ def test_two_tenants_with_the_same_task_id_keep_separate_records_over_json_rpc(
     assert _sends_seen(h, "Bearer alice") == []
     _send(h, ALICE, "t-same", tenant="beta")
     assert [c.params["tenant"] for c in _sends_seen(h, "Bearer alice")] == ["beta"]
+    # metrics carry no tenant (nor a caller): no label named tenant, no series naming acme
+    scraped = h.http.get(h.admin.url + "/metrics").text
+    assert "tenant=" not in scraped and "acme" not in scraped and "beta" not in scraped
+    assert not any(fp in scraped for fp in acme.callers)
 
 
 def test_the_gateways_own_get_task_carries_the_clients_tenant(make_harness: Any, secret: str) -> None:
@@ -492,3 +496,34 @@ def test_a_jwks_answer_over_the_bound_is_not_read_to_its_end(make_harness: Any, 
         assert r.status_code == 503, r.text
         assert h.rpc_calls() == []
         assert endless.sent < 64 * MAX_JWKS_BYTES  # hung up on long before the answer's end
+
+
+# -- the admin listener's task views (docs/callers.md §6) ----------------------------------------
+
+
+def test_the_admin_task_views_need_the_token_and_never_show_a_caller(make_harness: Any, secret: str,
+                                                                     tmp_path: Path) -> None:
+    """The timeline JSON and the status page of a task two callers asked about: 401 without
+    the admin token; with it, neither a fingerprint nor an identity."""
+    import httpx
+
+    token = tmp_path / "admin-token"
+    token.write_text("admin-" + uuid.uuid4().hex)
+    h = make_harness(admin={"token_file": str(token)})
+    store = OwnedTasks()
+    _serve(h, store)
+    tid = _send(h, ALICE)["result"]["task"]["id"]
+    _send(h, MALLORY, tid)  # forwarded: a skipped local answer
+    _send(h, ALICE, tid)  # answered here: a rejection on the timeline
+    record = h.on_gateway_loop(h.runtime.ledger.get("worker", tid)).record
+    assert len(record.callers) == 1
+    admin = {"Authorization": f"Bearer {token.read_text()}"}
+    for path in (f"/tasks/worker/{tid}/timeline", "/status"):
+        assert httpx.get(h.admin.url + path, trust_env=False, timeout=10).status_code == 401
+        assert httpx.get(h.admin.url + path, headers=ALICE, trust_env=False, timeout=10).status_code == 401
+        shown = httpx.get(h.admin.url + path, headers=admin, trust_env=False, timeout=10)
+        assert shown.status_code == 200, shown.text
+        assert not any(fp in shown.text for fp in record.callers), path
+        assert "alice" not in shown.text and "mallory" not in shown.text and secret not in shown.text
+    doc = httpx.get(h.admin.url + f"/tasks/worker/{tid}/timeline", headers=admin, trust_env=False).json()
+    assert "callers" not in doc["record"] and doc["timeline"]
