@@ -347,6 +347,28 @@ def guarded(make_harness: Any, keys: Keys, secret: str) -> Harness:
     return h
 
 
+def _forged(keys: Keys, alg: str, signature: bytes | None = None) -> str:
+    """A token of subject alice under the known kid, with header ``alg`` and ``signature``
+    (default: HMAC-SHA256 keyed with the known key's public PEM, the algorithm-confusion attack)."""
+    import base64
+    import hashlib
+    import hmac
+
+    from cryptography.hazmat.primitives import serialization
+
+    def b64(data: bytes) -> bytes:
+        return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+    now = int(time.time())
+    head = b64(orjson.dumps({"alg": alg, "typ": "JWT", "kid": "k-1"}))
+    body = b64(orjson.dumps({"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": now, "exp": now + 300}))
+    if signature is None:
+        pem = keys.known.public_key().public_bytes(serialization.Encoding.PEM,
+                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
+        signature = hmac.new(pem, head + b"." + body, hashlib.sha256).digest()
+    return (head + b"." + body + b"." + b64(signature)).decode()
+
+
 def _bearer(token: str) -> dict[str, str]:
     return {**V1, "Authorization": f"Bearer {token}"}
 
@@ -362,7 +384,8 @@ def test_a_valid_jwt_is_accepted_and_its_subject_is_the_caller(guarded: Harness,
 
 @pytest.mark.parametrize("case,reason", [("expired", "expired"), ("audience", "audience"),
                                          ("issuer", "issuer"), ("unknown_key", "unknown_key"),
-                                         ("missing", "missing"), ("garbage", "invalid")])
+                                         ("missing", "missing"), ("garbage", "invalid"),
+                                         ("alg_none", "invalid"), ("hs256_public_key", "invalid")])
 def test_a_refused_jwt_never_reaches_the_worker(guarded: Harness, keys: Keys, case: str, reason: str) -> None:
     tokens = {
         "expired": keys.token(exp=int(time.time()) - 3600, iat=int(time.time()) - 7200),
@@ -370,6 +393,8 @@ def test_a_refused_jwt_never_reaches_the_worker(guarded: Harness, keys: Keys, ca
         "issuer": keys.token(iss="https://another-issuer.test"),
         "unknown_key": keys.token(key=keys.stranger, kid="k-2"),
         "garbage": "not.a.jwt",
+        "alg_none": _forged(keys, "none", b""),
+        "hs256_public_key": _forged(keys, "HS256"),  # the JWKS's public key as an HMAC secret
     }
     headers = V1 if case == "missing" else _bearer(tokens[case])
     r = guarded.rpc({"jsonrpc": "2.0", "id": "j-1", "method": "SendMessage",
