@@ -22,7 +22,7 @@ from jwt.algorithms import RSAAlgorithm
 from gateway.a2a import jsonrpc
 from tests.proxy.conftest import Harness
 from tests.support.scripted_worker import JsonError, JsonResult, ReceivedRequest
-from tests.support.servers import serve_in_thread
+from tests.support.servers import serve_in_thread, wait_until
 
 V1 = {"A2A-Version": "1.0"}
 ALICE = {**V1, "Authorization": "Bearer alice"}
@@ -552,3 +552,41 @@ def test_the_admin_task_views_need_the_token_and_never_show_a_caller(make_harnes
         assert "alice" not in shown.text and "mallory" not in shown.text and secret not in shown.text
     doc = httpx.get(h.admin.url + f"/tasks/worker/{tid}/timeline", headers=admin, trust_env=False).json()
     assert "callers" not in doc["record"] and doc["timeline"]
+
+
+# -- metrics and tenants (docs/callers.md §1) -------------------------------------------------------
+
+
+def test_tenants_are_a_metric_label_only_for_the_operators_bounded_list(make_harness: Any, secret: str) -> None:
+    """``admin.metric_tenants: [acme]``: acme's requests are counted by name, any other
+    tenant's as ``other``, no tenant's as ``""``; no other metric carries a tenant."""
+    h = make_harness(admin={"metric_tenants": ["acme"]})
+    store = OwnedTasks()
+    _serve(h, store)
+    for tenant in ("acme", "beta", "gamma", None):
+        _send(h, ALICE, tenant=tenant)
+    h.worker.on_path("GET", "/acme/tasks/t-r", json_body={"id": "t-r", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}})
+    r, raw = h.rest("GET", "/acme/tasks/t-r", headers=ALICE)
+    assert r.status_code == 200, raw
+
+    def count(tenant: str) -> float:
+        return h.metric("a2a_gateway_tenant_requests_total", upstream="worker", tenant=tenant, outcome="ok")
+
+    wait_until(lambda: count("acme") == 2, message="acme's two requests counted")
+    assert (count("other"), count("")) == (2, 1)
+    scraped = h.http.get(h.admin.url + "/metrics").text
+    tenant_lines = [line for line in scraped.splitlines() if "tenant=" in line]
+    assert tenant_lines and all(line.startswith("a2a_gateway_tenant_requests_") for line in tenant_lines)
+    assert "beta" not in scraped and "gamma" not in scraped
+
+
+def test_the_tenant_list_is_bounded() -> None:
+    from pydantic import ValidationError
+
+    from gateway.config import MAX_METRIC_TENANTS, AdminConfig
+
+    with pytest.raises(ValidationError):
+        AdminConfig(metric_tenants=[f"t-{n}" for n in range(MAX_METRIC_TENANTS + 1)])
+    for bad in (["other"], [""], ["a", "a"], ["x" * 129]):
+        with pytest.raises(ValidationError):
+            AdminConfig(metric_tenants=bad)
