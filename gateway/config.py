@@ -144,6 +144,12 @@ class ListenConfig(_Frozen):
     :mod:`gateway.pidfile`; ``serve --pid-file`` wins). Read at start only."""
 
 
+MAX_METRIC_TENANTS = 100
+"""The most tenants ``admin.metric_tenants`` may name (each is a label value)."""
+OTHER_TENANT = "other"
+"""The ``tenant`` label of a tenant ``admin.metric_tenants`` does not name."""
+
+
 class AdminConfig(_Frozen):
     """The admin listener: ``/metrics``, ``/healthz`` and ``/readyz`` on an address and port
     of their own, apart from the traffic port (``port: 0`` picks a free port, logged at
@@ -162,8 +168,24 @@ class AdminConfig(_Frozen):
     """A file whose content (stripped) every admin request must present as a bearer token."""
     protect_probes: bool = False
     """Ask the token of ``/healthz`` and ``/readyz`` too."""
+    metric_tenants: list[str] = Field(default_factory=list, max_length=MAX_METRIC_TENANTS)
+    """Tenants counted by name in ``a2a_gateway_tenant_requests_total{tenant}`` (at most
+    100; every other tenant is counted as ``other``, no tenant as ``""``). Empty (the
+    default): no metric carries a tenant (docs/callers.md §1)."""
     tracked_refresh_seconds: Seconds = 15.0
     """How often the tracked-task gauge is refreshed from the ledger."""
+
+    @field_validator("metric_tenants")
+    @classmethod
+    def _metric_tenants(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not item or len(item) > 128:
+                raise ValueError(f"{item!r}: a tenant of 1 to 128 characters")
+            if item == OTHER_TENANT:
+                raise ValueError(f"{item!r} is the label of every tenant not listed")
+        if len(set(value)) != len(value):
+            raise ValueError("a tenant is listed twice")
+        return value
 
 
 class TimeoutConfig(_Frozen):

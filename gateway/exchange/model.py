@@ -45,7 +45,8 @@ class Summary:
     and ``close_reason`` are set for streams (``close_reason`` ``None``: no stream was
     relayed); ``binding`` is the client's (the ``binding`` label); ``bridge`` is
     ``"<client version>-><worker version>"`` for a bridged request (docs/bridge.md §3), else
-    ``None``.
+    ``None``; ``tenant`` is the request's A2A tenant (docs/callers.md §1; a metric label only
+    for the tenants ``admin.metric_tenants`` names).
     """
 
     method: str
@@ -56,3 +57,4 @@ class Summary:
     close_reason: str | None = None
     binding: Binding = Binding.JSONRPC
     bridge: str | None = None
+    tenant: str = ""

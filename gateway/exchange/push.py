@@ -44,6 +44,8 @@ CONFIG_OPERATIONS = frozenset({Operation.PUSH_CREATE, Operation.SEND, Operation.
 """The operations whose request may carry a push config to rewrite."""
 ANSWER_OPERATIONS = frozenset({Operation.PUSH_CREATE, Operation.PUSH_GET, Operation.PUSH_LIST})
 """The operations whose answer holds push configs naming a callback URL."""
+CALLBACK_PATH = "/_a2a_gateway/push/"
+"""The gateway's callback URLs are ``<base>/_a2a_gateway/push/<callback id>`` (docs/push.md §2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +120,12 @@ def rewrite_request(operation: Operation, doc: Any, callbacks: list[tuple[str, s
 def restore_answer(result: Any, webhooks: Mapping[str, Webhook], depth: int = 5) -> Any:
     """``result`` (a create / get / list answer, any version's shape) with every push config
     whose ``url`` is one of the gateway's callback URLs (the keys of ``webhooks``) given back
-    the client's ``url``, ``token`` and ``authentication``. Unchanged (the same object) when
-    none is found."""
+    the client's ``url``, ``token`` and ``authentication``. A config naming any other callback
+    URL of the gateway (:data:`CALLBACK_PATH`: another tenant's or task's, or one the ledger no
+    longer holds) keeps its ``url`` but loses its ``token`` and ``authentication``: the token
+    is the worker's credential for that callback, with which anyone could post notifications
+    of the task into the ledger (docs/push.md §1.2). Unchanged (the same object) when none is
+    found."""
     if depth < 0:
         return result
     if isinstance(result, list):
@@ -137,6 +143,8 @@ def restore_answer(result: Any, webhooks: Mapping[str, Webhook], depth: int = 5)
         if hook.authentication is not None:
             out["authentication"] = hook.authentication
         return out
+    if isinstance(url, str) and CALLBACK_PATH in url and ("token" in result or "authentication" in result):
+        return {k: v for k, v in result.items() if k not in ("token", "authentication")}
     changed = {k: restore_answer(v, webhooks, depth - 1) for k, v in result.items()}
     return result if all(changed[k] is v for k, v in result.items()) else changed
 

@@ -104,6 +104,7 @@ class RequestExchange:
         self.ex = ex
         self.params = params
         self.summary = summary
+        summary.tenant = ex.tenant
         self.card = card
         self.policy = policy
         self.rewrite_card = rewrite_card

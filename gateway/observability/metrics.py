@@ -9,6 +9,7 @@ metric                                                 labels
 =====================================================  =========================================
 ``a2a_gateway_requests_total``                         upstream, binding, method, outcome
 ``a2a_gateway_request_duration_seconds``               upstream, binding, method
+``a2a_gateway_tenant_requests_total``                  upstream, tenant, outcome (only with admin.metric_tenants)
 ``a2a_gateway_upstream_errors_total``                  upstream, reason
 ``a2a_gateway_bridged_requests_total``                 upstream, binding, client_version, worker_version
 ``a2a_gateway_sse_events_total``                       upstream, kind
@@ -101,6 +102,13 @@ class Metrics:
             "Time from request start to the last byte sent to the client",
             ["upstream", "binding", "method"],
             buckets=_DURATION_BUCKETS,
+            registry=registry,
+        ))
+        self.tenant_requests = Labelled(Counter(
+            "a2a_gateway_tenant_requests_total",
+            "A2A requests by tenant and outcome, for the tenants admin.metric_tenants names "
+            "(other: any other tenant; empty: no tenant); no series without that list",
+            ["upstream", "tenant", "outcome"],
             registry=registry,
         ))
         self.upstream_errors = Labelled(Counter(

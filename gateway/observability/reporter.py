@@ -15,6 +15,7 @@ import time
 from collections import deque
 from typing import Any
 
+from gateway.config import OTHER_TENANT
 from gateway.exchange.commands import Count, Degraded, Found, Log
 from gateway.exchange.model import Summary
 from gateway.invariants.model import Mode
@@ -43,13 +44,17 @@ class Reporter:
         recent: where the latest divergences go (``{"at", "upstream", "kind", "task_id",
             "tenant", "detail", "action"}``, a bounded deque shared by the process's reporters; ``None``:
             nowhere).
+        tenants: the tenants counted by name in ``a2a_gateway_tenant_requests_total``
+            (``admin.metric_tenants``); empty: that metric has no series.
     """
 
-    __slots__ = ("_action", "_backend", "_log", "_metrics", "_mode", "_recent", "_upstream")
+    __slots__ = ("_action", "_backend", "_log", "_metrics", "_mode", "_recent", "_tenants", "_upstream")
 
     def __init__(self, metrics: Metrics, log: logging.Logger, *, upstream: str, mode: Mode,
-                 backend: str, recent: deque[dict[str, Any]] | None = None) -> None:
+                 backend: str, recent: deque[dict[str, Any]] | None = None,
+                 tenants: frozenset[str] = frozenset()) -> None:
         self._recent = recent
+        self._tenants = tenants
         self._metrics = metrics
         self._log = log
         self._upstream = upstream
@@ -89,6 +94,9 @@ class Reporter:
         s, upstream = summary, self._upstream
         self._metrics.requests.labels(upstream, s.binding, s.method, s.outcome).inc()
         self._metrics.duration.labels(upstream, s.binding, s.method).observe(duration_s)
+        if self._tenants:
+            tenant = s.tenant if not s.tenant or s.tenant in self._tenants else OTHER_TENANT
+            self._metrics.tenant_requests.labels(upstream, tenant, s.outcome).inc()
         fields = {"upstream": upstream, "binding": s.binding.value, "method": s.method, "task_id": s.task_id,
                   "context_id": s.context_id, "duration_s": round(duration_s, 6)}
         if s.bridge is not None:

@@ -186,7 +186,7 @@ class Runtime:
         if reporter is None:
             reporter = self._reporters[upstream] = Reporter(
                 self.metrics, self.log, upstream=upstream, mode=self.mode, backend=self.ledger.backend,
-                recent=self.divergences)
+                recent=self.divergences, tenants=frozenset(self.config.admin.metric_tenants))
         return reporter
 
     def _new_card_cache(self, upstream: UpstreamConfig) -> CardCache:

@@ -39,6 +39,7 @@ from gateway.exchange.commands import REPORTS, AppendTimeline, Enqueue, Load, Lo
 from gateway.exchange.model import Summary
 from gateway.exchange.push import (
     ANSWER_OPERATIONS,
+    CALLBACK_PATH,
     CONFIG_OPERATIONS,
     Subscription,
     Webhook,
@@ -56,8 +57,6 @@ from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
 from gateway.push.ssrf import Refused, check_webhook
 
-CALLBACK_PATH = "/_a2a_gateway/push/"
-"""The gateway's callback URLs are ``<base>/_a2a_gateway/push/<callback id>`` (docs/push.md §2)."""
 _OPERATIONS = CONFIG_OPERATIONS | ANSWER_OPERATIONS | {Operation.PUSH_DELETE}
 
 
@@ -187,12 +186,12 @@ class PushRelay:
         if operation is Operation.PUSH_DELETE and task_id:
             await self._forget(upstream, task_id, config_id, tenant)
             return NOTHING
-        if operation in ANSWER_OPERATIONS and task_id:
+        if operation in ANSWER_OPERATIONS:
             entries = await self.rt.ledger_call("push_configs", lambda: self.rt.ledger.push_configs(
-                upstream, task_id, tenant=tenant))
+                upstream, task_id, tenant=tenant)) if task_id else []
             hooks_by_url = {d.callback_url: d.webhook for d in map(PushConfigData.decode, (e.data for e in entries))}
-            if hooks_by_url:
-                return PushStep(restore=lambda result: restore_answer(result, hooks_by_url))
+            # with none, the answer is still looked at: a callback it names is not this task's
+            return PushStep(restore=lambda result: restore_answer(result, hooks_by_url))
         return NOTHING
 
     async def _configure(self, route: Route, scope: Scope, operation: Operation, version: ProtocolVersion,

@@ -94,6 +94,17 @@ def test_answers_are_given_back_the_client_webhook_in_every_shape() -> None:
     assert restore_answer(untouched, hooks) is untouched
 
 
+def test_a_callback_of_another_task_or_tenant_loses_the_worker_token() -> None:
+    """A config naming a gateway callback that is not this task's (another tenant's, or one the
+    ledger lost) keeps its url, never the worker's token or credentials (docs/push.md §1.2)."""
+    other = {"id": "p", "url": "https://gw.example/_a2a_gateway/push/cb-9", "token": "w",
+             "authentication": {"schemes": ["Bearer"]}}
+    assert restore_answer({"configs": [other]}, {}) == {"configs": [{"id": "p", "url": other["url"]}]}
+    v03 = [{"taskId": "t", "pushNotificationConfig": {"url": other["url"], "token": "w"}}]
+    assert restore_answer(v03, {CB: Webhook("https://c/h", "c", None)})[0]["pushNotificationConfig"] \
+        == {"url": other["url"]}
+
+
 # --- docs/push.md §2: notifications -------------------------------------------------------------------------
 
 

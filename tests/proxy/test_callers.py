@@ -22,7 +22,7 @@ from jwt.algorithms import RSAAlgorithm
 from gateway.a2a import jsonrpc
 from tests.proxy.conftest import Harness
 from tests.support.scripted_worker import JsonError, JsonResult, ReceivedRequest
-from tests.support.servers import serve_in_thread
+from tests.support.servers import serve_in_thread, wait_until
 
 V1 = {"A2A-Version": "1.0"}
 ALICE = {**V1, "Authorization": "Bearer alice"}
@@ -177,8 +177,23 @@ def test_requests_without_an_identity_are_one_caller_anonymous(make_harness: Any
 # -- tenants -------------------------------------------------------------------------------------
 
 
-def test_two_tenants_with_the_same_task_id_keep_separate_records_over_json_rpc(make_harness: Any, secret: str) -> None:
-    h = make_harness()
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The ledger the tenant tests run on: every backend keys records by tenant (docs/callers.md §1)."""
+    if request.param == "memory":
+        yield {"url": "memory"}
+    elif request.param == "sqlite":
+        yield {"url": f"sqlite:///{tmp_path}/ledger.db"}
+    else:
+        from tests.support.redis_server import redis_server
+
+        with redis_server() as url:
+            yield {"url": url}
+
+
+def test_two_tenants_with_the_same_task_id_keep_separate_records_over_json_rpc(
+        make_harness: Any, secret: str, ledger: dict[str, Any]) -> None:
+    h = make_harness(ledger=ledger)
     store = OwnedTasks()
     _serve(h, store)
     store.task("acme", "t-same", "TASK_STATE_COMPLETED", "Bearer alice")
@@ -198,6 +213,10 @@ def test_two_tenants_with_the_same_task_id_keep_separate_records_over_json_rpc(m
     assert _sends_seen(h, "Bearer alice") == []
     _send(h, ALICE, "t-same", tenant="beta")
     assert [c.params["tenant"] for c in _sends_seen(h, "Bearer alice")] == ["beta"]
+    # metrics carry no tenant (nor a caller): no label named tenant, no series naming acme
+    scraped = h.http.get(h.admin.url + "/metrics").text
+    assert "tenant=" not in scraped and "acme" not in scraped and "beta" not in scraped
+    assert not any(fp in scraped for fp in acme.callers)
 
 
 def test_the_gateways_own_get_task_carries_the_clients_tenant(make_harness: Any, secret: str) -> None:
@@ -213,8 +232,9 @@ def test_the_gateways_own_get_task_carries_the_clients_tenant(make_harness: Any,
     assert h.on_gateway_loop(h.runtime.ledger.get("worker", "t-9", tenant="acme")).record.terminal
 
 
-def test_two_tenants_with_the_same_task_id_keep_separate_records_over_rest(make_harness: Any, secret: str) -> None:
-    h = make_harness()
+def test_two_tenants_with_the_same_task_id_keep_separate_records_over_rest(
+        make_harness: Any, secret: str, ledger: dict[str, Any]) -> None:
+    h = make_harness(ledger=ledger)
     for tenant, state in (("acme", "TASK_STATE_COMPLETED"), ("beta", "TASK_STATE_WORKING")):
         h.worker.on_path("GET", f"/{tenant}/tasks/t-same",
                          json_body={"id": "t-same", "contextId": f"c-{tenant}", "status": {"state": state}})
@@ -327,6 +347,28 @@ def guarded(make_harness: Any, keys: Keys, secret: str) -> Harness:
     return h
 
 
+def _forged(keys: Keys, alg: str, signature: bytes | None = None) -> str:
+    """A token of subject alice under the known kid, with header ``alg`` and ``signature``
+    (default: HMAC-SHA256 keyed with the known key's public PEM, the algorithm-confusion attack)."""
+    import base64
+    import hashlib
+    import hmac
+
+    from cryptography.hazmat.primitives import serialization
+
+    def b64(data: bytes) -> bytes:
+        return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+    now = int(time.time())
+    head = b64(orjson.dumps({"alg": alg, "typ": "JWT", "kid": "k-1"}))
+    body = b64(orjson.dumps({"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": now, "exp": now + 300}))
+    if signature is None:
+        pem = keys.known.public_key().public_bytes(serialization.Encoding.PEM,
+                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
+        signature = hmac.new(pem, head + b"." + body, hashlib.sha256).digest()
+    return (head + b"." + body + b"." + b64(signature)).decode()
+
+
 def _bearer(token: str) -> dict[str, str]:
     return {**V1, "Authorization": f"Bearer {token}"}
 
@@ -341,14 +383,18 @@ def test_a_valid_jwt_is_accepted_and_its_subject_is_the_caller(guarded: Harness,
 
 
 @pytest.mark.parametrize("case,reason", [("expired", "expired"), ("audience", "audience"),
-                                         ("unknown_key", "unknown_key"), ("missing", "missing"),
-                                         ("garbage", "invalid")])
+                                         ("issuer", "issuer"), ("unknown_key", "unknown_key"),
+                                         ("missing", "missing"), ("garbage", "invalid"),
+                                         ("alg_none", "invalid"), ("hs256_public_key", "invalid")])
 def test_a_refused_jwt_never_reaches_the_worker(guarded: Harness, keys: Keys, case: str, reason: str) -> None:
     tokens = {
         "expired": keys.token(exp=int(time.time()) - 3600, iat=int(time.time()) - 7200),
         "audience": keys.token(aud="someone-else"),
+        "issuer": keys.token(iss="https://another-issuer.test"),
         "unknown_key": keys.token(key=keys.stranger, kid="k-2"),
         "garbage": "not.a.jwt",
+        "alg_none": _forged(keys, "none", b""),
+        "hs256_public_key": _forged(keys, "HS256"),  # the JWKS's public key as an HMAC secret
     }
     headers = V1 if case == "missing" else _bearer(tokens[case])
     r = guarded.rpc({"jsonrpc": "2.0", "id": "j-1", "method": "SendMessage",
@@ -362,8 +408,15 @@ def test_a_refused_jwt_never_reaches_the_worker(guarded: Harness, keys: Keys, ca
     assert orjson.loads(raw)["error"]["status"] == "UNAUTHENTICATED"
     passthrough, _ = guarded.rest("GET", "/some/other/path", headers=headers)
     assert passthrough.status_code == 401
+    # v0.3: the JSON-RPC error with the client's id; the v0.3 REST body (code and type at the top)
+    v03 = {k: v for k, v in headers.items() if k != "A2A-Version"}
+    r = guarded.rpc({"jsonrpc": "2.0", "id": 41, "method": "tasks/get", "params": {"id": "t-1"}}, headers=v03)
+    assert r.status_code == 401 and r.json()["id"] == 41 and r.json()["error"]["code"] == jsonrpc.INVALID_REQUEST
+    rest, raw = guarded.rest("GET", "/v1/tasks/t-1", headers=v03)
+    assert rest.status_code == 401 and rest.headers["www-authenticate"].startswith("Bearer")
+    assert orjson.loads(raw)["code"] == jsonrpc.INVALID_REQUEST and "type" in orjson.loads(raw)
     assert guarded.rpc_calls() == []  # nothing reached the worker
-    assert guarded.metric("a2a_gateway_auth_failures_total", upstream="worker", reason=reason) == 3
+    assert guarded.metric("a2a_gateway_auth_failures_total", upstream="worker", reason=reason) == 5
     if case == "unknown_key":
         assert keys.fetches == 1  # a refetch for the unknown key waits REFETCH_SECONDS
 
@@ -468,3 +521,72 @@ def test_a_jwks_answer_over_the_bound_is_not_read_to_its_end(make_harness: Any, 
         assert r.status_code == 503, r.text
         assert h.rpc_calls() == []
         assert endless.sent < 64 * MAX_JWKS_BYTES  # hung up on long before the answer's end
+
+
+# -- the admin listener's task views (docs/callers.md §6) ----------------------------------------
+
+
+def test_the_admin_task_views_need_the_token_and_never_show_a_caller(make_harness: Any, secret: str,
+                                                                     tmp_path: Path) -> None:
+    """The timeline JSON and the status page of a task two callers asked about: 401 without
+    the admin token; with it, neither a fingerprint nor an identity."""
+    import httpx
+
+    token = tmp_path / "admin-token"
+    token.write_text("admin-" + uuid.uuid4().hex)
+    h = make_harness(admin={"token_file": str(token)})
+    store = OwnedTasks()
+    _serve(h, store)
+    tid = _send(h, ALICE)["result"]["task"]["id"]
+    _send(h, MALLORY, tid)  # forwarded: a skipped local answer
+    _send(h, ALICE, tid)  # answered here: a rejection on the timeline
+    record = h.on_gateway_loop(h.runtime.ledger.get("worker", tid)).record
+    assert len(record.callers) == 1
+    admin = {"Authorization": f"Bearer {token.read_text()}"}
+    for path in (f"/tasks/worker/{tid}/timeline", "/status"):
+        assert httpx.get(h.admin.url + path, trust_env=False, timeout=10).status_code == 401
+        assert httpx.get(h.admin.url + path, headers=ALICE, trust_env=False, timeout=10).status_code == 401
+        shown = httpx.get(h.admin.url + path, headers=admin, trust_env=False, timeout=10)
+        assert shown.status_code == 200, shown.text
+        assert not any(fp in shown.text for fp in record.callers), path
+        assert "alice" not in shown.text and "mallory" not in shown.text and secret not in shown.text
+    doc = httpx.get(h.admin.url + f"/tasks/worker/{tid}/timeline", headers=admin, trust_env=False).json()
+    assert "callers" not in doc["record"] and doc["timeline"]
+
+
+# -- metrics and tenants (docs/callers.md §1) -------------------------------------------------------
+
+
+def test_tenants_are_a_metric_label_only_for_the_operators_bounded_list(make_harness: Any, secret: str) -> None:
+    """``admin.metric_tenants: [acme]``: acme's requests are counted by name, any other
+    tenant's as ``other``, no tenant's as ``""``; no other metric carries a tenant."""
+    h = make_harness(admin={"metric_tenants": ["acme"]})
+    store = OwnedTasks()
+    _serve(h, store)
+    for tenant in ("acme", "beta", "gamma", None):
+        _send(h, ALICE, tenant=tenant)
+    h.worker.on_path("GET", "/acme/tasks/t-r", json_body={"id": "t-r", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}})
+    r, raw = h.rest("GET", "/acme/tasks/t-r", headers=ALICE)
+    assert r.status_code == 200, raw
+
+    def count(tenant: str) -> float:
+        return h.metric("a2a_gateway_tenant_requests_total", upstream="worker", tenant=tenant, outcome="ok")
+
+    wait_until(lambda: count("acme") == 2, message="acme's two requests counted")
+    assert (count("other"), count("")) == (2, 1)
+    scraped = h.http.get(h.admin.url + "/metrics").text
+    tenant_lines = [line for line in scraped.splitlines() if "tenant=" in line]
+    assert tenant_lines and all(line.startswith("a2a_gateway_tenant_requests_") for line in tenant_lines)
+    assert "beta" not in scraped and "gamma" not in scraped
+
+
+def test_the_tenant_list_is_bounded() -> None:
+    from pydantic import ValidationError
+
+    from gateway.config import MAX_METRIC_TENANTS, AdminConfig
+
+    with pytest.raises(ValidationError):
+        AdminConfig(metric_tenants=[f"t-{n}" for n in range(MAX_METRIC_TENANTS + 1)])
+    for bad in (["other"], [""], ["a", "a"], ["x" * 129]):
+        with pytest.raises(ValidationError):
+            AdminConfig(metric_tenants=bad)

@@ -172,6 +172,40 @@ def test_create_get_delete_through_the_gateway_map_the_webhook_both_ways(stack: 
     assert stack.ledger_call(lambda led: led.push_configs("worker", task["id"])) == []
 
 
+def test_a_callback_the_answer_names_outside_its_task_never_carries_the_worker_token(stack: Stack) -> None:
+    """Found by a hostile caller (issue #19): the a2a-sdk worker ignores the tenant, so a list
+    in tenant ``acme`` showed the configs of tenant ``""``'s task, and with no webhook stored
+    under acme nothing was restored: the client got the gateway's callback URL and the worker's
+    token, posted a forged COMPLETED to it, and the ledger kept it (the owner's GetTask then
+    showed the forgery, its cancel was refused here). A callback URL the answer names outside
+    the request's (tenant, task) keeps its URL and loses its token and credentials."""
+    asked = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})
+    task = asked["result"]["task"]
+    hook = f"{stack.receiver_url}/owned"
+    rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
+        {"taskId": task["id"], "id": "cfg-o", "url": hook, "token": "owner-token",
+         "authentication": {"scheme": "Bearer", "credentials": "owner-cred"}})
+    (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})["result"]["configs"]
+    assert worker_view["url"].startswith(stack.gateway.url + CALLBACK) and worker_view["token"]
+    answers = [
+        rpc(stack.gateway.url, "ListTaskPushNotificationConfigs", {"taskId": task["id"], "tenant": "acme"})["result"],
+        rpc(stack.gateway.url, "GetTaskPushNotificationConfig", {"taskId": task["id"], "id": "cfg-o",
+                                                                 "tenant": "acme"})["result"],
+    ]
+    with httpx.Client(trust_env=False, timeout=5) as client:
+        rest = client.get(f"{stack.gateway.url}/acme/rest/tasks/{task['id']}/pushNotificationConfigs",
+                          headers={"A2A-Version": "1.0"})
+    answers.append(rest.json())
+    for answer in answers:
+        text = orjson.dumps(answer).decode()
+        assert worker_view["token"] not in text and "owner-token" not in text and "owner-cred" not in text, text
+    (shown,) = answers[0]["configs"]
+    assert shown["url"] == worker_view["url"] and "token" not in shown
+    # the owner, in the task's own tenant, still reads its webhook back
+    (own,) = rpc(stack.gateway.url, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})["result"]["configs"]
+    assert own["url"] == hook and own["token"] == "owner-token"
+
+
 def test_a_webhook_on_a_refused_address_is_refused_at_creation(stack: Stack, tmp_path: Any) -> None:
     asked = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})
     task_id = asked["result"]["task"]["id"]
