@@ -109,6 +109,34 @@ def is_signed(doc: dict[str, Any]) -> bool:
     return isinstance(signatures, list) and len(signatures) > 0
 
 
+def credential_headers(doc: dict[str, Any]) -> frozenset[str]:
+    """The request headers, lower-case, in which the card's ``securitySchemes`` say clients send
+    their credentials (docs/protocol.md §4.2, §4.3): an API key's ``name`` when it goes in a header (v1.0
+    ``apiKeySecurityScheme.location``, v0.3 ``in``), ``cookie`` when in a cookie, and
+    ``authorization`` for HTTP, OAuth 2.0 and OpenID Connect schemes. Mutual TLS and anything
+    unreadable name none; an API key in the query string names none either."""
+    schemes = doc.get("securitySchemes")
+    out: set[str] = set()
+    for scheme in schemes.values() if isinstance(schemes, dict) else ():
+        if not isinstance(scheme, dict):
+            continue
+        if "type" in scheme:  # v0.3: {"type": "apiKey", "in": "header", "name": ...}
+            kind, inner, where = scheme.get("type"), scheme, scheme.get("in")
+        else:  # v1.0: {"apiKeySecurityScheme": {"location": "header", "name": ...}}
+            [(kind, inner)] = scheme.items() if len(scheme) == 1 else [(None, None)]
+            where = inner.get("location") if isinstance(inner, dict) else None
+        if kind in ("apiKey", "apiKeySecurityScheme") and isinstance(inner, dict):
+            name = inner.get("name")
+            if str(where).lower() == "header" and isinstance(name, str) and name:
+                out.add(name.lower())
+            elif str(where).lower() == "cookie":
+                out.add("cookie")
+        elif kind in ("http", "oauth2", "openIdConnect", "httpAuthSecurityScheme",
+                      "oauth2SecurityScheme", "openIdConnectSecurityScheme"):
+            out.add("authorization")
+    return frozenset(out)
+
+
 def is_guarded(binding: object) -> bool:
     """Whether the gateway guards a ``protocolBinding`` / ``transport`` value."""
     return isinstance(binding, str) and binding.upper() in GUARDED_BINDINGS

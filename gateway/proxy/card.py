@@ -56,6 +56,7 @@ from gateway.a2a.card import (
     canonical_etag,
     card_problem,
     content_etag,
+    credential_headers,
     drop_unguarded,
     heartbeat_interval,
     jsonrpc_paths,
@@ -170,8 +171,10 @@ class CardCache:
     """
 
     def __init__(self, client: UpstreamClient, metrics: Metrics, log: logging.Logger,
-                 upstream: UpstreamConfig, *, max_json_depth: int = MAX_JSON_DEPTH) -> None:
+                 upstream: UpstreamConfig, *, max_json_depth: int = MAX_JSON_DEPTH,
+                 identity_header: str | None = None) -> None:
         self.client = client
+        self.identity_header = identity_header  # callers.header when it names callers, else None
         self.max_json_depth = max_json_depth
         self.metrics = metrics
         self.log = log
@@ -468,6 +471,13 @@ class CardCache:
             self.log.warning("card_unguarded_interfaces", extra={
                 "upstream": name, "bindings": sorted(unguarded),
                 "interfaces": sum(unguarded.values()), "reason": reason})
+        declared = credential_headers(card.doc)
+        if self.identity_header is not None and declared and self.identity_header not in declared:
+            self.log.warning("caller_identity_not_in_card", extra={
+                "upstream": name, "header": self.identity_header, "card_headers": sorted(declared),
+                "hint": "the card's security schemes send credentials in other headers: callers "
+                        "without callers.header are one caller, anonymous, and see each other's "
+                        "local answers (set callers.header; docs/callers.md §2.2)"})
         totals: dict[str, int] = {}
         any_verbatim = False
         for variant in self._cards.values():

@@ -190,8 +190,11 @@ class Runtime:
         return reporter
 
     def _new_card_cache(self, upstream: UpstreamConfig) -> CardCache:
+        callers = self.config.callers
         return CardCache(self.client, self.metrics, self.log, upstream,
-                         max_json_depth=self.config.limits.max_json_depth)
+                         max_json_depth=self.config.limits.max_json_depth,
+                         identity_header=callers.header.lower()
+                         if callers.enabled and callers.identity == "header" else None)
 
     def begin_drain(self) -> None:
         """Shutdown has begun: readiness turns 503 at once; after

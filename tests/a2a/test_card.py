@@ -13,6 +13,7 @@ from gateway.a2a.card import (
     advertised_urls,
     binding_label,
     card_problem,
+    credential_headers,
     drop_unguarded,
     is_guarded,
     is_signed,
@@ -186,3 +187,20 @@ def test_jsonrpc_paths_are_the_advertised_json_rpc_paths_below_the_upstream() ->
     assert jsonrpc_paths(V03, UPSTREAM) == {""}
     rest_only = {**V03, "preferredTransport": "HTTP+JSON", "additionalInterfaces": []}
     assert jsonrpc_paths(rest_only, UPSTREAM) == frozenset()
+
+
+@pytest.mark.parametrize(("schemes", "headers"), [
+    ({"k": {"apiKeySecurityScheme": {"location": "header", "name": "X-API-Key"}}}, {"x-api-key"}),
+    ({"k": {"type": "apiKey", "in": "header", "name": "X-Key"}}, {"x-key"}),  # v0.3
+    ({"k": {"apiKeySecurityScheme": {"location": "cookie", "name": "sid"}}}, {"cookie"}),
+    ({"k": {"type": "apiKey", "in": "query", "name": "key"}}, set()),
+    ({"b": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}, {"authorization"}),
+    ({"o": {"oauth2SecurityScheme": {"flows": {}}}, "i": {"type": "openIdConnect", "openIdConnectUrl": "u"}},
+     {"authorization"}),
+    ({"m": {"mtlsSecurityScheme": {}}, "t": {"type": "mutualTLS"}}, set()),
+    ({"x": "junk", "y": {"a": {}, "b": {}}, "z": {"apiKeySecurityScheme": "junk"}}, set()),
+    ("junk", set()),
+])
+def test_credential_headers_are_where_the_card_s_schemes_send_credentials(schemes: Any, headers: set[str]) -> None:
+    assert credential_headers({"securitySchemes": schemes}) == headers
+    assert credential_headers({}) == frozenset()
