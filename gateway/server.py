@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import math
 import os
@@ -115,7 +116,7 @@ def run(config: GatewayConfig, config_path: str | None = None, *,
         admin = _AdminServer(uvicorn.Config(
             app.admin, lifespan="off", log_config=None, access_log=False, proxy_headers=False,
             timeout_graceful_shutdown=ADMIN_GRACE_SECONDS, **uvicorn_options(listener_bounds(runtime, "admin")),
-        ), admin_socket, log)
+        ), admin_socket, log, open_to=None if config.admin.token_file else _reach(admin_socket))
     traffic = _TrafficServer(uvicorn.Config(
         app, log_config=None, access_log=False,
         proxy_headers=False,  # public.trusted_proxies decides whom to believe, not uvicorn
@@ -234,6 +235,15 @@ def raise_open_files_limit(max_connections: int, log: logging.Logger, *, pooled:
     return limit
 
 
+def _reach(sock: socket.socket) -> str | None:
+    """``None`` when only this host reaches ``sock`` (a loopback address), else ``network``."""
+    host = sock.getsockname()[0]
+    try:
+        return None if ipaddress.ip_address(host.partition("%")[0]).is_loopback else "network"
+    except ValueError:
+        return "network"
+
+
 def _address(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -243,10 +253,12 @@ class _AdminServer(uvicorn.Server):
     """The admin listener's server: runs inside the traffic server's loop and leaves the
     signals to it."""
 
-    def __init__(self, config: uvicorn.Config, sock: socket.socket, log: logging.Logger) -> None:
+    def __init__(self, config: uvicorn.Config, sock: socket.socket, log: logging.Logger,
+                 open_to: str | None = None) -> None:
         super().__init__(config)
         self.socket = sock
         self.log = log
+        self.open_to = open_to  # who reaches it without a token, when that is beyond this host
 
     def capture_signals(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
@@ -255,6 +267,11 @@ class _AdminServer(uvicorn.Server):
         await super().startup(sockets=sockets)
         if self.started:
             self.log.info("admin_listening", extra={"admin": _address(self.socket)})
+            if self.open_to is not None:
+                self.log.warning("admin_without_token", extra={
+                    "admin": _address(self.socket), "reachable_from": self.open_to,
+                    "hint": "task timelines, the status page and /metrics are open to anyone who "
+                            "reaches this address: set admin.token_file, or admin.host: 127.0.0.1"})
 
 
 class _TrafficServer(uvicorn.Server):

@@ -77,6 +77,29 @@ def test_admin_port_0_is_logged_and_answers_while_the_traffic_port_relays(worker
         assert gw.stop() == 0
     [limit] = [doc for doc in gw.lines() if doc["event"] == "open_files_limit"]
     assert limit["soft"] == limit["hard"] or limit["hard"] == "unlimited"  # raised to the hard limit
+    assert [doc for doc in gw.lines() if doc["event"] == "admin_without_token"] == []  # loopback only
+
+
+class _Bound:
+    def __init__(self, *address: object) -> None:
+        self.address = address
+
+    def getsockname(self) -> tuple[object, ...]:
+        return self.address
+
+
+@pytest.mark.parametrize(("address", "reach"), [
+    (("127.0.0.1", 8081), None), (("127.0.0.2", 8081), None), (("::1", 8081, 0, 0), None),
+    (("0.0.0.0", 8081), "network"), (("::", 8081, 0, 0), "network"), (("10.1.2.3", 8081), "network"),
+    (("fe80::1%eth0", 8081, 0, 2), "network"),
+])
+def test_an_admin_listener_beyond_loopback_without_a_token_is_warned_about(address: tuple[object, ...],
+                                                                          reach: str | None) -> None:
+    """``admin_without_token`` is logged at start when the admin listener has no token and is
+    bound beyond loopback (tests bind 127.0.0.1 only, so the decision is checked on its own)."""
+    from gateway.server import _reach
+
+    assert _reach(_Bound(*address)) == reach  # type: ignore[arg-type]
 
 
 def test_admin_flags_override_the_config_file(worker: str, tmp_path: Path) -> None:
