@@ -6,6 +6,7 @@ explicitly (push.allowed_cidrs); a second gateway without the allowance refuses 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.app import build_app
 from gateway.config import PushConfig, sidecar_config
+from gateway.observability.logging import LOGGER_NAME, JsonFormatter
 from tests.support.gateway import serve_gateway
 from tests.support.push_peers import Receiver, build_push_worker_app
 from tests.support.servers import RunningServer, serve_in_thread, wait_until
@@ -131,6 +133,8 @@ def test_a_misbehaving_workers_post_terminal_notification_is_not_delivered(stack
     task_id = answer["result"]["task"]["id"]
     wait_until(lambda: final_state(notifications_of(stack, "/terminal")) == "TASK_STATE_COMPLETED", timeout=10)
     (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"]["configs"]
+    # the receiver has the COMPLETED post before the gateway removes its entry: wait for that
+    wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
     reopen = orjson.dumps({"statusUpdate": {"taskId": task_id, "contextId": answer["result"]["task"]["contextId"],
                                             "status": {"state": "working"}}})
     before, refused = len(notifications_of(stack, "/terminal")), stack.metric(
@@ -314,6 +318,13 @@ def test_deliver_observed_enqueues_for_every_config_of_the_task(stack: Stack) ->
     assert none == 0
 
 
+def timeline(stack: Stack, task_id: str) -> list[dict[str, Any]]:
+    """The task's timeline entries, as the admin API shows them (docs/observability.md §2)."""
+    got = httpx.get(stack.admin.url_for(f"/tasks/worker/{task_id}/timeline"), trust_env=False)
+    assert got.status_code == 200, got.text
+    return got.json()["timeline"]
+
+
 def test_a_webhook_that_keeps_failing_is_dead_lettered(stack: Stack, tmp_path: Any,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     failing = Receiver()
@@ -328,6 +339,11 @@ def test_a_webhook_that_keeps_failing_is_dead_lettered(stack: Stack, tmp_path: A
         wait_until(lambda: dead.metric("a2a_gateway_push_dead_lettered_total") >= 1, timeout=10)
         wait_until(lambda: dead.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
         assert dead.metric("a2a_gateway_push_delivery_failures_total", reason="status") >= 3
+        # and on the task's timeline, kept after the count and the log line: waited for
+        entry = wait_until(lambda: next((e for e in timeline(dead, task_id) if e["verdict"] == "dead_lettered"),
+                                        None), timeout=10, message="the dead letter on the timeline")
+        assert (entry["direction"], entry["method"], entry["version"]) == ("push", "webhook", "1.0")
+        assert entry["error"].startswith("not delivered after 3 attempts: status"), entry
     assert failing.posts == [] and failing.attempts >= 3
     lines = [r for r in caplog.records if r.getMessage() == "push_dead_lettered"]
     assert lines and all(getattr(r, "task_id", None) == task_id for r in lines)
@@ -373,8 +389,9 @@ def test_a_create_with_the_same_config_id_replaces_the_stored_config(stack: Stac
         answer = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
                      {"taskId": task["id"], "id": "same", "url": f"{stack.receiver_url}/replaced-{n}"})
         assert answer["result"]["url"] == f"{stack.receiver_url}/replaced-{n}", answer
-    stored = stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))
-    assert len(stored) == 1
+    # the replaced config is deleted once the client has the create's answer: wait for it
+    wait_until(lambda: len(stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))) == 1,
+               timeout=10, message="one stored config")
     listed = rpc(stack.gateway.url, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})["result"]["configs"]
     assert [c["url"] for c in listed] == [f"{stack.receiver_url}/replaced-11"]
 
@@ -403,8 +420,12 @@ def test_a_cancel_through_the_gateway_still_reaches_the_webhook_once(stack: Stac
     wait_until(lambda: "TASK_STATE_CANCELED" in states_of(notifications_of(stack, "/cancel")), timeout=10,
                message="the worker's CANCELED notification reaches the webhook")
     wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
-    (entry,) = stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))
-    assert orjson.loads(entry.data)["ts"] is True  # the webhook has had the task's end
+    # the config is marked after its notification is enqueued, so maybe after the delivery
+    def marked() -> bool:
+        (entry,) = stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))
+        return orjson.loads(entry.data)["ts"] is True  # the webhook has had the task's end
+    wait_until(marked, timeout=10, message="the config marked terminal_sent")
+    dropped = stack.metric("a2a_gateway_push_refused_total", reason="invariant")
     (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs",
                          {"taskId": task["id"]})["result"]["configs"]
     again = orjson.dumps({"statusUpdate": {"taskId": task["id"], "contextId": task["contextId"],
@@ -413,5 +434,48 @@ def test_a_cancel_through_the_gateway_still_reaches_the_webhook_once(stack: Stac
         ok = client.post(worker_view["url"], content=again,
                          headers={"X-A2A-Notification-Token": worker_view["token"]})
     assert ok.status_code == 200
+    assert stack.metric("a2a_gateway_push_refused_total", reason="invariant") == dropped + 1  # dropped, counted
     assert stack.ledger_call(lambda led: led.outbox_depth()) == 0
     assert states_of(notifications_of(stack, "/cancel")).count("TASK_STATE_CANCELED") == 1
+
+
+def test_the_clients_token_and_credentials_are_never_logged_nor_in_metrics(
+        stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
+    """The client's webhook token and credentials (docs/push.md §1.1) through a send's inline
+    config, a create, get and list, a refused create, a worker posting with a wrong token and
+    the deliveries: no log line (as the JSON formatter writes it, extras included), no metric
+    and no timeline entry carries them."""
+    token, credentials = "tok-" + uuid.uuid4().hex, "cred-" + uuid.uuid4().hex
+    auth = {"scheme": "Bearer", "credentials": credentials}
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
+    sent = rpc(stack.gateway.url, "SendMessage", {"message": message("hi"), "configuration": {
+        "taskPushNotificationConfig": {"url": f"{stack.receiver_url}/secret", "token": token,
+                                       "authentication": auth}}})
+    task_id = sent["result"]["task"]["id"]
+    wait_until(lambda: final_state(notifications_of(stack, "/secret")) == "TASK_STATE_COMPLETED", timeout=10)
+    asked = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]["id"]
+    created = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig", {
+        "taskId": asked, "id": "secret", "url": f"{stack.receiver_url}/secret-2", "token": token,
+        "authentication": auth})
+    assert created["result"]["token"] == token  # the client reads it back: it was kept
+    got = rpc(stack.gateway.url, "GetTaskPushNotificationConfig", {"taskId": asked, "id": "secret"})
+    assert got["result"]["token"] == token and got["result"]["authentication"] == auth
+    listed = rpc(stack.gateway.url, "ListTaskPushNotificationConfigs", {"taskId": asked})["result"]["configs"]
+    assert [c["token"] for c in listed] == [token]
+    refused = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig", {
+        "taskId": asked, "url": "http://169.254.169.254/latest", "token": token, "authentication": auth})
+    assert refused["error"]["code"] == -32602
+    (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": asked})["result"]["configs"]
+    with httpx.Client(trust_env=False, timeout=5) as client:
+        wrong = client.post(worker_view["url"], content=b"{}", headers={"X-A2A-Notification-Token": token})
+    assert wrong.status_code == 401
+    wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
+    lines = [JsonFormatter().format(r) for r in caplog.records]
+    assert any("push_webhook_refused" in line for line in lines)  # the capture sees the gateway's lines
+    assert any("push_notification_refused" in line for line in lines)
+    for secret in (token, credentials):
+        assert [line for line in lines if secret in line] == []
+        assert secret not in httpx.get(stack.admin.url_for("/metrics"), trust_env=False).text
+        for tid in (task_id, asked):
+            assert secret not in orjson.dumps(timeline(stack, tid)).decode()
