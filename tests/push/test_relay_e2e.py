@@ -479,3 +479,48 @@ def test_the_clients_token_and_credentials_are_never_logged_nor_in_metrics(
         assert secret not in httpx.get(stack.admin.url_for("/metrics"), trust_env=False).text
         for tid in (task_id, asked):
             assert secret not in orjson.dumps(timeline(stack, tid)).decode()
+
+
+def test_a_workers_odd_state_spellings_reach_the_webhook_normalized(stack: Stack) -> None:
+    """A worker posting states in other spellings (v0.3 kebab-case, upper case, double-l):
+    the v1.0 client's webhook gets each in v1.0's spelling, and the ledger records it."""
+    task = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]
+    rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
+        {"taskId": task["id"], "id": "odd", "url": f"{stack.receiver_url}/odd", "token": "t"})
+    (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs",
+                         {"taskId": task["id"]})["result"]["configs"]
+    with httpx.Client(trust_env=False, timeout=5) as client:
+        for odd in ("working", "WORKING", "cancelled"):
+            update = {"statusUpdate": {"taskId": task["id"], "contextId": task["contextId"],
+                                       "status": {"state": odd}}}
+            posted = client.post(worker_view["url"], content=orjson.dumps(update),
+                                 headers={"X-A2A-Notification-Token": worker_view["token"]})
+            assert posted.status_code == 200, posted.text
+    wanted = ["TASK_STATE_WORKING", "TASK_STATE_WORKING", "TASK_STATE_CANCELED"]
+    wait_until(lambda: states_of(notifications_of(stack, "/odd")) == wanted, timeout=10,
+               message="three normalized notifications")
+    stored = stack.ledger_call(lambda led: led.get("worker", task["id"]))
+    assert stored.record.state.value == "TASK_STATE_CANCELED"
+
+
+def test_a_v03_client_reads_its_own_webhook_back_with_get_and_list(stack: Stack) -> None:
+    task_id = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]["id"]
+    hook = {"id": "v03-cfg", "url": f"{stack.receiver_url}/v03-read", "token": "v03-token",
+            "authentication": {"schemes": ["Bearer"], "credentials": "v03-cred"}}
+
+    def v03(method: str, params: dict[str, Any]) -> Any:
+        body = {"jsonrpc": "2.0", "id": method, "method": method, "params": params}
+        with httpx.Client(trust_env=False, timeout=15) as client:
+            doc = client.post(stack.gateway.url + "/", content=orjson.dumps(body),
+                              headers={"content-type": "application/json"}).json()
+        assert "result" in doc, doc
+        return doc["result"]
+
+    v03("tasks/pushNotificationConfig/set", {"taskId": task_id, "pushNotificationConfig": hook})
+    got = v03("tasks/pushNotificationConfig/get", {"id": task_id, "pushNotificationConfigId": "v03-cfg"})
+    listed = v03("tasks/pushNotificationConfig/list", {"id": task_id})
+    for config in (got, *listed):
+        assert config["taskId"] == task_id
+        assert {k: config["pushNotificationConfig"][k] for k in hook} == hook, config
+    (held,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"]["configs"]
+    assert held["url"].startswith(stack.gateway.url + CALLBACK) and held["token"] != "v03-token"
