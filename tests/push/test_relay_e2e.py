@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -329,7 +330,7 @@ def test_a_webhook_that_keeps_failing_is_dead_lettered(stack: Stack, tmp_path: A
                                                        caplog: pytest.LogCaptureFixture) -> None:
     failing = Receiver()
     failing.status = 500
-    push = PushConfig(allowed_cidrs=["127.0.0.1/32"], backoff_seconds=0.05, max_attempts=3, poll_seconds=0.05)
+    push = PushConfig(allowed_cidrs=["127.0.0.1/32"], backoff_seconds=0.2, max_attempts=3, poll_seconds=0.05)
     with serve_in_thread(failing, name="failing-hook") as hook, \
             serve_gateway(gateway_app(stack.worker.url, tmp_path, push), name="dead") as (gateway, admin):
         dead = Stack(stack.worker, gateway, admin, failing, hook.url)
@@ -345,6 +346,9 @@ def test_a_webhook_that_keeps_failing_is_dead_lettered(stack: Stack, tmp_path: A
         assert (entry["direction"], entry["method"], entry["version"]) == ("push", "webhook", "1.0")
         assert entry["error"].startswith("not delivered after 3 attempts: status"), entry
     assert failing.posts == [] and failing.attempts >= 3
+    # the first notification's three attempts: push.backoff_seconds, then twice that, between them
+    first, second, third = failing.arrivals[:3]
+    assert second - first >= 0.2 - 0.01 and third - second >= 0.4 - 0.01, failing.arrivals[:3]
     lines = [r for r in caplog.records if r.getMessage() == "push_dead_lettered"]
     assert lines and all(getattr(r, "task_id", None) == task_id for r in lines)
 
@@ -524,3 +528,35 @@ def test_a_v03_client_reads_its_own_webhook_back_with_get_and_list(stack: Stack)
         assert {k: config["pushNotificationConfig"][k] for k in hook} == hook, config
     (held,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"]["configs"]
     assert held["url"].startswith(stack.gateway.url + CALLBACK) and held["token"] != "v03-token"
+
+
+def test_a_webhook_host_rebound_to_a_refused_address_is_not_posted_to(stack: Stack, tmp_path: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """DNS rebinding (docs/push.md §4): the webhook's host resolves to an allowed address when
+    the config is created and to a private one afterwards. Each delivery resolves and checks
+    again, so nothing reaches the webhook: failed attempts (``refused_address``), then a dead
+    letter. The gateway runs on asyncio's loop here, whose resolver is ``socket.getaddrinfo``."""
+    hits = Receiver()
+    real = socket.getaddrinfo
+    resolved: list[str] = []
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "rebind.test":
+            return real(host, port, *args, **kwargs)
+        address = "127.0.0.1" if not resolved else "10.0.0.1"
+        resolved.append(address)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, int(port or 80)))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    push = PushConfig(allowed_cidrs=["127.0.0.1/32"], backoff_seconds=0.05, max_attempts=2, poll_seconds=0.05)
+    with serve_in_thread(hits, name="rebound-hook") as hook, \
+            serve_gateway(gateway_app(stack.worker.url, tmp_path, push), name="rebind",
+                          config={"loop": "asyncio"}) as (gateway, admin):
+        rebound = Stack(stack.worker, gateway, admin, hits, hook.url)
+        answer = rpc(gateway.url, "SendMessage", {"message": message("hi"), "configuration": {
+            "taskPushNotificationConfig": {"url": f"http://rebind.test:{hook.port}/rebind"}}})
+        assert answer["result"]["task"]["id"]
+        wait_until(lambda: rebound.metric("a2a_gateway_push_dead_lettered_total") >= 1, timeout=10)
+        assert rebound.metric("a2a_gateway_push_delivery_failures_total", reason="refused_address") >= 2
+    assert resolved[0] == "127.0.0.1" and "10.0.0.1" in resolved[1:]  # created, then rebound
+    assert hits.attempts == 0  # never connected to, under either address
