@@ -275,8 +275,10 @@ def test_a_webhook_answering_an_endless_body_is_not_read(stack: Stack) -> None:
             "taskPushNotificationConfig": {"url": f"{hook.url}/endless"}}})
         assert answer["result"]["task"]["id"]
         assert endless.done.wait(30)
+        # the task's later notifications go out after the first was hung up on: wait for them
+        # while the webhook still serves (once it is gone they are retried, then dead-lettered)
+        wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)  # delivered: a 2xx
     assert endless.sent < endless.LIMIT // 4, endless.sent  # hung up on, not read to the end
-    wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)  # delivered: a 2xx
 
 
 def test_a_webhook_host_that_is_no_dns_name_is_refused_not_a_500(stack: Stack) -> None:
@@ -350,7 +352,7 @@ def test_a_webhook_that_keeps_failing_is_dead_lettered(stack: Stack, tmp_path: A
     first, second, third = failing.arrivals[:3]
     assert second - first >= 0.2 - 0.01 and third - second >= 0.4 - 0.01, failing.arrivals[:3]
     lines = [r for r in caplog.records if r.getMessage() == "push_dead_lettered"]
-    assert lines and all(getattr(r, "task_id", None) == task_id for r in lines)
+    assert any(getattr(r, "task_id", None) == task_id for r in lines)  # logged with its task id
 
 
 def test_a_streaming_send_with_an_inline_config(stack: Stack) -> None:
