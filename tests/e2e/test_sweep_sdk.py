@@ -58,14 +58,18 @@ def test_a_parked_task_the_sdk_worker_now_holds_failed_is_recorded_failed_by_the
                 await store.save(stored, context)
 
             asyncio.run_coroutine_threadsafe(rehydrate_as_failed(), worker.loop).result(timeout=5)
-            failed = wait_until(lambda: record().state is TaskState.FAILED and record(),
-                                timeout=HEARTBEAT + PERIOD + 10, message="the sweep records failed")
-            assert failed.observed_at - parked.observed_at <= HEARTBEAT + PERIOD + 1.0
 
             def metric(name: str, **labels: str) -> float:
                 return sum(s.value for f in registry.collect() for s in f.samples
                            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
+            # the record is stored before the divergence and the sweep's outcome are counted:
+            # wait on the outcome, the last of them, then read the record
+            wait_until(lambda: metric("a2a_gateway_sweep_total", outcome="changed") >= 1,
+                       timeout=HEARTBEAT + PERIOD + 10, message="the sweep records failed")
+            failed = record()
+            assert failed.state is TaskState.FAILED
+            assert failed.observed_at - parked.observed_at <= HEARTBEAT + PERIOD + 1.0
             assert metric("a2a_gateway_forced_get_total", reason="sweep") == 1
             assert metric("a2a_gateway_divergences_total", kind="stale_record") == 1
             assert metric("a2a_gateway_requests_total", method="GetTask") == 0  # no client asked

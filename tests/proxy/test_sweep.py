@@ -90,8 +90,12 @@ def test_a_task_the_worker_rehydrated_as_failed_is_recorded_failed_with_no_clien
     answers = Answers({"t-1": "TASK_STATE_FAILED"})
     h.worker.on("GetTask", handler=answers, times=None)
 
-    now = wait_until(lambda: stored(h, "t-1").record.state is TaskState.FAILED and stored(h, "t-1"),
-                     timeout=HEARTBEAT + PERIOD + 10, message="the sweep records the failed state")
+    # the record is stored before the divergence and the sweep's outcome are counted: wait on
+    # the last of them (the outcome), then read the record
+    wait_until(lambda: h.metric("a2a_gateway_sweep_total", outcome="changed") >= 1,
+               timeout=HEARTBEAT + PERIOD + 10, message="the sweep records the failed state")
+    now = stored(h, "t-1")
+    assert now.record.state is TaskState.FAILED
     assert now.record.observed_at - created.observed_at <= HEARTBEAT + PERIOD + 1.0
     assert now.record.observed_at - created.observed_at > HEARTBEAT  # not before the heartbeat gap
     assert len(get_tasks(h, "t-1")) == 1
@@ -119,7 +123,9 @@ def test_a_v03_only_worker_is_swept_with_tasks_get(make_harness: Any) -> None:
     h = harness(make_harness, upstream={"protocol_versions": ["0.3"]})
     h.worker.on("tasks/get", json_result={**task("t-1", "failed"), "kind": "task"}, times=None)
     put_live(h, "t-1")
-    wait_until(lambda: stored(h, "t-1").record.state is TaskState.FAILED, timeout=HEARTBEAT + PERIOD + 10)
+    # the divergence is counted after the record is stored: wait on it, not on the record
+    wait_until(lambda: h.divergences("stale_record") >= 1, timeout=HEARTBEAT + PERIOD + 10)
+    assert stored(h, "t-1").record.state is TaskState.FAILED
     [call] = h.worker.calls("tasks/get")
     assert "a2a-version" not in call.headers and h.worker.calls("GetTask") == []
     assert h.divergences("stale_record") == 1
@@ -183,7 +189,8 @@ def test_a_disabled_sweep_sends_no_get_task(make_harness: Any) -> None:
     assert h.metric("a2a_gateway_forced_get_total") == 0
 
 
-def test_an_unreachable_worker_leaves_the_record_untouched(make_harness: Any) -> None:
+def test_an_unreachable_worker_leaves_the_record_untouched(make_harness: Any,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
     dead = f"http://127.0.0.1:{free_port()}/"  # nothing listens: connect refused
     h = harness(make_harness, upstream={"url": dead, "protocol_versions": ["1.0"]})
     put_live(h, "t-1")
@@ -192,10 +199,13 @@ def test_an_unreachable_worker_leaves_the_record_untouched(make_harness: Any) ->
     assert h.metric("a2a_gateway_upstream_errors_total", reason="connect") >= 1
     after = stored(h, "t-1")
     assert after == before  # the same record, version and flag: nothing invented
-    # one GetTask per heartbeat gap, even without an answer
-    started = time.monotonic()
-    wait_until(lambda: h.metric("a2a_gateway_forced_get_total", reason="sweep") >= 2, timeout=HEARTBEAT + PERIOD + 10)
-    assert time.monotonic() - started >= HEARTBEAT - 0.25
+    # one GetTask per heartbeat gap, even without an answer: timed by the gateway's own
+    # sweep_get_failed lines (a clock read here would lag the first sweep by the polling)
+    def failures() -> list[float]:
+        times = [r.created for r in caplog.records if r.getMessage() == "sweep_get_failed"]
+        return times if len(times) >= 2 else []
+    first, second = wait_until(failures, timeout=HEARTBEAT + PERIOD + 10)[:2]
+    assert second - first >= HEARTBEAT - 0.25, (first, second)
 
 
 def test_a_worker_that_no_longer_knows_the_task_is_counted_not_given_a_state(make_harness: Any) -> None:

@@ -6,6 +6,8 @@ explicitly (push.allowed_cidrs); a second gateway without the allowance refuses 
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.app import build_app
 from gateway.config import PushConfig, sidecar_config
+from gateway.observability.logging import LOGGER_NAME, JsonFormatter
 from tests.support.gateway import serve_gateway
 from tests.support.push_peers import Receiver, build_push_worker_app
 from tests.support.servers import RunningServer, serve_in_thread, wait_until
@@ -131,6 +134,8 @@ def test_a_misbehaving_workers_post_terminal_notification_is_not_delivered(stack
     task_id = answer["result"]["task"]["id"]
     wait_until(lambda: final_state(notifications_of(stack, "/terminal")) == "TASK_STATE_COMPLETED", timeout=10)
     (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"]["configs"]
+    # the receiver has the COMPLETED post before the gateway removes its entry: wait for that
+    wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
     reopen = orjson.dumps({"statusUpdate": {"taskId": task_id, "contextId": answer["result"]["task"]["contextId"],
                                             "status": {"state": "working"}}})
     before, refused = len(notifications_of(stack, "/terminal")), stack.metric(
@@ -304,8 +309,10 @@ def test_a_webhook_answering_an_endless_body_is_not_read(stack: Stack) -> None:
             "taskPushNotificationConfig": {"url": f"{hook.url}/endless"}}})
         assert answer["result"]["task"]["id"]
         assert endless.done.wait(30)
+        # the task's later notifications go out after the first was hung up on: wait for them
+        # while the webhook still serves (once it is gone they are retried, then dead-lettered)
+        wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)  # delivered: a 2xx
     assert endless.sent < endless.LIMIT // 4, endless.sent  # hung up on, not read to the end
-    wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)  # delivered: a 2xx
 
 
 def test_a_webhook_host_that_is_no_dns_name_is_refused_not_a_500(stack: Stack) -> None:
@@ -348,11 +355,18 @@ def test_deliver_observed_enqueues_for_every_config_of_the_task(stack: Stack) ->
     assert none == 0
 
 
+def timeline(stack: Stack, task_id: str) -> list[dict[str, Any]]:
+    """The task's timeline entries, as the admin API shows them (docs/observability.md §2)."""
+    got = httpx.get(stack.admin.url_for(f"/tasks/worker/{task_id}/timeline"), trust_env=False)
+    assert got.status_code == 200, got.text
+    return got.json()["timeline"]
+
+
 def test_a_webhook_that_keeps_failing_is_dead_lettered(stack: Stack, tmp_path: Any,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     failing = Receiver()
     failing.status = 500
-    push = PushConfig(allowed_cidrs=["127.0.0.1/32"], backoff_seconds=0.05, max_attempts=3, poll_seconds=0.05)
+    push = PushConfig(allowed_cidrs=["127.0.0.1/32"], backoff_seconds=0.2, max_attempts=3, poll_seconds=0.05)
     with serve_in_thread(failing, name="failing-hook") as hook, \
             serve_gateway(gateway_app(stack.worker.url, tmp_path, push), name="dead") as (gateway, admin):
         dead = Stack(stack.worker, gateway, admin, failing, hook.url)
@@ -362,9 +376,17 @@ def test_a_webhook_that_keeps_failing_is_dead_lettered(stack: Stack, tmp_path: A
         wait_until(lambda: dead.metric("a2a_gateway_push_dead_lettered_total") >= 1, timeout=10)
         wait_until(lambda: dead.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
         assert dead.metric("a2a_gateway_push_delivery_failures_total", reason="status") >= 3
+        # and on the task's timeline, kept after the count and the log line: waited for
+        entry = wait_until(lambda: next((e for e in timeline(dead, task_id) if e["verdict"] == "dead_lettered"),
+                                        None), timeout=10, message="the dead letter on the timeline")
+        assert (entry["direction"], entry["method"], entry["version"]) == ("push", "webhook", "1.0")
+        assert entry["error"].startswith("not delivered after 3 attempts: status"), entry
     assert failing.posts == [] and failing.attempts >= 3
+    # the first notification's three attempts: push.backoff_seconds, then twice that, between them
+    first, second, third = failing.arrivals[:3]
+    assert second - first >= 0.2 - 0.01 and third - second >= 0.4 - 0.01, failing.arrivals[:3]
     lines = [r for r in caplog.records if r.getMessage() == "push_dead_lettered"]
-    assert lines and all(getattr(r, "task_id", None) == task_id for r in lines)
+    assert any(getattr(r, "task_id", None) == task_id for r in lines)  # logged with its task id
 
 
 def test_a_streaming_send_with_an_inline_config(stack: Stack) -> None:
@@ -407,8 +429,9 @@ def test_a_create_with_the_same_config_id_replaces_the_stored_config(stack: Stac
         answer = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
                      {"taskId": task["id"], "id": "same", "url": f"{stack.receiver_url}/replaced-{n}"})
         assert answer["result"]["url"] == f"{stack.receiver_url}/replaced-{n}", answer
-    stored = stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))
-    assert len(stored) == 1
+    # the replaced config is deleted once the client has the create's answer: wait for it
+    wait_until(lambda: len(stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))) == 1,
+               timeout=10, message="one stored config")
     listed = rpc(stack.gateway.url, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})["result"]["configs"]
     assert [c["url"] for c in listed] == [f"{stack.receiver_url}/replaced-11"]
 
@@ -437,8 +460,12 @@ def test_a_cancel_through_the_gateway_still_reaches_the_webhook_once(stack: Stac
     wait_until(lambda: "TASK_STATE_CANCELED" in states_of(notifications_of(stack, "/cancel")), timeout=10,
                message="the worker's CANCELED notification reaches the webhook")
     wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
-    (entry,) = stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))
-    assert orjson.loads(entry.data)["ts"] is True  # the webhook has had the task's end
+    # the config is marked after its notification is enqueued, so maybe after the delivery
+    def marked() -> bool:
+        (entry,) = stack.ledger_call(lambda led: led.push_configs("worker", task["id"]))
+        return orjson.loads(entry.data)["ts"] is True  # the webhook has had the task's end
+    wait_until(marked, timeout=10, message="the config marked terminal_sent")
+    dropped = stack.metric("a2a_gateway_push_refused_total", reason="invariant")
     (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs",
                          {"taskId": task["id"]})["result"]["configs"]
     again = orjson.dumps({"statusUpdate": {"taskId": task["id"], "contextId": task["contextId"],
@@ -447,5 +474,125 @@ def test_a_cancel_through_the_gateway_still_reaches_the_webhook_once(stack: Stac
         ok = client.post(worker_view["url"], content=again,
                          headers={"X-A2A-Notification-Token": worker_view["token"]})
     assert ok.status_code == 200
+    assert stack.metric("a2a_gateway_push_refused_total", reason="invariant") == dropped + 1  # dropped, counted
     assert stack.ledger_call(lambda led: led.outbox_depth()) == 0
     assert states_of(notifications_of(stack, "/cancel")).count("TASK_STATE_CANCELED") == 1
+
+
+def test_the_clients_token_and_credentials_are_never_logged_nor_in_metrics(
+        stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
+    """The client's webhook token and credentials (docs/push.md §1.1) through a send's inline
+    config, a create, get and list, a refused create, a worker posting with a wrong token and
+    the deliveries: no log line (as the JSON formatter writes it, extras included), no metric
+    and no timeline entry carries them."""
+    token, credentials = "tok-" + uuid.uuid4().hex, "cred-" + uuid.uuid4().hex
+    auth = {"scheme": "Bearer", "credentials": credentials}
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
+    sent = rpc(stack.gateway.url, "SendMessage", {"message": message("hi"), "configuration": {
+        "taskPushNotificationConfig": {"url": f"{stack.receiver_url}/secret", "token": token,
+                                       "authentication": auth}}})
+    task_id = sent["result"]["task"]["id"]
+    wait_until(lambda: final_state(notifications_of(stack, "/secret")) == "TASK_STATE_COMPLETED", timeout=10)
+    asked = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]["id"]
+    created = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig", {
+        "taskId": asked, "id": "secret", "url": f"{stack.receiver_url}/secret-2", "token": token,
+        "authentication": auth})
+    assert created["result"]["token"] == token  # the client reads it back: it was kept
+    got = rpc(stack.gateway.url, "GetTaskPushNotificationConfig", {"taskId": asked, "id": "secret"})
+    assert got["result"]["token"] == token and got["result"]["authentication"] == auth
+    listed = rpc(stack.gateway.url, "ListTaskPushNotificationConfigs", {"taskId": asked})["result"]["configs"]
+    assert [c["token"] for c in listed] == [token]
+    refused = rpc(stack.gateway.url, "CreateTaskPushNotificationConfig", {
+        "taskId": asked, "url": "http://169.254.169.254/latest", "token": token, "authentication": auth})
+    assert refused["error"]["code"] == -32602
+    (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": asked})["result"]["configs"]
+    with httpx.Client(trust_env=False, timeout=5) as client:
+        wrong = client.post(worker_view["url"], content=b"{}", headers={"X-A2A-Notification-Token": token})
+    assert wrong.status_code == 401
+    wait_until(lambda: stack.ledger_call(lambda led: led.outbox_depth()) == 0, timeout=10)
+    lines = [JsonFormatter().format(r) for r in caplog.records]
+    assert any("push_webhook_refused" in line for line in lines)  # the capture sees the gateway's lines
+    assert any("push_notification_refused" in line for line in lines)
+    for secret in (token, credentials):
+        assert [line for line in lines if secret in line] == []
+        assert secret not in httpx.get(stack.admin.url_for("/metrics"), trust_env=False).text
+        for tid in (task_id, asked):
+            assert secret not in orjson.dumps(timeline(stack, tid)).decode()
+
+
+def test_a_workers_odd_state_spellings_reach_the_webhook_normalized(stack: Stack) -> None:
+    """A worker posting states in other spellings (v0.3 kebab-case, upper case, double-l):
+    the v1.0 client's webhook gets each in v1.0's spelling, and the ledger records it."""
+    task = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]
+    rpc(stack.gateway.url, "CreateTaskPushNotificationConfig",
+        {"taskId": task["id"], "id": "odd", "url": f"{stack.receiver_url}/odd", "token": "t"})
+    (worker_view,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs",
+                         {"taskId": task["id"]})["result"]["configs"]
+    with httpx.Client(trust_env=False, timeout=5) as client:
+        for odd in ("working", "WORKING", "cancelled"):
+            update = {"statusUpdate": {"taskId": task["id"], "contextId": task["contextId"],
+                                       "status": {"state": odd}}}
+            posted = client.post(worker_view["url"], content=orjson.dumps(update),
+                                 headers={"X-A2A-Notification-Token": worker_view["token"]})
+            assert posted.status_code == 200, posted.text
+    wanted = ["TASK_STATE_WORKING", "TASK_STATE_WORKING", "TASK_STATE_CANCELED"]
+    wait_until(lambda: states_of(notifications_of(stack, "/odd")) == wanted, timeout=10,
+               message="three normalized notifications")
+    stored = stack.ledger_call(lambda led: led.get("worker", task["id"]))
+    assert stored.record.state.value == "TASK_STATE_CANCELED"
+
+
+def test_a_v03_client_reads_its_own_webhook_back_with_get_and_list(stack: Stack) -> None:
+    task_id = rpc(stack.gateway.url, "SendMessage", {"message": message("ask for a date")})["result"]["task"]["id"]
+    hook = {"id": "v03-cfg", "url": f"{stack.receiver_url}/v03-read", "token": "v03-token",
+            "authentication": {"schemes": ["Bearer"], "credentials": "v03-cred"}}
+
+    def v03(method: str, params: dict[str, Any]) -> Any:
+        body = {"jsonrpc": "2.0", "id": method, "method": method, "params": params}
+        with httpx.Client(trust_env=False, timeout=15) as client:
+            doc = client.post(stack.gateway.url + "/", content=orjson.dumps(body),
+                              headers={"content-type": "application/json"}).json()
+        assert "result" in doc, doc
+        return doc["result"]
+
+    v03("tasks/pushNotificationConfig/set", {"taskId": task_id, "pushNotificationConfig": hook})
+    got = v03("tasks/pushNotificationConfig/get", {"id": task_id, "pushNotificationConfigId": "v03-cfg"})
+    listed = v03("tasks/pushNotificationConfig/list", {"id": task_id})
+    for config in (got, *listed):
+        assert config["taskId"] == task_id
+        assert {k: config["pushNotificationConfig"][k] for k in hook} == hook, config
+    (held,) = rpc(stack.worker.url, "ListTaskPushNotificationConfigs", {"taskId": task_id})["result"]["configs"]
+    assert held["url"].startswith(stack.gateway.url + CALLBACK) and held["token"] != "v03-token"
+
+
+def test_a_webhook_host_rebound_to_a_refused_address_is_not_posted_to(stack: Stack, tmp_path: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """DNS rebinding (docs/push.md §4): the webhook's host resolves to an allowed address when
+    the config is created and to a private one afterwards. Each delivery resolves and checks
+    again, so nothing reaches the webhook: failed attempts (``refused_address``), then a dead
+    letter. The gateway runs on asyncio's loop here, whose resolver is ``socket.getaddrinfo``."""
+    hits = Receiver()
+    real = socket.getaddrinfo
+    resolved: list[str] = []
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "rebind.test":
+            return real(host, port, *args, **kwargs)
+        address = "127.0.0.1" if not resolved else "10.0.0.1"
+        resolved.append(address)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, int(port or 80)))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    push = PushConfig(allowed_cidrs=["127.0.0.1/32"], backoff_seconds=0.05, max_attempts=2, poll_seconds=0.05)
+    with serve_in_thread(hits, name="rebound-hook") as hook, \
+            serve_gateway(gateway_app(stack.worker.url, tmp_path, push), name="rebind",
+                          config={"loop": "asyncio"}) as (gateway, admin):
+        rebound = Stack(stack.worker, gateway, admin, hits, hook.url)
+        answer = rpc(gateway.url, "SendMessage", {"message": message("hi"), "configuration": {
+            "taskPushNotificationConfig": {"url": f"http://rebind.test:{hook.port}/rebind"}}})
+        assert answer["result"]["task"]["id"]
+        wait_until(lambda: rebound.metric("a2a_gateway_push_dead_lettered_total") >= 1, timeout=10)
+        assert rebound.metric("a2a_gateway_push_delivery_failures_total", reason="refused_address") >= 2
+    assert resolved[0] == "127.0.0.1" and "10.0.0.1" in resolved[1:]  # created, then rebound
+    assert hits.attempts == 0  # never connected to, under either address

@@ -229,7 +229,9 @@ def test_a_v10_push_only_client_receives_the_failed_status_the_sweep_observed(st
     assert [p.json() for p in posts_to(stack, path)[before:]] == [{"task": direct}]
     assert recorded_state(stack, task_id) == "TASK_STATE_FAILED"
     assert_sweep_counted(stack, changed=1)
-    assert stack.metric("a2a_gateway_push_delivered_total", upstream="worker") >= before + 1
+    # counted once the webhook's answer is in and the entry removed: after the receiver has it
+    wait_until(lambda: stack.metric("a2a_gateway_push_delivered_total", upstream="worker") >= before + 1,
+               message="the delivery counted")
     assert_sweep_probe_on_timeline(stack, task_id)
 
 
@@ -341,14 +343,18 @@ def test_a_tenants_task_notifies_that_tenants_webhook_only(stack: Stack,
     flipped = rehydrate_as_failed(stack, task_id)
     rehydrate_as_failed(stack, lone)
     post = wait_for_failed(stack, acme, "TASK_STATE_FAILED", flipped)
-    wait_until(lambda: recorded_state(stack, lone) == "TASK_STATE_FAILED", timeout=HEARTBEAT + PERIOD + 10,
-               message="the lone task recorded failed")
+    # the sweep's outcome is counted after its record is stored: wait on the count of both
+    wait_until(lambda: stack.metric("a2a_gateway_sweep_total", outcome="changed") >= 2,
+               timeout=HEARTBEAT + PERIOD + 10, message="both tasks' sweeps recorded failed")
+    assert recorded_state(stack, lone) == "TASK_STATE_FAILED"
 
     assert post.headers["x-a2a-notification-token"] == "acme-token"
     assert post.json()["task"]["id"] == task_id
     wait_until(lambda: stack.on_gateway(stack.runtime.ledger.outbox_depth()) == 0, message="outbox drained")
     assert len(posts_to(stack, acme)) == before + 1
     assert posts_to(stack, other) == []  # another tenant's config of the same task id hears nothing
+    wait_until(lambda: stack.metric("a2a_gateway_push_delivered_total", upstream="worker") >= delivered + 1,
+               message="the delivery counted")  # counted after the receiver has it
     assert stack.metric("a2a_gateway_push_delivered_total", upstream="worker") == delivered + 1
     assert_sweep_counted(stack, changed=2)
     assert [r for r in caplog.records if r.getMessage() == "sweep_push_failed"] == []

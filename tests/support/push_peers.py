@@ -10,8 +10,9 @@ Public API
   store (a test rewrites a stored task there, as a worker's restart would). ``rest_only``:
   HTTP+JSON v1.0 alone (``/rest``, and ``/{tenant}/rest`` as a2a-sdk mounts tenants), in the
   card as on the wire.
-- ``Receiver()`` -> an ASGI webhook: records every POST (``.posts``, :class:`Post`, with its
-  arrival time on the monotonic clock), answers
+- ``Receiver()`` -> an ASGI webhook: records every POST it answers 2xx (``.posts``, :class:`Post`,
+  with its arrival time on the monotonic clock) and when each request arrived, whatever it was
+  answered (``.arrivals``, monotonic seconds; ``.attempts`` their count), answers
   ``.status`` (200 by default; set 503 to make deliveries fail).
 """
 
@@ -88,6 +89,7 @@ class Receiver:
     def __init__(self) -> None:
         self.posts: list[Post] = []
         self.attempts = 0
+        self.arrivals: list[float] = []
         self.status = 200
         self._lock = threading.Lock()
 
@@ -98,6 +100,7 @@ class Receiver:
         status = self.status
         with self._lock:
             self.attempts += 1
+            self.arrivals.append(time.monotonic())
             if status < 300:
                 headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
                 self.posts.append(Post(scope["path"], headers, body))
