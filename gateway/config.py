@@ -645,18 +645,19 @@ class TracingConfig(_Frozen):
     ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER`` (``otlp`` / ``none``) says; ``null``
     (the default): on when an ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is set. ``endpoint``: the
     OTLP/HTTP traces URL (``http://collector:4318/v1/traces``) unless those variables name one.
-    ``service_name``: ``service.name`` unless ``OTEL_SERVICE_NAME`` is set (else ``a2a-gateway``).
-    ``sampling_ratio``: the share of new traces recorded (a client's sampled ``traceparent``
-    is followed whatever it is)."""
+    ``service_name``: ``service.name`` unless ``OTEL_SERVICE_NAME`` or a ``service.name`` in
+    ``OTEL_RESOURCE_ATTRIBUTES`` is set (else ``a2a-gateway``). ``sampling_ratio``: the share of
+    new traces recorded (a client's sampled ``traceparent`` is followed whatever it is) unless
+    ``OTEL_TRACES_SAMPLER`` is set (then the SDK's sampler, with ``OTEL_TRACES_SAMPLER_ARG``)."""
 
     enabled: bool | None = None
     """Export traces (``OTEL_SDK_DISABLED`` / ``OTEL_TRACES_EXPORTER`` win; ``null``: on when an OTLP endpoint variable is set)."""
     endpoint: str | None = None
     """The OTLP/HTTP traces URL (``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` win; ``null``: ``http://localhost:4318/v1/traces``)."""
     service_name: str | None = None
-    """``service.name`` (``OTEL_SERVICE_NAME`` wins; ``null``: ``a2a-gateway``)."""
+    """``service.name`` (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES`` win; ``null``: ``a2a-gateway``)."""
     sampling_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
-    """The share of new traces recorded (a client's sampled ``traceparent`` is followed)."""
+    """The share of new traces recorded (a client's sampled ``traceparent`` is followed; ``OTEL_TRACES_SAMPLER`` wins)."""
 
 
 class CallersConfig(_Frozen):

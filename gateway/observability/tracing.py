@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -75,14 +75,26 @@ def from_config(cfg: TracingConfig, version: str, log: logging.Logger,
             "error": f"{exc}; install the otel extra: pip install 'a2a-gateway[otel]' "
                      "(in a checkout: .venv/bin/pip install -e '.[otel]')"})
         return None
-    service = env.get("OTEL_SERVICE_NAME") or cfg.service_name or "a2a-gateway"
+    service = (env.get("OTEL_SERVICE_NAME") or resource_attribute(env, "service.name")
+               or cfg.service_name or "a2a-gateway")
+    # OTEL_TRACES_SAMPLER wins over tracing.sampling_ratio: the SDK then builds its sampler
+    sampler = None if env.get("OTEL_TRACES_SAMPLER") else ParentBased(TraceIdRatioBased(cfg.sampling_ratio))
     provider = TracerProvider(
-        resource=Resource.create({"service.name": service, "service.version": version}),
-        sampler=ParentBased(TraceIdRatioBased(cfg.sampling_ratio)))
+        resource=Resource.create({"service.name": service, "service.version": version}), sampler=sampler)
     endpoint = traces_endpoint(cfg.endpoint, env)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     log.info("tracing_enabled", extra={"service": service, "endpoint": endpoint})
     return Tracing(provider.get_tracer("a2a_gateway", version), provider)
+
+
+def resource_attribute(env: Mapping[str, str], key: str) -> str | None:
+    """``key``'s value in ``OTEL_RESOURCE_ATTRIBUTES`` (``k=v,k2=v2``, values percent-encoded;
+    the OpenTelemetry resource SDK specification), or ``None``."""
+    for pair in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        name, eq, value = pair.partition("=")
+        if eq and name.strip() == key and value.strip():
+            return unquote(value.strip())
+    return None
 
 
 def traces_endpoint(configured: str | None, env: Mapping[str, str]) -> str:

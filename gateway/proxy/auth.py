@@ -16,6 +16,7 @@ Every failure is a :class:`AuthFailure` with a bounded ``reason`` (the label of
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import time
 from collections.abc import Mapping
@@ -83,6 +84,7 @@ class JwtVerifier:
         self._fetched_at = float("-inf")
         self._lock = asyncio.Lock()
         self._http: httpx.AsyncClient | None = None
+        importlib.import_module("jwt")  # loaded at start, not inside the first request's loop turn
         if config.jwks_file is not None:
             try:
                 self._keys = _key_set(Path(config.jwks_file).read_bytes())

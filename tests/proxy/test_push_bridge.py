@@ -60,3 +60,18 @@ def test_a_create_the_worker_refuses_leaves_no_stored_config(make_harness: Any) 
     assert len(stored("t-ok")) == 1
     # a refused create's config is forgotten once the client has the answer: wait for it
     wait_until(lambda: stored("t-gone") == [], timeout=10, message="the refused create's config forgotten")
+
+
+def test_a_create_naming_no_webhook_still_never_shows_a_worker_token(make_harness: Any) -> None:
+    """A create without a ``url`` is forwarded as written (nothing to relay); a worker that
+    answers it with a config it already holds — naming a gateway callback of another task and
+    the worker token for it — reaches the client without that token (docs/push.md §1.2)."""
+    h = make_harness()
+    foreign = {"taskId": "t-other", "id": "cfg-1", "url": h.gateway.url + "/_a2a_gateway/push/abc",
+               "token": "worker-token-of-t-other"}
+    h.worker.on("CreateTaskPushNotificationConfig", json_result=foreign)
+    answer = h.rpc({"jsonrpc": "2.0", "id": 7, "method": "CreateTaskPushNotificationConfig",
+                    "params": {"taskId": "t-1", "id": "cfg-1"}}, headers={"A2A-Version": "1.0"})
+    doc = answer.json()
+    assert doc["id"] == 7 and h.worker.calls("CreateTaskPushNotificationConfig")
+    assert doc["result"]["url"] == foreign["url"] and "token" not in doc["result"], doc

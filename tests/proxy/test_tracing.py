@@ -259,3 +259,41 @@ def test_a_v03_rest_send_s_message_id_is_on_its_server_span(traced: tuple[Harnes
     assert r.status_code == 200, r.text
     [server] = [s for s in of_trace(receiver.wait_for(lambda s: of_trace(s, trace_id)), trace_id) if s.kind == "SERVER"]
     assert (server.attributes["a2a.protocol.version"], server.attributes["a2a.message.id"]) == ("0.3", "m-v03")
+
+
+@pytest.mark.parametrize(("env", "configured", "expected"), [
+    ({"OTEL_SERVICE_NAME": "from-env"}, "from-file", "from-env"),
+    ({"OTEL_RESOURCE_ATTRIBUTES": "team=a,service.name=from%20attrs"}, "from-file", "from attrs"),
+    ({"OTEL_SERVICE_NAME": "from-env", "OTEL_RESOURCE_ATTRIBUTES": "service.name=attrs"}, None, "from-env"),
+    ({"OTEL_RESOURCE_ATTRIBUTES": "team=a"}, "from-file", "from-file"),
+    ({}, None, "a2a-gateway"),
+])
+def test_the_service_name_comes_from_the_environment_before_the_file(
+        monkeypatch: pytest.MonkeyPatch, env: dict[str, str], configured: str | None, expected: str) -> None:
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)  # the SDK's Resource.create reads them too
+    built = tracing.from_config(TracingConfig(enabled=True, endpoint="http://127.0.0.1:1/v1/traces",
+                                              service_name=configured), "9.9", logging.getLogger("t"))
+    assert built is not None
+    try:
+        assert built.provider.resource.attributes["service.name"] == expected
+    finally:
+        built.provider.shutdown()
+
+
+@pytest.mark.parametrize(("sampler", "expected"), [(None, "ParentBased{root:TraceIdRatioBased{0.25},"),
+                                                   ("always_off", "AlwaysOffSampler")])
+def test_otel_traces_sampler_wins_over_the_sampling_ratio(monkeypatch: pytest.MonkeyPatch, sampler: str | None,
+                                                          expected: str) -> None:
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+    if sampler is not None:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    built = tracing.from_config(TracingConfig(enabled=True, endpoint="http://127.0.0.1:1/v1/traces",
+                                              sampling_ratio=0.25), "9.9", logging.getLogger("t"))
+    assert built is not None
+    try:
+        assert built.provider.sampler.get_description().startswith(expected)
+    finally:
+        built.provider.shutdown()
