@@ -18,6 +18,7 @@ import dataclasses
 import importlib.util
 import os
 import platform
+import secrets
 import shutil
 import socket
 import subprocess
@@ -139,9 +140,15 @@ def wait_ready(url: str, proc: Proc, timeout: float = 30) -> None:
     raise RuntimeError(f"{proc.name}: {url} not ready within {timeout}s")
 
 
+_RUN_CALLER_SECRET = secrets.token_hex(32)
+
+
 def child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # the gateways of a run share one caller secret, as a deployment's replicas would (no
+    # caller_secret_generated warning in every gateway's log)
+    env.setdefault("A2A_GATEWAY_CALLER_SECRET", _RUN_CALLER_SECRET)
     return env
 
 
