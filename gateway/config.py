@@ -545,10 +545,9 @@ class LogConfig(_Frozen):
 class BridgeConfig(_Frozen):
     """The version bridge between v0.3 and v1.0 peers (docs/bridge.md §2, §3). ``enabled``: a
     client of a version the worker does not speak (its card, or ``upstreams[].protocol_versions``)
-    is bridged on its own binding — served the Agent Card in its own version's shape (a v0.3
-    client — no ``A2A-Version``, a 0.x one, or the legacy ``/.well-known/agent.json`` — gets a
-    v0.3 card of a v1.0-only worker; a 1.x client a v1.0 card of a v0.3-only worker; such cards
-    are sent with ``Vary: A2A-Version``), and its calls translated to the worker's version and
+    is bridged on its own binding — the served Agent Card of a one-version worker also lists the
+    other version's interfaces and v0.3 members (one card for every client, whatever its card
+    GET carries), and each call of the other version is translated to the worker's version and
     back. ``false``: cards and calls go on in the worker's version only, as before the bridge."""
 
     enabled: bool = True

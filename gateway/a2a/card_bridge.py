@@ -24,6 +24,7 @@ __all__ = [
     "card_endpoints",
     "card_versions",
     "interface_version",
+    "served_card",
     "speaks",
 ]
 
@@ -34,6 +35,10 @@ V03_CARD_VERSION = "0.3.0"
 """The card-level ``protocolVersion`` of a bridged v0.3 card (TYPES03's default)."""
 V10_INTERFACE_VERSION = "1.0"
 """The ``protocolVersion`` of every interface of a bridged v1.0 card (Major.Minor, PROTO)."""
+V03_INTERFACE_VERSION = "0.3"
+"""The ``protocolVersion`` of a bridged v0.3 interface in ``supportedInterfaces`` (Major.Minor)."""
+_INTERFACE_VERSIONS = {ProtocolVersion.V1_0: V10_INTERFACE_VERSION,
+                       ProtocolVersion.V0_3: V03_INTERFACE_VERSION}
 
 # Members copied as they are in both directions (same name and shape in v0.3 and v1.0).
 _SHARED = ("name", "description", "version", "documentationUrl", "iconUrl",
@@ -206,6 +211,88 @@ def bridge_card(card: dict[str, Any], version: ProtocolVersion) -> dict[str, Any
     if version == ProtocolVersion.V0_3:
         return _to_v03(card, endpoints)
     return _to_v10(card, endpoints)
+
+
+def served_card(card: dict[str, Any], *, bridge: bool) -> dict[str, Any]:
+    """The one card every client is served, whatever its card GET carries (docs/bridge.md §2.2).
+
+    A client picks its protocol version from the card; the ``A2A-Version`` of each *call*, not
+    of the card GET, decides whether the call is bridged. So the card names every version the
+    gateway serves for the worker, in the shape each version's clients read — the mixed shape
+    of a2a-sdk 1.3 servers with v0.3 compatibility (docs/protocol.md §4.3):
+
+    * ``supportedInterfaces`` (v1.0 clients): the worker's own interfaces in its order (a v0.3
+      card's ``url`` / ``additionalInterfaces`` written as v1.0 interfaces of version ``"0.3"``),
+      then, with ``bridge``, one interface per guarded binding of the version the worker lacks,
+      at the URL of the worker's interface of that binding (``protocolVersion`` ``"1.0"`` or
+      ``"0.3"``). The v1.0 SDKs pick a ``"1.0"`` interface wherever one is listed.
+    * the v0.3 top-level members (``url``, ``preferredTransport``, ``protocolVersion``,
+      ``additionalInterfaces``, ``supportsAuthenticatedExtendedCard``, ``security``, skills'
+      ``security``, ``type``-tagged security schemes), merged in as the SDK merges them: a
+      member the v1.0 card already has wins, objects are merged member by member and lists of
+      objects item by item (so a security scheme carries both forms).
+
+    A card that already speaks both versions, or neither over a guarded binding (gRPC only),
+    comes back unchanged; so does a card of one version when ``bridge`` is false. Interface
+    URLs are copied, never rewritten: call it on :func:`gateway.a2a.card.rewrite_card`'s
+    output. Pure: ``card`` is not modified; the output may share nested values with it.
+
+    Args:
+        card: a valid Agent Card (``gateway.a2a.card.card_problem`` is ``None``), rewritten.
+        bridge: ``bridge.enabled``: list the version the worker lacks too.
+
+    Returns:
+        The card to serve, a new dict unless it is ``card`` itself.
+    """
+    endpoints = card_endpoints(card)
+    spoken = {version for version, _ in endpoints}
+    if not bridge or len(spoken) != 1:
+        return card
+    (source,) = spoken
+    target = ProtocolVersion.V0_3 if source == ProtocolVersion.V1_0 else ProtocolVersion.V1_0
+    own = {binding: url for (_, binding), url in endpoints.items()}
+    bridged = [{"url": url, "protocolBinding": _BINDING_NAMES[b],
+                "protocolVersion": _INTERFACE_VERSIONS[target]} for b, url in own.items()]
+    if isinstance(card.get("supportedInterfaces"), list):  # v1.0-shaped (any interface versions)
+        v1 = dict(card)
+        v1["supportedInterfaces"] = [*card["supportedInterfaces"], *bridged]
+    else:  # v0.3-shaped
+        v1 = _to_v10(card, own)
+        v1["supportedInterfaces"] = [*_v03_as_v10_interfaces(card), *bridged]
+    v03 = card if isinstance(card.get("url"), str) else _to_v03(card, own)
+    return _merge(v1, v03)
+
+
+def _v03_as_v10_interfaces(card: dict[str, Any]) -> list[dict[str, Any]]:
+    """A v0.3 card's ``url`` / ``preferredTransport`` and ``additionalInterfaces`` as v1.0
+    interfaces of the card's version (Major.Minor), repeats of a (binding, URL) left out."""
+    version = card.get("protocolVersion")
+    major_minor = (".".join(version.strip().split(".")[:2]) if isinstance(version, str) and version
+                   else V03_INTERFACE_VERSION)
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[object, object]] = set()
+    for binding, url in _v03_interfaces(card):
+        if isinstance(binding, str) and isinstance(url, str) and (binding, url) not in seen:
+            seen.add((binding, url))
+            out.append({"url": url, "protocolBinding": binding, "protocolVersion": major_minor})
+    return out
+
+
+def _merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra``'s members added to a copy of ``into`` where it lacks them; objects merged
+    member by member, lists of objects item by item (a2a-sdk 1.3's ``agent_card_to_dict``
+    merge, docs/protocol.md §4.3). Neither argument is modified."""
+    out = dict(into)
+    for key, value in extra.items():
+        mine = out.get(key)
+        if key not in out:
+            out[key] = value
+        elif isinstance(mine, dict) and isinstance(value, dict):
+            out[key] = _merge(mine, value)
+        elif isinstance(mine, list) and isinstance(value, list):
+            out[key] = [_merge(a, b) if isinstance(a, dict) and isinstance(b, dict) else a
+                        for a, b in zip(mine, value)] + mine[len(value):]
+    return out
 
 
 # --------------------------------------------------------------------------- v1.0 -> v0.3

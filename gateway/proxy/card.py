@@ -26,10 +26,10 @@ docs/field-cases.md F10, F11):
   mount, its own ETag (hash of the served body), ``304`` on a matching ``If-None-Match``, and
   the worker's ``Cache-Control`` / ``Last-Modified`` / ``Vary``. Only the bindings the gateway
   guards are advertised (``card.unguarded_interfaces``); signed cards (a non-empty
-  ``signatures`` list) follow ``card.signed`` (docs/protocol.md §4.5). With ``bridge.enabled``
-  a client whose version the worker's card lacks is served the card in its version's shape
-  (:func:`served_version`, :func:`gateway.a2a.card_bridge.bridge_card`; docs/bridge.md §2),
-  with ``Vary: A2A-Version``.
+  ``signatures`` list) follow ``card.signed`` (docs/protocol.md §4.5). Every client gets the
+  same card whatever its card GET carries: with ``bridge.enabled`` a card of one version also
+  lists the other one's interfaces and members
+  (:func:`gateway.a2a.card_bridge.served_card`; docs/bridge.md §2.2).
 * Whenever a new card is stored (at start and when it changes, never per request) the cache
   says what clients will be told that bypasses the gateway: a warning ``card_served_verbatim``
   and the gauge ``a2a_gateway_card_served_verbatim`` for a signed card served verbatim; a
@@ -64,7 +64,7 @@ from gateway.a2a.card import (
     rewrite_card,
     unguarded_interfaces,
 )
-from gateway.a2a.card_bridge import bridge_card, card_versions
+from gateway.a2a.card_bridge import card_versions, served_card
 from gateway.a2a.jsonrpc import MAX_JSON_DEPTH, loads
 from gateway.a2a.version import Binding, ProtocolVersion, version_family
 from gateway.config import BridgeConfig, CardConfig, PublicConfig, UpstreamConfig
@@ -555,25 +555,14 @@ def public_base(public: PublicConfig, route: Route, scope: Scope) -> str:
 
 
 def served_version(scope: Scope) -> ProtocolVersion:
-    """The protocol version of the client asking for a card: ``V1_0`` for an ``A2A-Version``
-    of major 1 or later, else ``V0_3`` (no header, an empty, 0.x or unreadable one:
-    docs/protocol.md §5) — and ``V0_3`` for the legacy ``/.well-known/agent.json``, a path that
-    predates v1.0, whatever the header says."""
+    """The protocol version a card GET's ``request`` line names (the served card is the same
+    for every version): ``V1_0`` for an ``A2A-Version`` of major 1 or later, else ``V0_3`` (no
+    header, an empty, 0.x or unreadable one: docs/protocol.md §5) — and ``V0_3`` for the
+    legacy ``/.well-known/agent.json``, a path that predates v1.0, whatever the header says."""
     if scope["path"].endswith(WELL_KNOWN_PATHS[1]):
         return ProtocolVersion.V0_3
     family = version_family(_header(scope, b"a2a-version") or "")
     return ProtocolVersion.V1_0 if family == "1.0" else ProtocolVersion.V0_3
-
-
-def _vary(worker_vary: str | None, bridged_by_version: bool) -> str | None:
-    """The served card's ``Vary``: the worker's, plus ``A2A-Version`` when the served form
-    depends on it (not added twice)."""
-    if not bridged_by_version:
-        return worker_vary
-    names = [v.strip() for v in (worker_vary or "").split(",") if v.strip()]
-    if any(n.lower() == "a2a-version" or n == "*" for n in names):
-        return worker_vary
-    return ", ".join([*names, "A2A-Version"])
 
 
 async def serve_card(cache: CardCache, public: PublicConfig, route: Route, scope: Scope,
@@ -605,7 +594,6 @@ async def _serve_card(cache: CardCache, public: PublicConfig, route: Route, scop
         await _respond(send, scope, 502, [(b"content-type", b"application/json")], body)
         return 502
     settings = route.upstream.card
-    varies = False  # whether the served form depends on the client's A2A-Version
     if _verbatim(card.doc, settings):
         served = card.body  # a signed card served verbatim is never bridged: it is the signed one
     else:
@@ -614,21 +602,16 @@ async def _serve_card(cache: CardCache, public: PublicConfig, route: Route, scop
         doc = rewrite_card(card.doc, upstream_url=route.upstream.url,
                            public_base=public_base(public, route, scope),
                            keep_unguarded=_keep_unguarded(settings))
-        if bridge.enabled:
-            # rewrite first, then bridge: the bridge copies the rewritten URLs (docs/bridge.md §2)
-            spoken = {version for version, _ in card_versions(doc)}
-            varies = len(spoken) == 1  # one version only: the other one's clients are bridged
-            if varies and served_version(scope) not in spoken:
-                doc = bridge_card(doc, served_version(scope))
-        served = orjson.dumps(doc)
+        # rewrite first, then list both versions: the bridge copies the rewritten URLs
+        # (docs/bridge.md §2.2); one card for every client, whatever its card GET carries
+        served = orjson.dumps(served_card(doc, bridge=bridge.enabled))
     etag = content_etag(served)
     headers = [(b"etag", etag.encode()),
                (b"cache-control", (card.cache_control or f"max-age={int(card.max_age)}").encode())]
     if card.last_modified:
         headers.append((b"last-modified", card.last_modified.encode("latin-1")))
-    vary = _vary(card.vary, varies)
-    if vary:
-        headers.append((b"vary", vary.encode("latin-1")))
+    if card.vary:
+        headers.append((b"vary", card.vary.encode("latin-1")))
     if etag in (_header(scope, b"if-none-match") or "").replace("W/", "").split(", "):
         await _respond(send, scope, 304, headers, b"")
         return 304

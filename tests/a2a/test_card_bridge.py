@@ -17,6 +17,7 @@ from gateway.a2a.card_bridge import (
     card_endpoints,
     card_versions,
     interface_version,
+    served_card,
     speaks,
 )
 from gateway.a2a.version import Binding, ProtocolVersion
@@ -379,3 +380,81 @@ def test_rewrite_then_bridge_points_at_the_gateway(card: dict[str, Any], version
     served = bridge_card(rewrite(card), version)
     assert set(card_endpoints(served).values()) <= {public, public + "rest"}
     assert served == rewrite(bridge_card(card, version))
+
+
+# ------------------------------------------------------------------ the served card (§2.2)
+
+V03_TOP_LEVEL = ("url", "preferredTransport", "protocolVersion", "additionalInterfaces")
+
+
+def test_the_served_card_of_a_v10_worker_lists_both_versions_in_both_shapes() -> None:
+    """The worker's v1.0 interfaces first, then one bridged v0.3 interface per binding at the
+    same URL; the v0.3 members merged in, a security scheme in both forms."""
+    served = served_card(FULL_V10, bridge=True)
+    v10_ifaces = FULL_V10["supportedInterfaces"]
+    assert served["supportedInterfaces"][:len(v10_ifaces)] == v10_ifaces
+    assert served["supportedInterfaces"][len(v10_ifaces):] == [
+        {"url": url, "protocolBinding": binding.upper(), "protocolVersion": "0.3"}
+        for (_, binding), url in _first_per_binding(v10_ifaces).items()]
+    as_v03 = bridge_card(FULL_V10, V03)
+    assert {k: served[k] for k in V03_TOP_LEVEL} == {k: as_v03[k] for k in V03_TOP_LEVEL}
+    assert {k: served[k] for k in FULL_V10 if k != "supportedInterfaces"} == {
+        k: v for k, v in FULL_V10.items() if k != "supportedInterfaces"} | {
+        "securitySchemes": served["securitySchemes"], "skills": served["skills"]}
+    for name, scheme in served["securitySchemes"].items():  # the v1.0 wrapper and the v0.3 tag
+        assert FULL_V10["securitySchemes"][name].items() <= scheme.items()
+        assert as_v03["securitySchemes"][name]["type"] == scheme["type"]
+    assert card_versions(served) == {(V10, b) for _, b in card_versions(FULL_V10)} | {
+        (V03, b) for _, b in card_versions(FULL_V10)}
+
+
+def _first_per_binding(ifaces: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for i in ifaces:
+        if i["protocolBinding"].upper() in ("JSONRPC", "HTTP+JSON"):
+            out.setdefault((i["protocolVersion"], i["protocolBinding"].upper()), i["url"])
+    return out
+
+
+def test_the_served_card_of_a_v03_worker_keeps_its_members_and_adds_v10() -> None:
+    served = served_card(TOCK_V03, bridge=True)
+    assert {k: served[k] for k in TOCK_V03} == TOCK_V03  # every v0.3 member as the worker wrote it
+    assert served["supportedInterfaces"] == [
+        {"url": TOCK_V03["url"], "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},  # its own
+        {"url": TOCK_V03["url"], "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]  # bridged
+    full = served_card(FULL_V03, bridge=True)
+    as_v10 = bridge_card(FULL_V03, V10)
+    assert full["securityRequirements"] == as_v10["securityRequirements"]
+    assert full["capabilities"]["extendedAgentCard"] is as_v10["capabilities"]["extendedAgentCard"]
+    for name, scheme in as_v10["securitySchemes"].items():
+        assert scheme.items() <= full["securitySchemes"][name].items()
+
+
+def test_the_served_card_of_a_v10_shaped_card_of_0x_interfaces_adds_v10_interfaces() -> None:
+    legacy = {**TOCK_CARD, "supportedInterfaces": [
+        {**i, "protocolVersion": "0.3"} for i in TOCK_CARD["supportedInterfaces"]]}
+    served = served_card(legacy, bridge=True)
+    assert [i["protocolVersion"] for i in served["supportedInterfaces"]] == ["0.3", "0.3", "1.0", "1.0"]
+    assert (served["url"], served["protocolVersion"]) == (TOCK_CARD["supportedInterfaces"][0]["url"], "0.3.0")
+
+
+@pytest.mark.parametrize("card", [
+    pytest.param({**TOCK_CARD, "supportedInterfaces": [*TOCK_CARD["supportedInterfaces"], {
+        "url": "http://localhost:8080/a2a/tock/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}]},
+        id="both-versions"),
+    pytest.param({**TOCK_CARD, "supportedInterfaces": [GRPC_IFACE]}, id="grpc-only"),
+])
+def test_a_card_of_both_versions_or_none_is_served_as_it_is(card: dict[str, Any]) -> None:
+    assert served_card(card, bridge=True) is card
+
+
+@pytest.mark.parametrize("card", [TOCK_CARD, TOCK_V03, FULL_V10, FULL_V03])
+def test_without_the_bridge_the_workers_card_is_served_as_it_is(card: dict[str, Any]) -> None:
+    assert served_card(card, bridge=False) is card
+
+
+@pytest.mark.parametrize("card", [FULL_V10, FULL_V03])
+def test_serving_does_not_modify_the_input_card(card: dict[str, Any]) -> None:
+    before = copy.deepcopy(card)
+    served_card(card, bridge=True)
+    assert card == before

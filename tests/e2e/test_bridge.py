@@ -187,22 +187,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, d
 
 
 def check_card(run: PeerRun, card_url: str, base: str, version: str) -> dict[str, Any]:
-    """The card the peer fetched before its first step: the gateway's, in ``version``."""
+    """The card the peer fetched before its first step: the gateway's one card, the same for a
+    client of either ``version`` (docs/bridge.md §2.2): both versions' interfaces at the
+    gateway in ``supportedInterfaces``, and the v0.3 members."""
     where = run.transcript()
     before_steps = [w for w in run.of("wire") if w.get("index") is None]
     assert before_steps and all(w["url"] == card_url and w["status"] == 200 for w in before_steps), where
     card = json.loads(before_steps[-1]["body"])
-    if version == "0.3":
-        assert "supportedInterfaces" not in card, card
-        assert str(card["protocolVersion"]).startswith("0.3"), card
-        assert card["url"].rstrip("/") == base.rstrip("/") and card.get("preferredTransport") == JSONRPC, card
-        assert {(i["transport"], i["url"].rstrip("/")) for i in card["additionalInterfaces"]} == {
-            (JSONRPC, base.rstrip("/")), (REST, base + "rest")}, card
-    else:
-        assert "url" not in card and "additionalInterfaces" not in card, card
-        assert [(i["protocolBinding"], i["url"].rstrip("/"), i["protocolVersion"])
-                for i in card["supportedInterfaces"]] == [
-            (JSONRPC, base.rstrip("/"), "1.0"), (REST, base + "rest", "1.0")], card
+    assert str(card["protocolVersion"]).startswith("0.3"), card
+    assert card["url"].rstrip("/") == base.rstrip("/") and card.get("preferredTransport") == JSONRPC, card
+    assert {(i["transport"], i["url"].rstrip("/")) for i in card["additionalInterfaces"]} == {
+        (JSONRPC, base.rstrip("/")), (REST, base + "rest")}, card
+    assert {(i["protocolBinding"], i["url"].rstrip("/"), i["protocolVersion"])
+            for i in card["supportedInterfaces"]} == {
+        (binding, url, v) for binding, url in ((JSONRPC, base.rstrip("/")), (REST, base + "rest"))
+        for v in ("1.0", "0.3")}, card
     return card
 
 
@@ -455,3 +454,43 @@ async def test_bridged_cell(stack: tuple[Gateway, dict[str, Worker]], client: st
         record = await gateway.ledger_record(worker.name, task_id)
         assert record is not None, f"the gateway's ledger does not hold task {task_id}"
         assert (record.state.value, record.context_id) == (state, context_id), (task_id, record)
+
+
+# --------------------------------------------------------------------------- the card GET's header
+
+
+@pytest.mark.parametrize("transport", [JSONRPC, REST], ids=["jsonrpc", "rest"])
+async def test_a_v10_client_resolving_the_card_first_stays_on_v10(
+        stack: tuple[Gateway, dict[str, Worker]], transport: str) -> None:
+    """a2a-sdk 1.3 built as its samples build it — ``A2ACardResolver`` first (its card GET carries
+    no ``A2A-Version``), then the client from that card — in front of a v1.0-only @a2a-js/sdk 1.3
+    worker: v1.0 end to end. The one served card lists the worker's v1.0 interfaces and the
+    factory picks one (docs/bridge.md §2.2); nothing is bridged. (Before, a header-less card GET
+    got the v0.3 shape, and the client spoke v0.3 through the bridge.)"""
+    gateway, workers = stack
+    worker = workers["v10"]
+    base = gateway.base(worker)
+    trace = uuid.uuid4().hex
+    seen_before = len(worker.recorder.requests())
+    before = await gateway.scrape()
+    run = await run_peer("py13", base + CARD_PATH, [{"op": "send", "text": "hello"}, {"op": "get"}],
+                         timeout=PEER_TIMEOUT, headers={TRACE_HEADER: trace}, transport=transport,
+                         resolve_first=True)
+    where = run.transcript()
+    check_client(run, transport, base, "1.0")
+    check_card(run, base + CARD_PATH, base, "1.0")
+    (card_get,) = [w for w in run.of("wire") if w.get("index") is None]
+    assert card_get["a2aVersion"] is None, where  # the resolver's GET: no A2A-Version
+    assert run.outcome(0) == run.outcome(1) == "ended", where
+    (sent,) = run.events(0)
+    assert sent["state"] == "TASK_STATE_COMPLETED", where
+    calls = [w for w in run.of("wire") if w.get("index") is not None]
+    assert calls and all(w["a2aVersion"] == "1.0" and w["url"].startswith(base) for w in calls), where
+    traced = [r for r in worker.recorder.requests()[seen_before:] if r.header(TRACE_HEADER) == trace]
+    if transport == JSONRPC:
+        assert [r.rpc_method for r in traced] == ["SendMessage", "GetTask"], where
+    else:
+        assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in traced] == [
+            ("POST", "message:send"), ("GET", sent["taskId"])], where
+    assert all(r.header_values("a2a-version") == ["1.0"] for r in traced), where
+    assert deltas(before, await gateway.scrape(), BRIDGED, by=("upstream",)) == {}

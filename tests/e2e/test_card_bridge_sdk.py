@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 from a2a.compat.v0_3 import types as types_v03
 from a2a.compat.v0_3.conversions import to_compat_agent_card, to_core_agent_card
+from a2a.client import ClientFactory
+from a2a.client.card_resolver import parse_agent_card
 from a2a.types import AgentCard
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from gateway.a2a.card_bridge import bridge_card
+from gateway.a2a.card_bridge import bridge_card, served_card
 from gateway.a2a.version import ProtocolVersion
 from tests.a2a.test_card_bridge import FULL_V03, FULL_V10, ROWS
 from tests.support.cards import GRPC_IFACE, TOCK_CARD, TOCK_V03
@@ -97,3 +99,40 @@ def test_v10_form_agrees_with_the_sdks_conversion() -> None:
     unique = list({(i["protocolBinding"], i["url"]): None for i in sdk_ifaces})
     assert unique == [(i["protocolBinding"], i["url"]) for i in ours.pop("supportedInterfaces")]
     assert sdk == ours
+
+
+# --------------------------------------------------------------------------- the one served card
+
+SERVED = [pytest.param(served_card(p.values[0], bridge=True), id=f"v1.0-{p.id}") for p in V10_SOURCES] + [
+    pytest.param(served_card(p.values[0], bridge=True), id=f"v0.3-{p.id}") for p in V03_SOURCES]
+
+
+@pytest.mark.parametrize("card", SERVED)
+def test_the_served_card_reads_as_both_versions_with_a2a_sdk_13(card: dict[str, Any]) -> None:
+    """a2a-sdk 1.3's resolver (``parse_agent_card``, as ``A2ACardResolver`` reads a card) keeps
+    every interface of the served card, and its factory picks the ``"1.0"`` one of each
+    binding (docs/bridge.md §2.2)."""
+    parsed = parse_agent_card(copy.deepcopy(card))
+    assert [(i.url, i.protocol_binding, i.protocol_version) for i in parsed.supported_interfaces] == [
+        (i["url"], i["protocolBinding"], i["protocolVersion"]) for i in card["supportedInterfaces"]]
+    for binding in {i["protocolBinding"] for i in card["supportedInterfaces"]} & {"JSONRPC", "HTTP+JSON"}:
+        best = ClientFactory._find_best_interface(list(parsed.supported_interfaces), [binding])  # noqa: SLF001
+        assert best is not None and best.protocol_version == "1.0", binding
+    if "securitySchemes" in card:  # both forms in one scheme read as the v1.0 one
+        assert set(MessageToDict(parsed).get("securitySchemes", {})) == set(card["securitySchemes"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)  # the first run may install .venv-a2a03
+def test_the_served_card_validates_with_a2a_sdk_03() -> None:
+    """a2a-sdk 0.3's pydantic ``AgentCard`` takes the served card (the v1.0 members are ignored)
+    and reads the v0.3 members as the card says them: the main interface at the gateway and
+    every binding in ``additionalInterfaces``."""
+    python = require_peer("py03")[0]
+    cards = [p.values[0] for p in SERVED]
+    done = subprocess.run([python, "-c", VALIDATE03], input=json.dumps(cards), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for card, dump, param in zip(cards, json.loads(done.stdout), SERVED, strict=True):
+        v03 = ("url", "preferredTransport", "additionalInterfaces", "protocolVersion", "security")
+        assert {k: dump.get(k) for k in v03} == {k: card.get(k) for k in v03}, param.id

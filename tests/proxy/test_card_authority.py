@@ -49,23 +49,27 @@ def card_gets(h: Harness, path: str = "/.well-known/agent-card.json") -> int:
 
 @pytest.mark.parametrize("card", [TOCK_CARD, TOCK_V03], ids=["v1.0", "v0.3"])
 @pytest.mark.parametrize("path", ["/.well-known/agent-card.json", "/.well-known/agent.json"])
-def test_f10_card_urls_point_at_the_gateway_without_doubled_segments(make_harness: Any, card: Any, path: str) -> None:
+@pytest.mark.parametrize("client", [{}, V1], ids=["no-header", "v1.0-header"])
+def test_f10_card_urls_point_at_the_gateway_without_doubled_segments(make_harness: Any, card: Any, path: str,
+                                                                     client: dict[str, str]) -> None:
     h = make_harness(upstream_path="/a2a/tock/", card=card, upstream={"prefix": "/a2a/tick"},
                      public={"url": "https://gw.example.net"})
-    client = V1 if "supportedInterfaces" in card else {}  # a client of the card's own version
     r = h.http.get(h.gateway.url + "/a2a/tick" + path, headers=client)
     served = r.json()
     assert r.status_code == 200
-    if "supportedInterfaces" in card and path.endswith("agent-card.json"):
-        assert [i["url"] for i in served["supportedInterfaces"]] == [
-            "https://gw.example.net/a2a/tick/", "https://gw.example.net/a2a/tick/rest"]
-    else:  # a v0.3 card, or the legacy path (a v0.3 card of the v1.0 worker: docs/bridge.md §2)
-        assert served["url"] == "https://gw.example.net/a2a/tick/"
-        assert served["additionalInterfaces"][0]["url"] == "https://gw.example.net/a2a/tick/"
-    if "supportedInterfaces" in card and not path.endswith("agent-card.json"):
-        return  # bridged: its members are checked in tests/a2a/test_card_bridge.py
+    # one card for every client, both versions' members (docs/bridge.md §2.2)
+    rest = {"https://gw.example.net/a2a/tick/rest"} if "supportedInterfaces" in card else set()
+    assert {i["url"] for i in served["supportedInterfaces"]} == {"https://gw.example.net/a2a/tick/", *rest}
+    assert {i["protocolVersion"] for i in served["supportedInterfaces"]} == {"1.0", "0.3"}
+    assert served["url"] == "https://gw.example.net/a2a/tick/"
+    assert served["additionalInterfaces"][0]["url"] == "https://gw.example.net/a2a/tick/"
     untouched = {k: v for k, v in card.items() if k not in ("supportedInterfaces", "url", "additionalInterfaces")}
     assert {k: served[k] for k in untouched} == untouched
+
+
+def own(served: dict[str, Any], version: str = "1.0") -> list[str]:
+    """The URLs of the served card's interfaces of ``version``, in order."""
+    return [i["url"] for i in served["supportedInterfaces"] if i["protocolVersion"] == version]
 
 
 def test_f10_public_origin_comes_from_trusted_proxies_only(make_harness: Any) -> None:
@@ -119,10 +123,10 @@ def test_empty_signatures_list_is_an_unsigned_card_and_is_rewritten(make_harness
                      public={"url": "https://gw.example.net"})
     served = h.http.get(h.gateway.url + "/a2a/tick" + CARD_PATH, headers=V1).json()
     assert served["signatures"] == []
-    assert [i["url"] for i in served["supportedInterfaces"]] == [
+    assert own(served) == own(served, "0.3") == [
         "https://gw.example.net/a2a/tick/", "https://gw.example.net/a2a/tick/rest"]
-    assert sdk_urls(served) == [("https://gw.example.net/a2a/tick/", "JSONRPC"),
-                                ("https://gw.example.net/a2a/tick/rest", "HTTP+JSON")]
+    assert sdk_urls(served)[:2] == [("https://gw.example.net/a2a/tick/", "JSONRPC"),
+                                    ("https://gw.example.net/a2a/tick/rest", "HTTP+JSON")]
     assert h.metric("a2a_gateway_card_signatures_stripped_total") == 0
     assert h.metric("a2a_gateway_card_served_verbatim", upstream="worker") == 0
 
@@ -132,8 +136,8 @@ def test_unguarded_v10_interfaces_are_dropped_by_default(make_harness: Any,
     card = {**TOCK_CARD, "supportedInterfaces": [GRPC_IFACE, *TOCK_CARD["supportedInterfaces"], WS_IFACE]}
     h = make_harness(card=card, upstream_path="/a2a/tock/", public={"url": "https://gw.example.net"})
     served = h.http.get(h.gateway.url + CARD_PATH, headers=V1).json()
-    assert sdk_urls(served) == [("https://gw.example.net/", "JSONRPC"),
-                                ("https://gw.example.net/rest", "HTTP+JSON")]
+    assert sdk_urls(served) == 2 * [("https://gw.example.net/", "JSONRPC"),
+                                    ("https://gw.example.net/rest", "HTTP+JSON")]
     assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker") == 0
     assert gateway_warnings("card_unguarded_interfaces") == []
 
@@ -148,10 +152,10 @@ def test_unguarded_v10_interfaces_kept_on_request_are_untouched_warned_and_gauge
     for _ in range(3):  # revalidated each time; the card is the same
         cache.mark_stale()
         served = h.http.get(h.gateway.url + CARD_PATH, headers=V1).json()
-    assert served["supportedInterfaces"] == [  # the mount points at the worker's root
+    assert served["supportedInterfaces"][:4] == [  # the mount points at the worker's root
         {"url": "https://gw.example.net/a2a/tock/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
         {"url": "https://gw.example.net/a2a/tock/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
-        GRPC_IFACE, WS_IFACE]
+        GRPC_IFACE, WS_IFACE]  # then the bridged v0.3 interfaces of the guarded bindings
     assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker", binding="GRPC") == 1
     assert h.metric("a2a_gateway_card_unguarded_interfaces", upstream="worker", binding="other") == 1
     assert h.metric("a2a_gateway_card_fetches_total", outcome="not_modified") >= 2
@@ -575,8 +579,8 @@ def test_a_host_that_is_no_host_never_shapes_the_served_urls(make_harness: Any, 
     http."""
     h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/", public={"trusted_proxies": ["127.0.0.1"]})
     served = h.http.get(h.gateway.url + CARD_PATH, headers={**headers, **V1}).json()
-    urls = [i["url"] for i in served["supportedInterfaces"]]
-    assert urls == [h.gateway.url + "/", h.gateway.url + "/rest"]
+    assert own(served) == own(served, "0.3") == [h.gateway.url + "/", h.gateway.url + "/rest"]
+    assert served["url"] == h.gateway.url + "/"
 
 
 # ------------------------------------------------------------------------------ docs/bridge.md §2
@@ -585,42 +589,42 @@ def _card(h: Harness, headers: dict[str, str] | None = None, path: str = CARD_PA
     return h.http.get(h.gateway.url + path, headers=headers or {})
 
 
-def test_a_v03_client_gets_a_v03_card_of_a_v10_only_worker(make_harness: Any) -> None:
+@pytest.mark.parametrize("path", [CARD_PATH, "/.well-known/agent.json"])
+def test_every_client_gets_one_card_of_a_v10_only_worker(make_harness: Any, path: str) -> None:
+    """Whatever the card GET carries (no header: the TCK and a2a-sdk 1.3's resolver; a 0.x or
+    1.x ``A2A-Version``; the legacy path), one card: the worker's v1.0 interfaces first, then
+    the bridged v0.3 ones, and the v0.3 members (docs/bridge.md §2.2, issue: "one Agent Card
+    every client reads")."""
     h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/", public={"url": "https://gw.example.net"})
-    v03, v10 = _card(h), _card(h, V1)
-    assert "a2a-version" in v03.headers["vary"].lower() and "a2a-version" in v10.headers["vary"].lower()
-    card = v03.json()
-    assert "supportedInterfaces" not in card
+    answers = [_card(h, headers, path) for headers in ({}, V1, {"A2A-Version": "0.3"}, {"A2A-Version": ""})]
+    assert len({a.content for a in answers}) == len({a.headers["etag"] for a in answers}) == 1
+    assert all("vary" not in a.headers for a in answers)
+    card = answers[0].json()
+    assert card["supportedInterfaces"] == [
+        {"url": "https://gw.example.net/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": "https://gw.example.net/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+        {"url": "https://gw.example.net/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        {"url": "https://gw.example.net/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3"}]
     assert (card["protocolVersion"], card["url"], card["preferredTransport"]) == (
         "0.3.0", "https://gw.example.net/", "JSONRPC")
     assert card["additionalInterfaces"] == [{"url": "https://gw.example.net/", "transport": "JSONRPC"},
                                             {"url": "https://gw.example.net/rest", "transport": "HTTP+JSON"}]
-    assert [i["url"] for i in v10.json()["supportedInterfaces"]] == [
-        "https://gw.example.net/", "https://gw.example.net/rest"]
-    for headers in ({"A2A-Version": "0.3"}, {"A2A-Version": ""}):
-        assert _card(h, headers).json() == card
-    assert _card(h, V1, path="/.well-known/agent.json").json() == card  # the legacy path: v0.3
-    # one ETag per served form, each answering its own revalidation only
-    assert v03.headers["etag"] != v10.headers["etag"]
-    assert _card(h, {"If-None-Match": v03.headers["etag"]}).status_code == 304
-    assert _card(h, {**V1, "If-None-Match": v10.headers["etag"]}).status_code == 304
-    assert _card(h, {**V1, "If-None-Match": v03.headers["etag"]}).status_code == 200
-    again = _card(h, {"If-None-Match": v10.headers["etag"]})
-    assert again.status_code == 200 and again.json() == card
-    assert "a2a-version" in _card(h, {"If-None-Match": v03.headers["etag"]}).headers["vary"].lower()
+    # a2a-sdk 1.3's resolver keeps every interface; its factory then picks a "1.0" one
+    assert sdk_urls(card) == 2 * [("https://gw.example.net/", "JSONRPC"), ("https://gw.example.net/rest", "HTTP+JSON")]
+    assert _card(h, {"If-None-Match": answers[0].headers["etag"]}, path).status_code == 304
 
 
-def test_a_v10_client_gets_a_v10_card_of_a_v03_only_worker(make_harness: Any) -> None:
+def test_every_client_gets_one_card_of_a_v03_only_worker(make_harness: Any) -> None:
     h = make_harness(card=TOCK_V03, upstream_path="/a2a/tock/", public={"url": "https://gw.example.net"})
     v10, v03 = _card(h, V1), _card(h)
+    assert v10.content == v03.content and "vary" not in v10.headers
     card = v10.json()
     assert card["supportedInterfaces"] == [
+        {"url": "https://gw.example.net/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
         {"url": "https://gw.example.net/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]
-    assert not {"url", "protocolVersion", "preferredTransport", "additionalInterfaces"} & card.keys()
-    assert sdk_urls(card) == [("https://gw.example.net/", "JSONRPC")]
-    assert v03.json()["url"] == "https://gw.example.net/" and "supportedInterfaces" not in v03.json()
-    assert v10.headers["etag"] != v03.headers["etag"]
-    assert "a2a-version" in v10.headers["vary"].lower() and "a2a-version" in v03.headers["vary"].lower()
+    assert (card["url"], card["protocolVersion"], card["preferredTransport"]) == (
+        "https://gw.example.net/", "0.3.0", "JSONRPC")
+    assert sdk_urls(card) == 2 * [("https://gw.example.net/", "JSONRPC")]
 
 
 def test_a_card_of_both_versions_is_not_bridged_and_does_not_vary(make_harness: Any) -> None:
@@ -638,16 +642,15 @@ def test_bridge_disabled_serves_the_workers_shape_to_every_client(make_harness: 
     h = make_harness(card=TOCK_CARD, upstream_path="/a2a/tock/", bridge={"enabled": False})
     v03, v10 = _card(h), _card(h, V1)
     assert v03.content == v10.content and "supportedInterfaces" in v03.json()
-    assert "vary" not in v03.headers
+    assert {i["protocolVersion"] for i in v03.json()["supportedInterfaces"]} == {"1.0"}
+    assert "url" not in v03.json() and "vary" not in v03.headers
     h2 = make_harness(card=TOCK_V03, upstream_path="/a2a/tock/", bridge={"enabled": False})
     assert "supportedInterfaces" not in _card(h2, V1).json()
 
 
-@pytest.mark.parametrize(("worker_vary", "served"), [
-    ("Accept-Encoding", "Accept-Encoding, A2A-Version"), ("a2a-version", "a2a-version")])
-def test_a_workers_vary_is_kept_and_a2a_version_added_once(make_harness: Any, worker_vary: str,
-                                                            served: str) -> None:
+@pytest.mark.parametrize("worker_vary", ["Accept-Encoding", "a2a-version"])
+def test_a_workers_vary_is_kept_as_it_is(make_harness: Any, worker_vary: str) -> None:
     h = make_harness(card=None)
     h.worker.on_path("GET", CARD_PATH, json_body=TOCK_CARD, headers={"vary": worker_vary}, times=None)
     h.runtime.cards["worker"].mark_stale()
-    assert _card(h).headers["vary"] == served
+    assert _card(h).headers["vary"] == worker_vary

@@ -99,7 +99,8 @@ prints one JSON object per line:
 ``{"type": "done"}``
     every step ran.
 
-A scenario is ``{"steps": [...], "timeout": seconds, "headers": {...}, "transport": binding}``;
+A scenario is ``{"steps": [...], "timeout": seconds, "headers": {...}, "transport": binding,
+"resolveFirst": bool}`` (``resolveFirst``: py13 resolves the card first, :func:`run_peer`);
 each step is ``{"op", "text", "taskId", "contextId", "sameTask", "until", "pageSize", "blocking"}``
 (``sameTask`` takes the task and context ids of the last event seen; ``until`` (every peer)
 stops iterating after the first event whose ``state`` is that spelling, e.g.
@@ -492,16 +493,21 @@ class PeerRun:
 
 
 async def run_peer(name: str, card_url: str, steps: list[dict[str, Any]], *, timeout: float = 20.0,
-                   headers: dict[str, str] | None = None, transport: str | None = None) -> PeerRun:
+                   headers: dict[str, str] | None = None, transport: str | None = None,
+                   resolve_first: bool = False) -> PeerRun:
     """Run peer ``name`` against ``card_url`` and return what it printed.
 
     ``transport`` (``"JSONRPC"`` / ``"HTTP+JSON"``) goes into the scenario: the binding a v1.0
-    peer's factory prefers. The peer's own deadline is ``timeout`` seconds; the process is
+    peer's factory prefers. ``resolve_first`` (py13 only): the card is fetched with the SDK's
+    ``A2ACardResolver`` first (no ``A2A-Version`` on that GET), then the clients are built from
+    it, as the SDK's samples build them. The peer's own deadline is ``timeout`` seconds; the process is
     killed 5 s after that. Does not block the event loop (the servers under test may share it)."""
     cmd = require_peer(name)
     scenario: dict[str, Any] = {"steps": steps, "timeout": timeout, "headers": headers or {}}
     if transport is not None:
         scenario["transport"] = transport
+    if resolve_first:
+        scenario["resolveFirst"] = True
     proc = await asyncio.create_subprocess_exec(
         *cmd, card_url, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, cwd=str(REPO), env=_peer_env())

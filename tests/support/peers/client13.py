@@ -29,9 +29,10 @@ import httpx
 from wire import WireRecorder  # tests/support/peers/wire.py (this script's folder)
 from google.protobuf.json_format import MessageToDict
 
-from a2a.client import Client, ClientConfig, create_client
+from a2a.client import A2ACardResolver, Client, ClientConfig, create_client
 from a2a.helpers import new_text_message
 from a2a.types import (
+    AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
@@ -149,9 +150,14 @@ async def run(card_url: str, scenario: dict[str, Any]) -> None:
     async with httpx.AsyncClient(transport=recorder, timeout=timeout, trust_env=False, headers=headers) as http:
         parts = urlsplit(card_url)
         origin = f"{parts.scheme}://{parts.netloc}"
-        streaming = await create_client(origin, client_config=client_config(scenario, http, streaming=True),
+        agent: str | AgentCard = origin
+        if scenario.get("resolveFirst"):
+            # as the SDK's samples do: resolve the card with the resolver (its GET carries no
+            # A2A-Version), then build the clients from it on the same httpx client
+            agent = await A2ACardResolver(http, origin).get_agent_card(relative_card_path=parts.path)
+        streaming = await create_client(agent, client_config=client_config(scenario, http, streaming=True),
                                         relative_card_path=parts.path)
-        blocking = await create_client(origin, client_config=client_config(scenario, http, streaming=False),
+        blocking = await create_client(agent, client_config=client_config(scenario, http, streaming=False),
                                        relative_card_path=parts.path)
         emit(type="client", sdk=SDK, version=version(SDK), cardUrl=card_url,
              requestedTransport=scenario.get("transport"), **chosen(streaming))
