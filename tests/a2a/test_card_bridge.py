@@ -382,7 +382,7 @@ def test_rewrite_then_bridge_points_at_the_gateway(card: dict[str, Any], version
     assert served == rewrite(bridge_card(card, version))
 
 
-# ------------------------------------------------------------------ the served card (§2.2)
+# ------------------------------------------------------ the served card (docs/bridge.md §2.2)
 
 V03_TOP_LEVEL = ("url", "preferredTransport", "protocolVersion", "additionalInterfaces")
 
