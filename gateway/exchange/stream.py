@@ -170,7 +170,7 @@ class StreamExchange:
 
     def run(self) -> Steps:
         """Open the upstream stream and relay it; answers JSON when the worker did."""
-        snapshot: tuple[dict[str, Any], TaskRecord | None] | None = None
+        snapshot: Any = None  # (task, record) to send first, once the worker's stream is open
         if self.owner.snapshot_first and self.ex.task_id:
             snapshot = yield from self._subscribe_snapshot(self.ex.task_id)
             if snapshot is _REFUSED:
