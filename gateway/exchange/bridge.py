@@ -14,7 +14,10 @@ for a worker that spoke it:
   :func:`~gateway.a2a.bridge.convert_error`) before it is judged, so the engine sees one form
   and re-spells states for the client as always; worker payloads are always re-encoded;
 * a request the worker's version cannot express (v1.0 ``ListTasks`` to a v0.3 worker) is
-  answered here with the client's form of the error the bridge names, never forwarded.
+  answered here with the client's form of the error the bridge names, never forwarded;
+* a v1.0 client's ``SubscribeToTask`` to a v0.3 worker starts with the current Task, as
+  v1.0 requires and ``tasks/resubscribe`` does not: the gateway's ``GetTask`` snapshot
+  (:attr:`~gateway.exchange.request.RequestExchange.snapshot_first`).
 
 :func:`worker_version` decides whether a request is bridged at all: only when the worker
 does not speak the client's version on the client's binding and does speak the other one.
@@ -86,6 +89,10 @@ class _Bridged:
         self.worker = bridge.dialect_of(worker_version, binding)
         self.refusal = None
         self.summary.bridge = _direction(self.ex.version, worker_version)
+        # SPEC §3.1.6: a v1.0 subscribe starts with the current Task; a v0.3 worker's
+        # tasks/resubscribe need not (a2a-sdk 0.3 sends nothing before the next event)
+        self.snapshot_first = (self.ex.operation is Operation.SUBSCRIBE and self.ex.version is ProtocolVersion.V1_0
+                               and worker_version is ProtocolVersion.V0_3)
 
     def run(self) -> Generator[Any, Any, Summary]:
         yield Count("bridged", (self.summary.binding.value, self.ex.version.value, self.worker_version.value))

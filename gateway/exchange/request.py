@@ -94,6 +94,10 @@ class RequestExchange:
     rewrite_result: Callable[[Any], Any] | None = None
     """Applied to a unary answer's judged result before it is sent (set by the endpoint: the
     push relay gives push configs back the client's webhook, docs/push.md §1)."""
+    snapshot_first: bool = False
+    """A ``SubscribeToTask`` whose worker does not send the current Task first (a v1.0 client
+    bridged to a v0.3 worker, set by the bridge): the stream starts with the gateway's own
+    ``GetTask`` snapshot (docs/bridge.md §3.2)."""
     pending_push: tuple[str, ...] = ()
     """The callback ids of the inline push configs this send carried (set by the endpoint):
     when a notification to one of them recorded the new task before the worker's answer came,

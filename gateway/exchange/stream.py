@@ -14,6 +14,13 @@ F08, F09 and F17 (a):
 * a non-JSON event, an event over ``max_event_bytes`` or a refused payload ends the stream
   with an error event (``event: error``) in the binding's error form; a ledger failure the
   same (-32603);
+* an event for another task or context is dropped; when the worker's stream ends and every
+  event it sent was dropped so (nothing reached the client), the client gets that refusal as
+  an error event — the -32006 a unary answer would get — never an empty stream;
+* a bridged ``SubscribeToTask`` whose worker's version does not send the Task first (a v1.0
+  client of a v0.3 worker, docs/bridge.md §3.2) gets the gateway's own ``GetTask`` snapshot as
+  its first event, judged and stored like any probe (a terminal task refuses the subscribe);
+  the worker's own snapshot, when it sends one in the same state, is not repeated;
 * a streaming request answered with plain JSON is answered as that JSON (F09), or for a
   v0.3 client as one SSE event carrying it (F17 (b));
 * a worker stream that ends before its task did (F08 (ii)) is never passed off as finished:
@@ -86,6 +93,9 @@ class RequestSide(Protocol):
     policy: Policy
     summary: Summary
     pending_push: tuple[str, ...]
+    snapshot_first: bool
+    """A subscribe whose worker does not send the current Task first: the gateway's own
+    ``GetTask`` snapshot goes first (docs/bridge.md §3.2)."""
 
     def open_stream(self) -> Open: ...
 
@@ -125,6 +135,7 @@ class RequestSide(Protocol):
 
 _V03 = ProtocolVersion.V0_3
 _READ, _FLUSH = Read(), Flush()  # field-less commands: one instance each
+_REFUSED = object()  # a subscribe refused before its stream (StreamExchange._subscribe_snapshot)
 
 
 class Next(enum.Enum):
@@ -154,9 +165,16 @@ class StreamExchange:
         self.lineage: str | None = None  # the replay window lineage of this client stream
         self.dialect = dialect_of(owner.ex.version, owner.ex.binding)
         self._appended: str | None = None  # the window id the judge's store gave the event
+        self._delivered = False  # an event (or an error event) went to the client
+        self._refusal: tuple[int, str] | None = None  # the first event dropped as refused, its error
 
     def run(self) -> Steps:
         """Open the upstream stream and relay it; answers JSON when the worker did."""
+        snapshot: Any = None  # (task, record) to send first, once the worker's stream is open
+        if self.owner.snapshot_first and self.ex.task_id:
+            snapshot = yield from self._subscribe_snapshot(self.ex.task_id)
+            if snapshot is _REFUSED:
+                return
         try:
             reply = yield from self.owner.open_upstream()
         except UpstreamError as exc:
@@ -167,7 +185,8 @@ class StreamExchange:
             return
         self.summary.close_reason = "upstream_closed"
         yield StartStream()
-        nxt = yield from self._pump_upstreams()
+        first = None if snapshot is None else self._send_snapshot(*snapshot)
+        nxt = yield from self._pump_upstreams(first)
         yield EndStream()
         if nxt is Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
             yield from self._drain()
@@ -245,6 +264,7 @@ class StreamExchange:
         self.lineage = replay.lineage
         for event_id, result, terminal in events:
             yield Emit(self.owner.result_frame(result, event_id))
+            self._delivered = True
             self.summary.events += 1
             if terminal:
                 self.stream = dataclasses.replace(self.stream, terminal=True)
@@ -258,6 +278,20 @@ class StreamExchange:
             if record is not None and record.terminal:  # the window ends before the terminal event
                 yield from self._probe_snapshot(task_id)
 
+    def _subscribe_snapshot(self, task_id: str) -> Generator[Any, Any, Any]:
+        """The current Task a subscribe starts with when its worker does not send it first
+        (docs/bridge.md §3.2): a ``GetTask`` to the worker, judged and stored as every probe.
+        Returns ``(task, record)`` to send once the worker's stream is open; ``None`` to go on
+        without one (the worker gave no task, or a terminal task that is not this caller's to
+        refuse, or observe mode); :data:`_REFUSED` when a terminal task was refused here."""
+        yield Count("forced_gets", ("subscribe_snapshot",))
+        task, record = yield from self.owner.probe_task(task_id, "subscribe_snapshot")
+        if record is not None and record.terminal:
+            if not (yield from self.owner.refuse_task_action(record)):
+                return _REFUSED  # -32004, as for a task the ledger held as terminal (F05)
+            return None  # the worker decides, as without the snapshot
+        return (task, record) if isinstance(task, dict) else None
+
     def _probe_snapshot(self, task_id: str) -> Steps:
         """``GetTask`` the task and send it as one event (in the window); the worker's own
         snapshot at the start of the live stream is then dropped when its state is the same."""
@@ -266,6 +300,11 @@ class StreamExchange:
             yield self._error_event(jsonrpc.INTERNAL_ERROR, f"task {task_id}: the worker gave no task to resume from")
             self.stream = dataclasses.replace(self.stream, terminal=True)  # nothing more to send
             return
+        yield from self._send_snapshot(task, record)
+
+    def _send_snapshot(self, task: dict[str, Any], record: TaskRecord | None) -> Steps:
+        """Send the probed ``task`` as one event (in the window); the worker's own snapshot at
+        the start of its stream is then dropped when its state is the same."""
         terminal = record is not None and record.terminal
         result = yield from self._emit_snapshot(task, terminal)
         if result is None:
@@ -290,6 +329,7 @@ class StreamExchange:
             result = self.owner.snapshot(task)
             event_id = yield from self._append(result, terminal)
             yield Emit(self.owner.result_frame(result, event_id))
+            self._delivered = True
         except UnencodableError as exc:
             yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker task refused: {exc}")
             return None
@@ -348,6 +388,12 @@ class StreamExchange:
                 nxt = yield from self._pump_one()
                 if nxt is not Next.CUT:
                     return nxt
+                if self._refusal is not None and not self._delivered:
+                    # every event of the worker's stream was refused: say so, as a unary answer would
+                    self.summary.close_reason = "refused"
+                    yield self._error_event(*self._refusal)
+                    self.summary.outcome = "invalid_agent_response"
+                    return Next.CLOSE
                 yield _FLUSH
                 nxt = yield from self._after_cut(attempt)
                 if nxt is not Next.CONTINUE:
@@ -483,6 +529,7 @@ class StreamExchange:
                     event = Event(event.data, event.event, None, event.retry)
                 try:
                     yield Emit(self.owner.worker_error_frame(event, doc))
+                    self._delivered = True
                 except UnencodableError as exc:
                     yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker event refused: {exc}")
                     return Next.CLOSE
@@ -506,6 +553,8 @@ class StreamExchange:
                 yield self._error_event(*outcome.error)
             return Next.CLOSE
         if outcome.action is Action.DROP or not deliver:
+            if deliver and outcome.error is not None and self._refusal is None:
+                self._refusal = outcome.error  # told to the client if nothing else reaches it
             return Next.CONTINUE
         if outcome.result is not result:
             item = locate(outcome.result)
@@ -527,6 +576,7 @@ class StreamExchange:
             yield self._error_event(jsonrpc.INVALID_AGENT_RESPONSE, f"worker event refused: {exc}")
             return Next.CLOSE
         yield Emit(frame)
+        self._delivered = True
         if outcome.close:
             self.summary.close_reason = "terminal"
             return Next.CLOSE_AND_DRAIN
@@ -601,6 +651,7 @@ class StreamExchange:
 
     def _error_event(self, code: int, message: str) -> Emit:
         self.summary.outcome = "stream_error"
+        self._delivered = True
         return Emit(self.owner.error_frame(code, message))
 
 

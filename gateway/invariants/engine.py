@@ -309,19 +309,15 @@ def _refuse(
     findings: list[Finding],
     record: TaskRecord | None = None,
 ) -> Outcome:
-    """A divergence that drops a stream event, or refuses a unary answer with -32006."""
+    """A divergence that drops a stream event, or refuses a unary answer with -32006.
+
+    A dropped event carries the same ``error`` the unary answer would get: a stream that
+    delivers nothing else ends with it (docs/protocol.md §7), never silently."""
     findings.append(Finding("divergence", kind, detail))
+    error = (jsonrpc.INVALID_AGENT_RESPONSE, f"invalid agent response: {kind}: {detail}")
     if stream is not None and kind not in ("reused_task_id",):
-        return Outcome(Action.DROP, None, stream, record=record, findings=findings)
-    return Outcome(
-        Action.REJECT,
-        None,
-        stream,
-        record=record,
-        findings=findings,
-        error=(jsonrpc.INVALID_AGENT_RESPONSE, f"invalid agent response: {kind}: {detail}"),
-        close=True,
-    )
+        return Outcome(Action.DROP, None, stream, record=record, findings=findings, error=error)
+    return Outcome(Action.REJECT, None, stream, record=record, findings=findings, error=error, close=True)
 
 
 def _check_identity(

@@ -265,7 +265,10 @@ class Outcome:
     """The engine's verdict on one payload.
 
     ``result`` is the payload to deliver (the original object when nothing changed);
-    ``error`` is set with :attr:`Action.REJECT` as ``(code, message)``; ``record`` is the new
+    ``error`` is set with :attr:`Action.REJECT` as ``(code, message)``, and with
+    :attr:`Action.DROP` for a stream event refused for its identity (another task or context):
+    what a unary answer would have been refused with, which ends a stream that delivered
+    nothing else (docs/protocol.md §7); ``record`` is the new
     ledger record to store (``None``: no change); ``close`` asks a stream to end after this
     payload.
     """

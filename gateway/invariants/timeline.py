@@ -122,7 +122,8 @@ def payload_entry(ex: Exchange, direction: str, before: TaskRecord | None, outco
     explained = forced_get is not None and forced_get not in ROUTINE_PROBES
     if not (moved or outcome.findings or verdict != "forwarded" or explained):
         return None
-    error = f"{outcome.error[0]} {outcome.error[1]}" if outcome.error is not None else None
+    refused = outcome.error is not None and action is Action.REJECT  # a dropped event answered nothing
+    error = f"{outcome.error[0]} {outcome.error[1]}" if refused and outcome.error else None
     raw_state = locate(result).raw_state
     return _base(ex, direction, verdict,
                  state_received=raw_state if isinstance(raw_state, str) else None,

@@ -21,7 +21,9 @@ One cell — client × binding × worker — runs three peer processes:
   stream left once working, cancelled, got (canceled); a follow-up send to that canceled task,
   which the gateway refuses in the client's own version's form; and a non-blocking send of a
   ``slow`` task, which answers at once with a live task (a blocking one would never answer);
-* **B**, in the background, resubscribes to that live ``slow`` task;
+* **B**, in the background, resubscribes to that live ``slow`` task; a v1.0 client's stream
+  starts with the Task, also from a v0.3 worker, whose ``tasks/resubscribe`` does not send it
+  (a2a-sdk 0.3): the gateway gets it with a ``tasks/get`` first (docs/bridge.md §3.2, issue #27);
 * **C**, once the worker counts B's resubscription (its ``/_peer/joins`` route, not A2A),
   cancels it and gets the non-blocking task of A again — then B's stream has ended canceled.
   If that task is still not completed, further ``get`` runs follow (bounded), no sleeps.
@@ -40,7 +42,8 @@ Each cell asserts:
   version (``A2A-Version: 1.0`` on every request to the v1.0 worker, no ``A2A-Version`` to a
   v0.3 one), REST paths without / with ``/v1``, the non-blocking flag as that version spells it
   (``returnImmediately: true`` / ``blocking: false``) — every operation of the peers but the
-  refused one, in order, and nothing else carrying the cell's trace;
+  refused one, in order, with the gateway's own ``GetTask`` before a v1.0 client's resubscribe
+  to a v0.3 worker, and nothing else carrying the cell's trace;
 * ``a2a_gateway_bridged_requests_total{upstream, binding, client_version, worker_version}``
   grew by the number of A2A requests the peers made (and no other series of it grew);
 * the gateway's ledger holds every task of the cell in its terminal state.
@@ -68,6 +71,7 @@ from tests.e2e.test_bindings import RecordingProxy, deltas
 from tests.support.gateway import serve_gateway
 from tests.support.peers import PEERS, PeerRun, js_worker, js_worker03, py_worker03, run_peer
 from tests.support.servers import RunningServer, await_until, serve_in_thread
+from tests.support.sse_frames import parse_sse
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # the first cell may install the peers
 
@@ -394,6 +398,16 @@ async def test_bridged_cell(stack: tuple[Gateway, dict[str, Worker]], client: st
         assert watched[-1]["final"] is True, b.transcript()
         assert all(e.get("final") is not True for e in watched[:-1]), b.transcript()
     assert all(e.get("state") in (st["submitted"], st["working"]) for e in watched[:-1]), b.transcript()
+    # SPEC §3.1.6: a v1.0 subscribe starts with the current Task; the v0.3 workers' resubscribe
+    # does not send it (a2a-sdk 0.3) or sends its own (@a2a-js/sdk 0.3), which is not repeated
+    (resubscribe_wire,) = b.wire(0)
+    sent_first = [doc for _, doc in parse_sse(resubscribe_wire["body"])][:1]
+    if version == "1.0":
+        assert watched[0]["kind"] == "task" and watched[0]["state"] in (st["submitted"], st["working"]), \
+            f"the subscribe did not start with the Task (docs/bridge.md §3.2)\n{b.transcript()}"
+        assert [e["kind"] for e in watched].count("task") == 1, b.transcript()
+        first = sent_first[0]["result"] if transport == JSONRPC else sent_first[0]
+        assert set(first) == {"task"} and first["task"]["id"] == parked_tid, resubscribe_wire["body"]
 
     # ---- the non-blocking task shows completed, eventually (bounded; each look is one run)
     runs = [a, b, c]
@@ -411,11 +425,13 @@ async def test_bridged_cell(stack: tuple[Gateway, dict[str, Worker]], client: st
     traced = [r for r in window if r.header(TRACE_HEADER) == trace]
     ops: list[tuple[str, str | None]] = list(zip(A_OPS, [None, None, nb_tid, None, stream_tid, None, slow_tid,
                                                          slow_tid, None], strict=True))
+    # a v1.0 client's subscribe to a v0.3 worker: the gateway's own GetTask first (docs/bridge.md §3.2)
+    own_gets = 1 if version == "1.0" else 0
+    ops += [("get", parked_tid)] * own_gets
     ops += [("resubscribe", parked_tid), ("cancel", parked_tid), ("get", nb_tid)]
     ops += [("get", nb_tid)] * len(polls)
     # a REST resubscribe goes on with the client's verb (py03: GET, the others POST); a2a-sdk
     # 0.3's REST server routes only GET, so there the gateway retries a 405 with GET
-    (resubscribe_wire,) = b.wire(0)
     verbs = (resubscribe_wire["httpMethod"],)
     if worker.name == "py03" and verbs == ("POST",):
         verbs = ("POST", "GET")
@@ -434,7 +450,7 @@ async def test_bridged_cell(stack: tuple[Gateway, dict[str, Worker]], client: st
 
     # ---- counted as bridged, every one of them, under this cell's labels only
     want = {(BINDING_LABEL[transport], version, worker.version): float(a2a_requests(runs))}
-    assert a2a_requests(runs) == len(ops) + 1, "the peers made other requests than the scenario's"
+    assert a2a_requests(runs) == len(ops) + 1 - own_gets, "the peers made other requests than the scenario's"
     by = ("binding", "client_version", "worker_version")
     last: list[Any] = [None]
 

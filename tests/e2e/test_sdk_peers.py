@@ -43,7 +43,7 @@ from gateway.config import parse_config
 from tests.e2e.conftest import TRACE_HEADER, UPSTREAM_NAME, MetricsScrape, Stack
 from tests.support.gateway import serve_gateway
 from tests.support.peers import PEERS, PeerRun, run_peer
-from tests.support.scripted_worker import Event, Gate, ScriptedWorker, default_card
+from tests.support.scripted_worker import Data, Event, Gate, ScriptedWorker, default_card
 from tests.support.servers import RunningServer, await_until, serve_in_thread
 from tests.support.sse_frames import parse_sse
 
@@ -755,3 +755,122 @@ async def test_f17_v03_sdk_reads_a_workers_own_json_refusal_of_a_stream(
         f"{peer} must surface the worker's -32004; it raised {raised(run, 0)}\n{where}")
     assert [w["contentType"].split(";")[0] for w in run.wire(0)] == ["text/event-stream"], where
     assert len(scripted.worker.calls("message/stream")) == 1, where
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SDK_TIMEOUT)
+@pytest.mark.parametrize("peer", V03_PEERS + V10_PEERS)
+async def test_sdk_surfaces_a_stream_whose_every_event_was_refused(scripted: ScriptedStack, peer: str) -> None:
+    """Issue #27 with genuine SDK clients (docs/protocol.md §7): the worker answers a follow-up
+    to task A, streamed, with events of a new task B only (fasta2a 2.1.1 does); the gateway
+    drops every one of them and ends the stream with the -32006 a unary answer gets, as an
+    error event — so the SDK raises it, instead of an empty stream it reports as no response."""
+    version = PEERS[peer].protocol
+    first, cid = new_ids()
+    other = new_ids()[0]
+    waiting = "input-required" if version == V03 else "TASK_STATE_INPUT_REQUIRED"
+    scripted.worker.on(SEND_METHOD[version], json_result=task_result(version, first, cid, waiting))
+    completed_final = True if version == V03 else ABSENT
+    scripted.worker.on(STREAM_METHOD[version], sse=[
+        Event(result=task_result(version, other, cid, CANONICAL[version]["working"])),
+        Event(result=status_result(version, other, cid, CANONICAL[version]["completed"], completed_final)),
+    ])
+    before = await scrape(scripted.admin)
+
+    run = await run_peer(peer, scripted.card_url, [
+        {"op": "send", "text": "hi"},
+        {"op": "stream", "text": "more", "sameTask": True},
+    ], timeout=PEER_BOUND)
+
+    where = run.transcript()
+    followed_the_card(run, scripted.gateway)
+    assert run.outcome(0) == "ended" and [e["taskId"] for e in run.events(0)] == [first], where
+    assert run.outcome(1) == "error" and run.events(1) == [], (
+        f"{peer} must raise the refusal; it raised {raised(run, 1)}\n{where}")
+    code, message = run.surfaced(1)
+    assert code == -32006, f"{peer} surfaced {code!r}: {raised(run, 1)}\n{where}"
+    assert message == f"invalid agent response: task_id_mismatch: payload for {other} on exchange of {first}", where
+    (wire,) = [w for w in run.wire(1) if w["rpcMethod"] == STREAM_METHOD[version]]
+    assert wire["status"] == 200 and wire["contentType"].startswith("text/event-stream"), where
+    assert [name for name, _ in parse_sse(wire["body"])] == ["error"], where
+    (streamed,) = scripted.worker.calls(STREAM_METHOD[version])  # it went through the gateway
+    assert streamed.params["message"]["taskId"] == first
+    after = await scrape(scripted.admin)
+    assert delta(before, after, "a2a_gateway_requests_total", method=STREAM_METHOD[version],
+                 outcome="invalid_agent_response") == 1, where
+
+
+def rest_card() -> dict[str, Any]:
+    """:func:`hybrid_card` with HTTP+JSON beside JSON-RPC in both versions (``/rest``; v0.3 REST
+    under ``/rest/v1``), for SDK clients told to prefer HTTP+JSON."""
+    card = hybrid_card()
+    card["supportedInterfaces"] += [
+        {"url": "http://127.0.0.1:1/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+        {"url": "http://127.0.0.1:1/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "0.3"},
+    ]
+    card["additionalInterfaces"] = [{"url": "http://127.0.0.1:1/", "transport": "JSONRPC"},
+                                    {"url": "http://127.0.0.1:1/rest", "transport": "HTTP+JSON"}]
+    return card
+
+
+@pytest.fixture(scope="module")
+def rest_stack() -> Iterator[tuple[ScriptedWorker, RunningServer, RunningServer]]:
+    """A scripted worker whose card offers HTTP+JSON too, behind a gateway of its own:
+    ``(worker, gateway, admin)``."""
+    worker = ScriptedWorker()
+    worker.default_card = rest_card()
+    with serve_in_thread(worker, name="refused-rest-worker") as w:
+        app = build_app(_gateway_config(w.url, SHORT_DRAIN), registry=CollectorRegistry())
+        with serve_gateway(app, name="refused-rest-gateway") as (gateway, admin):
+            yield worker, gateway, admin
+
+
+REST_PATHS = {V10: ("/rest/message:send", "/rest/message:stream"),
+              V03: ("/rest/v1/message:send", "/rest/v1/message:stream")}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SDK_TIMEOUT)
+@pytest.mark.parametrize("peer", ["js03", "py13", "js13"])
+async def test_sdk_surfaces_a_rest_stream_whose_every_event_was_refused(
+    rest_stack: tuple[ScriptedWorker, RunningServer, RunningServer], peer: str
+) -> None:
+    """The same over HTTP+JSON: the error event carries the REST error body of the client's
+    version (a ``google.rpc.Status`` for v1.0, ``{code, message, type}`` for v0.3), which
+    these SDKs raise. (a2a-sdk 0.3's REST client parses every SSE event as a StreamResponse,
+    an error event included, so it cannot surface any error event; not run here.)"""
+    worker, gateway, admin = rest_stack
+    worker.reset()
+    version = PEERS[peer].protocol
+    first, cid = new_ids()
+    other = new_ids()[0]
+    send_path, stream_path = REST_PATHS[version]
+
+    def rest_task(tid: str, state: str) -> dict[str, Any]:
+        return {"task": {"id": tid, "contextId": cid, "status": {"state": state}}}
+
+    worker.on_path("POST", send_path, json_body=rest_task(first, "TASK_STATE_INPUT_REQUIRED"))
+    worker.on_path("POST", stream_path, sse=[
+        Data(rest_task(other, "TASK_STATE_WORKING")),
+        Data({"statusUpdate": {"taskId": other, "contextId": cid, "status": {"state": "TASK_STATE_COMPLETED"},
+                               **({"final": True} if version == V03 else {})}}),
+    ])
+    card_url = gateway.url_for("/.well-known/agent-card.json")
+
+    run = await run_peer(peer, card_url, [
+        {"op": "send", "text": "hi"},
+        {"op": "stream", "text": "more", "sameTask": True},
+    ], timeout=PEER_BOUND, transport="HTTP+JSON")
+
+    where = run.transcript()
+    assert run.client["transport"] == "HTTP+JSON", where
+    assert run.client["endpoint"].rstrip("/") == gateway.url + "/rest", where
+    assert run.outcome(0) == "ended" and [e["taskId"] for e in run.events(0)] == [first], where
+    assert run.outcome(1) == "error" and run.events(1) == [], (
+        f"{peer} must raise the refusal; it raised {raised(run, 1)}\n{where}")
+    message = f"invalid agent response: task_id_mismatch: payload for {other} on exchange of {first}"
+    assert message in json.dumps(run.errors(1)), f"{peer} raised {raised(run, 1)}\n{where}"
+    (wire,) = run.wire(1)
+    assert wire["status"] == 200 and [name for name, _ in parse_sse(wire["body"])] == ["error"], where
+    (streamed,) = worker.path_calls("POST", stream_path)  # it went through the gateway
+    assert streamed.json["message"]["taskId"] == first

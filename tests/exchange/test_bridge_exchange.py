@@ -18,6 +18,7 @@ from gateway.a2a import jsonrpc, rest
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.exchange.bridge import BridgedJsonRpcExchange, BridgedRestExchange, worker_version
 from gateway.exchange.commands import Open, Post, Respond
+from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
 from gateway.exchange.offline import Ledger, Offline
 from gateway.invariants.admission import CardView
@@ -314,6 +315,106 @@ class TestJsonRpcV10ClientToV03Worker:
         book = rpc("GetTask", {"id": "t-6"}, [{"answer": ok(t03("t-6", "paused"))}], V03, req_id="g")
         [doc] = client_docs(book)
         assert doc["id"] == "g" and doc["error"]["code"] == -32006 and "result" not in doc
+
+
+class TestSubscribeStartsWithTheTask:
+    """docs/bridge.md §3.2: a v1.0 subscribe starts with the current Task (SPEC §3.1.6); a v0.3
+    worker's ``tasks/resubscribe`` need not send it (a2a-sdk 0.3 sends nothing before the next
+    event), so the gateway asks ``tasks/get`` first, judges it as every probe, and sends that
+    Task as the first event once the worker's stream is open (issue #27)."""
+
+    def test_get_task_first_then_the_task_then_the_workers_events(self):
+        book = rpc("SubscribeToTask", {"id": "t-3"}, [
+            {"answer": ok(t03("t-3", "working"), PROBE)},
+            {"open": True}, {"events": [su03("t-3", "completed", True)]}, {"end": True},
+        ], V03, req_id=7)
+        probe, subscribe = sent(book)
+        assert (type(probe), probe.a2a_version, probe.reason) == (Post, "", "subscribe_snapshot")
+        assert sent_json(probe) == {"jsonrpc": "2.0", "id": PROBE, "method": "tasks/get",
+                                    "params": {"id": "t-3", "historyLength": 0}}
+        assert type(subscribe) is Open and sent_json(subscribe) == {
+            "jsonrpc": "2.0", "id": 7, "method": "tasks/resubscribe", "params": {"id": "t-3"}}
+        assert client_docs(book) == [ok({"task": t10("t-3", "TASK_STATE_WORKING")}, 7),
+                                     ok(su10("t-3", "TASK_STATE_COMPLETED"), 7)]
+        assert [c.labels for c in book.counts if c.metric == "forced_gets"] == [("subscribe_snapshot",)]
+        assert book.ledger.get("w", "t-3").state is TaskState.COMPLETED
+
+    def test_the_workers_own_first_task_is_not_repeated(self):
+        """@a2a-js/sdk 0.3 does send the Task first: the client still gets one."""
+        book = rpc("SubscribeToTask", {"id": "t-3"}, [
+            {"answer": ok(t03("t-3", "working"), PROBE)},
+            {"open": True}, {"events": [t03("t-3", "working"), su03("t-3", "completed", True)]}, {"end": True},
+        ], V03)
+        assert [d["result"] for d in client_docs(book)] == [{"task": t10("t-3", "TASK_STATE_WORKING")},
+                                                           su10("t-3", "TASK_STATE_COMPLETED")]
+
+    def test_a_workers_first_task_that_moved_on_is_delivered(self):
+        book = rpc("SubscribeToTask", {"id": "t-3"}, [
+            {"answer": ok(t03("t-3", "submitted"), PROBE)},
+            {"open": True}, {"events": [t03("t-3", "working")]}, {"end": True},
+        ], V03)
+        assert [d["result"] for d in client_docs(book)][:2] == [{"task": t10("t-3", "TASK_STATE_SUBMITTED")},
+                                                               {"task": t10("t-3", "TASK_STATE_WORKING")}]
+
+    def test_a_task_the_probe_finds_terminal_is_refused_without_subscribing(self):
+        book = rpc("SubscribeToTask", {"id": "t-3"}, [{"answer": ok(t03("t-3", "canceled"), PROBE)}], V03)
+        assert [type(c) for c in sent(book)] == [Post]
+        r = respond(book)
+        assert (r.status, r.media) == (200, "json")  # a v1.0 refusal of a stream is plain JSON (F17 (b))
+        [doc] = client_docs(book)
+        assert doc["error"]["code"] == -32004 and "t-3" in doc["error"]["message"]
+        assert book.value.outcome == "rejected"
+        assert book.ledger.get("w", "t-3").state is TaskState.CANCELED
+
+    def test_no_task_from_the_probe_subscribes_as_before(self):
+        missing = {"jsonrpc": "2.0", "id": PROBE, "error": {"code": -32001, "message": "Task not found"}}
+        book = rpc("SubscribeToTask", {"id": "t-3"}, [
+            {"answer": missing}, {"open": True}, {"events": [su03("t-3", "completed", True)]}, {"end": True},
+        ], V03)
+        assert [type(c) for c in sent(book)] == [Post, Open]
+        assert [d["result"] for d in client_docs(book)] == [su10("t-3", "TASK_STATE_COMPLETED")]
+
+    def test_a_subscription_the_worker_refuses_gets_its_error_and_no_snapshot(self):
+        refusal = {"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": "Task not found"}}
+        book = rpc("SubscribeToTask", {"id": "t-3"}, [
+            {"answer": ok(t03("t-3", "input-required"), PROBE)}, {"answer": refusal},
+            {"answer": ok(t03("t-3", "input-required"), PROBE)},  # F05 (c): does the error hide a terminal task?
+        ], V03)
+        r = respond(book)
+        assert r.media == "json"
+        assert [d["error"]["code"] for d in client_docs(book)] == [-32001]
+
+    def test_rest_gets_the_v03_task_and_sends_a_stream_response(self):
+        book = rst("POST", "/acme/tasks/t-3:subscribe", None, [
+            {"body": t10("t-3", "TASK_STATE_WORKING")},
+            {"open": True}, {"events": [{"statusUpdate": {"taskId": "t-3", "contextId": "c-1", "final": True,
+                                                          "status": {"state": "TASK_STATE_CANCELLED"}}}]},
+            {"end": True},
+        ], V03, header="1.0")
+        assert [(c.method, c.target, c.a2a_version) for c in sent(book)] == [
+            ("GET", "/acme/v1/tasks/t-3?historyLength=0", ""), ("POST", "/acme/v1/tasks/t-3:subscribe", "")]
+        assert client_docs(book) == [{"task": t10("t-3", "TASK_STATE_WORKING")}, su10("t-3", "TASK_STATE_CANCELED")]
+
+    @pytest.mark.parametrize(("method", "to"), [("tasks/resubscribe", V10), ("SubscribeToTask", None)],
+                             ids=["v0.3-client-to-v1.0-worker", "not-bridged"])
+    def test_workers_that_send_the_task_themselves_get_no_get_task(self, method, to):
+        """A v1.0 worker sends the Task first itself (a2a-sdk 1.3, @a2a-js/sdk 1.3)."""
+        first = t10("t-3", "TASK_STATE_WORKING")
+        worker = [{"open": True}, {"events": [{"task": first}]}, {"end": True}]
+        if to is None:
+            body = jsonrpc.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"id": "t-3"}})
+            req = jsonrpc.parse_request(body)
+            info = jsonrpc.lookup_method(method)
+            ex = JsonRpcExchange(req, body, info, CARD, Policy("w", resubscribe_attempts=0))
+            book = Offline("w", Ledger(), req_id=1)
+            book.worker.extend(worker)
+            book.run(ex.run())
+        else:
+            book = rpc(method, {"id": "t-3"}, worker, to)
+        assert type(sent(book)[0]) is Open  # no GetTask of the gateway's own first
+        assert "subscribe_snapshot" not in [c.reason for c in sent(book)]
+        first_event = client_docs(book)[0]["result"]
+        assert first_event == ({"task": first} if to is None else t03("t-3", "working"))  # the worker's own
 
 
 # ============================================================================ REST

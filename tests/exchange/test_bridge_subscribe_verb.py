@@ -3,7 +3,9 @@
 A client's subscribe bridged to a worker of the other version keeps the client's verb, and
 takes the other one when the worker answers 405 (docs/protocol.md §1.3: the verb is disputed;
 a2a-sdk 0.3's REST server routes only ``GET …/v1/tasks/{id}:subscribe`` while the 1.x clients
-send POST) — found end to end by tests/e2e/test_bridge.py."""
+send POST) — found end to end by tests/e2e/test_bridge.py. A v1.0 client's subscribe to a v0.3
+worker starts with the gateway's own ``GetTask`` (docs/bridge.md §3.2), so the worker sees
+that first."""
 
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ import pytest
 from gateway.a2a import rest
 from gateway.a2a.version import ProtocolVersion
 from gateway.exchange.bridge import BridgedRestExchange
-from gateway.exchange.commands import Open
+from gateway.exchange.commands import Open, Post
 from gateway.exchange.model import Policy
 from gateway.exchange.offline import Ledger
 from tests.exchange.test_rest_exchange import CARD, RestOffline, data, responds, task, worker_cmds
 
 NOT_ALLOWED = {"raw": b"Method Not Allowed", "status": 405, "json": False}
+SNAPSHOT = Post(b"", "GET", "/v1/tasks/t-1?historyLength=0", "", reason="subscribe_snapshot")
 
 
 def play(verb: str, path: str, worker: list[dict[str, Any]], *, version: str | None,
@@ -38,23 +41,24 @@ def play(verb: str, path: str, worker: list[dict[str, Any]], *, version: str | N
 @pytest.mark.parametrize(("verb", "other"), [("POST", "GET"), ("GET", "POST")])
 def test_a_subscribe_answered_405_is_retried_with_the_other_verb(verb, other):
     book = play(verb, "/tasks/t-1:subscribe", [
-        NOT_ALLOWED, {"open": True},
+        {"body": task("t-1", "TASK_STATE_WORKING")}, NOT_ALLOWED, {"open": True},
         {"events": [{"task": task("t-1", "TASK_STATE_WORKING")},
                     {"statusUpdate": {"taskId": "t-1", "contextId": "c-1", "final": True,
                                       "status": {"state": "TASK_STATE_CANCELLED"}}}]},
         {"end": True},
     ], version="1.0", worker_version=ProtocolVersion.V0_3)
-    assert worker_cmds(book) == [Open(b"", verb, "/v1/tasks/t-1:subscribe", ""),
+    assert worker_cmds(book) == [SNAPSHOT, Open(b"", verb, "/v1/tasks/t-1:subscribe", ""),
                                  Open(b"", other, "/v1/tasks/t-1:subscribe", "")]
     got = data(book)
     assert got[0]["task"]["status"]["state"] == "TASK_STATE_WORKING"
+    assert [next(iter(d)) for d in got] == ["task", "statusUpdate"]  # the worker's own snapshot is not repeated
     assert got[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
 
 
 def test_a_subscribe_answered_405_twice_is_the_workers_error():
-    book = play("POST", "/tasks/t-1:subscribe", [NOT_ALLOWED, NOT_ALLOWED], version="1.0",
-                worker_version=ProtocolVersion.V0_3)
-    assert [c.method for c in worker_cmds(book)] == ["POST", "GET"]
+    book = play("POST", "/tasks/t-1:subscribe", [{"body": task("t-1", "TASK_STATE_WORKING")}, NOT_ALLOWED,
+                                                 NOT_ALLOWED], version="1.0", worker_version=ProtocolVersion.V0_3)
+    assert [c.method for c in worker_cmds(book)] == ["GET", "POST", "GET"]  # the snapshot's GetTask first
     [respond] = responds(book)
     assert respond.status >= 400
 

@@ -436,6 +436,30 @@ class TestStream:
                                                   "status": {"state": "TASK_STATE_INPUT_REQUIRED"}}
         assert book.value.close_reason == "interrupted"
 
+    @pytest.mark.parametrize(("path", "version"), [("/message:stream", "1.0"), ("/v1/message:stream", None)],
+                             ids=["v1.0", "v0.3"])
+    def test_a_stream_whose_every_event_is_refused_ends_with_the_refusal(self, path, version):
+        """Issue #27: a follow-up to t-1 answered with a new task t-2 (fasta2a does) is refused
+        unary with -32006; streamed, the client gets the same refusal as an error event in its
+        version's REST error form, not an empty stream."""
+        ledger = Ledger()
+        ledger.put(TaskRecord("w", "t-1", "c-1", TaskState.INPUT_REQUIRED, Offline().now - 1.0), 0)
+        book = play("POST", path, send("t-1"), [
+            {"open": True}, {"events": [{"task": task("t-2", "TASK_STATE_WORKING")},
+                                        status("t-2", "TASK_STATE_COMPLETED")]}, {"end": True}],
+            ledger=ledger, version=version)
+        [out] = book.outputs
+        message = "invalid agent response: task_id_mismatch: payload for t-2 on exchange of t-1"
+        assert out.event == "error"
+        if version == "1.0":
+            err = out.doc["error"]
+            assert (err["code"], err["message"], err["details"][0]["reason"]) == (500, message,
+                                                                                   "INVALID_AGENT_RESPONSE")
+        else:
+            assert out.doc == {"code": -32006, "message": message, "type": "InvalidAgentResponseError"}
+        assert (book.value.outcome, book.value.close_reason) == ("invalid_agent_response", "refused")
+        assert book.ledger.get("w", "t-2") is None
+
 
 class TestCutStream:
     """F08 (ii): the probe and the resubscribe go on the client's road (base, ``/v1``)."""

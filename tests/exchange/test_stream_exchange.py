@@ -246,6 +246,111 @@ class TestStreamingRefusals:
 NOW = Offline().now
 
 
+def _input_required(tid: str) -> Ledger:
+    """A task waiting for input, as the ledger holds it after its first reply."""
+    ledger = Ledger()
+    ledger.put(TaskRecord("w", tid, "c-1", TaskState.INPUT_REQUIRED, NOW - 1.0), 0)
+    return ledger
+
+
+class TestEveryEventRefused:
+    """A worker that answers a follow-up to task t-1 with a new task t-2 (fasta2a 2.1.1 does,
+    issue #27): unary, the client gets -32006 ``task_id_mismatch``; streamed, every event is
+    dropped, and when the worker's stream ends with nothing delivered the client gets the same
+    refusal as an error event — never an empty stream (docs/protocol.md §7)."""
+
+    REFUSAL = "invalid agent response: task_id_mismatch: payload for t-2 on exchange of t-1"
+
+    def _follow_up(self, version: ProtocolVersion) -> tuple[str, dict[str, Any]]:
+        if version is ProtocolVersion.V1_0:
+            return "SendStreamingMessage", {"message": {**V10_SEND["message"], "taskId": "t-1", "contextId": "c-1"}}
+        return "message/stream", {"message": {**V03_SEND["message"], "taskId": "t-1", "contextId": "c-1"}}
+
+    def test_unary_is_refused_with_32006(self):
+        """The reference: what the streamed reply must say too."""
+        book = play("SendMessage", self._follow_up(ProtocolVersion.V1_0)[1], [
+            {"answer": {"jsonrpc": "2.0", "id": 1, "result": {"task": task("t-2", "TASK_STATE_COMPLETED")}}}],
+            ledger=_input_required("t-1"))
+        [out] = book.outputs
+        assert (out.doc["error"]["code"], out.doc["error"]["message"]) == (-32006, self.REFUSAL)
+        assert book.value.outcome == "invalid_agent_response"
+
+    @pytest.mark.parametrize("version", [ProtocolVersion.V1_0, ProtocolVersion.V0_3], ids=["v1.0", "v0.3"])
+    def test_a_stream_of_refused_events_ends_with_the_refusal(self, version):
+        method, params = self._follow_up(version)
+        t2 = task("t-2", "TASK_STATE_WORKING" if version is ProtocolVersion.V1_0 else "working")
+        first = {"task": t2} if version is ProtocolVersion.V1_0 else {"kind": "task", **t2}
+        last = (status("t-2", "TASK_STATE_COMPLETED") if version is ProtocolVersion.V1_0 else
+                {"kind": "status-update", "taskId": "t-2", "contextId": "c-1", "status": {"state": "completed"},
+                 "final": True})
+        book = play(method, params, [{"open": True}, {"events": [first, last]}, {"end": True}],
+                    ledger=_input_required("t-1"), req_id="f-1")
+        [out] = book.outputs
+        assert out.frame and out.event == "error"
+        assert out.doc["id"] == "f-1" and "result" not in out.doc
+        assert (out.doc["error"]["code"], out.doc["error"]["message"]) == (-32006, self.REFUSAL)
+        if version is ProtocolVersion.V1_0:
+            assert out.doc["error"]["data"][0]["reason"] == "INVALID_AGENT_RESPONSE"
+        else:
+            assert "data" not in out.doc["error"]  # v0.3 error objects carry no ErrorInfo
+        assert (book.value.outcome, book.value.close_reason) == ("invalid_agent_response", "refused")
+        assert [f.kind for f in book.findings] == ["task_id_mismatch", "task_id_mismatch"]
+        assert book.ledger.get("w", "t-2") is None and book.ledger.get("w", "t-1").state is TaskState.INPUT_REQUIRED
+        assert [type(c) for c in book.commands].count(Post) == 0  # no probe, no resubscribe: nothing was cut
+
+    def test_a_cut_after_refused_events_is_refused_too(self):
+        """The worker's connection drops instead of ending: the same — the reply was refused."""
+        book = play(*self._follow_up(ProtocolVersion.V1_0), [
+            {"open": True}, {"events": [{"task": task("t-2", "TASK_STATE_WORKING")}]}, {"cut": True}],
+            ledger=_input_required("t-1"))
+        [out] = book.outputs
+        assert out.event == "error" and out.doc["error"]["message"] == self.REFUSAL
+
+    def test_a_subscribe_answered_with_another_task_is_refused(self):
+        ledger = Ledger()
+        ledger.put(TaskRecord("w", "t-1", "c-1", TaskState.WORKING, NOW - 1.0), 0)
+        book = play("SubscribeToTask", {"id": "t-1"}, [
+            {"open": True}, {"events": [{"task": task("t-2", "TASK_STATE_WORKING")}]}, {"end": True}], ledger=ledger)
+        [out] = book.outputs
+        assert out.event == "error" and out.doc["error"]["message"] == self.REFUSAL
+
+    def test_refused_events_after_delivered_ones_end_the_stream_as_before(self):
+        """The partial case, unchanged: the client was told its task's state (here the worker
+        asked for input again) and the stream ends there; the refused events are counted and
+        logged as divergences, not sent."""
+        book = play(*self._follow_up(ProtocolVersion.V1_0), [
+            {"open": True}, {"events": [status("t-1", "TASK_STATE_INPUT_REQUIRED"),
+                                        {"task": task("t-2", "TASK_STATE_WORKING")},
+                                        status("t-2", "TASK_STATE_COMPLETED")]}, {"end": True}],
+            ledger=_input_required("t-1"))
+        assert results(book) == [status("t-1", "TASK_STATE_INPUT_REQUIRED")]
+        assert book.value.outcome == "ok"
+        assert [f.kind for f in book.findings] == ["task_id_mismatch", "task_id_mismatch"]
+
+    def test_refused_events_after_a_delivered_working_state_are_handled_as_a_cut(self):
+        """The partial case, unchanged: the client last heard "working", so the worker's end is
+        a cut (F08 (ii)): probe, resubscribe, and an error event when that fails."""
+        book = play(*self._follow_up(ProtocolVersion.V1_0), [
+            {"open": True}, {"events": [status("t-1", "TASK_STATE_WORKING"),
+                                        {"task": task("t-2", "TASK_STATE_WORKING")}]}, {"end": True},
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-1", "TASK_STATE_INPUT_REQUIRED")}},
+            {"fail": "connect"},
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-1", "TASK_STATE_INPUT_REQUIRED")}},
+            {"fail": "connect"},
+        ], ledger=_input_required("t-1"))
+        assert results(book)[0] == status("t-1", "TASK_STATE_WORKING")
+        assert book.outputs[-1].event == "error" and book.outputs[-1].doc["error"]["code"] == jsonrpc.INTERNAL_ERROR
+        assert counted(book, "resubscribes") == [("gave_up",)]
+
+    def test_observe_mode_forwards_the_events(self):
+        book = play(*self._follow_up(ProtocolVersion.V1_0), [
+            {"open": True}, {"events": [{"task": task("t-2", "TASK_STATE_WORKING")},
+                                        status("t-2", "TASK_STATE_COMPLETED")]}, {"end": True}],
+            ledger=_input_required("t-1"), mode=Mode.OBSERVE)
+        assert results(book) == [{"task": task("t-2", "TASK_STATE_WORKING")}, status("t-2", "TASK_STATE_COMPLETED")]
+        assert all(o.event != "error" for o in book.outputs)
+
+
 def _flagged_ledger(tid: str) -> Ledger:
     """A live task recorded before a restart: mark_resync flagged it (the record is unchanged)."""
     ledger = Ledger()
