@@ -51,6 +51,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -294,15 +295,22 @@ def run_line(line_name: str, base: str, workdir: Path, *, tck: Path, python: Pat
                                                                           ".pytest_cache"))
     (copy / "reports").mkdir()
     started = time.monotonic()
-    try:
-        done = subprocess.run(line.command(python, base), cwd=copy, env=_tck_env(line), capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
-        returncode: int | None = done.returncode
-        output = done.stdout + done.stderr
-    except subprocess.TimeoutExpired as exc:
-        returncode = None
-        parts = [p.decode("utf-8", "replace") if isinstance(p, bytes) else (p or "") for p in (exc.stdout, exc.stderr)]
-        output = "".join(parts) + f"\n(killed after {timeout} s)"
+    # a session of its own: the 0.3 runner starts pytest once per category, and a kill must
+    # reach those too
+    with subprocess.Popen(line.command(python, base), cwd=copy, env=_tck_env(line), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True) as proc:
+        try:
+            raw, _ = proc.communicate(timeout=timeout)
+            returncode: int | None = proc.returncode
+            note = ""
+        except BaseException as exc:  # the timeout, or the test's own (pytest-timeout, Ctrl-C)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raw, _ = proc.communicate()
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                raise
+            returncode, note = None, f"\n(killed after {timeout} s)"
+    output = raw.decode("utf-8", "replace") + note
     seconds = time.monotonic() - started
     (copy / "reports" / "runner-output.txt").write_text(output, encoding="utf-8")
     outcomes, problems = read_reports(sorted(copy.glob(line.report_glob)))
