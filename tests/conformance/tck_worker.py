@@ -26,7 +26,10 @@ It is built the way ``demo/worker.py`` builds an a2a-sdk 1.3 app, on one origin:
 * ``POST /`` — JSON-RPC v1.0 and, through the SDK's compat layer, v0.3;
 * ``/rest/...`` — HTTP+JSON v1.0 and v0.3 (``/rest/v1/...``).
 
-Run: ``python tests/conformance/tck_worker.py --port PORT`` (host 127.0.0.1 unless
+With ``--v1-only`` it speaks v1.0 alone: its card lists the two v1.0 interfaces only (so the
+SDK adds no v0.3 members) and the SDK's v0.3 compat layer is off on both bindings.
+
+Run: ``python tests/conformance/tck_worker.py --port PORT [--v1-only]`` (host 127.0.0.1 unless
 ``--host``); it serves until SIGTERM. The card names ``http://HOST:PORT``.
 """
 
@@ -147,11 +150,11 @@ class TckAgentExecutor(AgentExecutor):
         await TaskUpdater(event_queue, task_id, context_id).cancel()
 
 
-def build_card(base: str) -> AgentCard:
+def build_card(base: str, *, v1_only: bool = False) -> AgentCard:
     """The card of a worker served at ``base`` (``http://HOST:PORT``, no trailing slash)."""
     interfaces = [
         AgentInterface(protocol_binding=binding, url=url, protocol_version=version)
-        for version in ("1.0", "0.3")
+        for version in (("1.0",) if v1_only else ("1.0", "0.3"))
         for binding, url in (("JSONRPC", base + "/"), ("HTTP+JSON", base + REST_PATH))
     ]
     return AgentCard(
@@ -168,9 +171,9 @@ def build_card(base: str) -> AgentCard:
     )
 
 
-def build_app(base: str) -> Starlette:
-    """The worker's ASGI app, its card naming ``base``."""
-    card = build_card(base)
+def build_app(base: str, *, v1_only: bool = False) -> Starlette:
+    """The worker's ASGI app, its card naming ``base``; v1.0 alone with ``v1_only``."""
+    card = build_card(base, v1_only=v1_only)
     handler = DefaultRequestHandler(agent_executor=TckAgentExecutor(), task_store=InMemoryTaskStore(),
                                     agent_card=card)
 
@@ -183,8 +186,8 @@ def build_app(base: str) -> Starlette:
 
     routes = [
         *create_agent_card_routes(card, cache_control=CARD_CACHE_CONTROL),
-        *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True),
-        *create_rest_routes(handler, enable_v0_3_compat=True, path_prefix=REST_PATH),
+        *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=not v1_only),
+        *create_rest_routes(handler, enable_v0_3_compat=not v1_only, path_prefix=REST_PATH),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
 
@@ -193,8 +196,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The a2a-sdk 1.3 worker the A2A TCK runs against.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--v1-only", action="store_true", help="speak A2A v1.0 alone (no v0.3 interfaces)")
     args = parser.parse_args(argv)
-    app = build_app(f"http://{args.host}:{args.port}")
+    app = build_app(f"http://{args.host}:{args.port}", v1_only=args.v1_only)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
 
 

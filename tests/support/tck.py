@@ -241,17 +241,15 @@ class TckRun:
 
 
 def _detail(test: Mapping[str, Any]) -> str:
-    """What pytest-json-report kept of a test's failure, error or skip (crash line first)."""
+    """What pytest-json-report kept of a test's failure, error or skip: the traceback pytest
+    printed (``--tb=short``; its end), else the crash line."""
     for phase in ("setup", "call", "teardown"):
         stage = test.get(phase)
         if not isinstance(stage, dict) or stage.get("outcome") == "passed":
             continue
         crash = stage.get("crash") if isinstance(stage.get("crash"), dict) else {}
-        message = str(crash.get("message", "")).strip()
         longrepr = str(stage.get("longrepr", "") or "").strip()
-        if message and longrepr and message not in longrepr[-len(message) - 200:]:
-            return f"{message}\n{longrepr[-1500:]}"
-        return (message or longrepr)[-1500:]
+        return (longrepr or str(crash.get("message", "")).strip())[-2000:]
     return ""
 
 

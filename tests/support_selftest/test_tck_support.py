@@ -40,6 +40,7 @@ def test_read_reports_takes_outcome_and_the_failure_or_skip_reason(tmp_path: Pat
     assert outcomes["t.py::ok"].detail == ""
     assert "-32600 == -32602" in outcomes["t.py::bad"].detail
     assert "no push" in outcomes["t.py::skip"].detail
+    assert outcomes["t.py::bad"].detail.startswith("def test_bad():")
     assert outcomes["u.py::err"].detail == "ConnectError"
 
 
