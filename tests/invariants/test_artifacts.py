@@ -23,7 +23,7 @@ def update(aid: str, n_parts: int, *, append: bool | None = None, last: bool | N
 def apply(arts: dict, aid: str, n: int, **flags) -> tuple[str | None, list[Finding]]:
     findings: list[Finding] = []
     event, artifact = update(aid, n, **flags)
-    return apply_update(event, artifact, arts, findings), findings
+    return apply_update(event, artifact, arts, findings)[0], findings
 
 
 def record(artifacts: dict[str, ArtifactRecord]) -> TaskRecord:

@@ -36,8 +36,10 @@ async def test_absent_task_reads_none(ledger: TaskLedger) -> None:
 async def test_put_then_get_round_trips_every_field(ledger: TaskLedger) -> None:
     original = rec(state=TaskState.CANCELED, poisoned=True,
                    terminal_status={"state": "TASK_STATE_CANCELED", "timestamp": "2026-11-29T20:45:38Z"},
-                   artifacts={"a-1": ArtifactRecord(sealed=True, parts=2), "a-2": ArtifactRecord(False, 1)},
-                   card_etag='"e-1"', generation=2**63 - 1, pending_get="generation_gap")
+                   artifacts={"a-1": ArtifactRecord(sealed=True, parts=2), "a-2": ArtifactRecord(False, 1),
+                              "a-3": ArtifactRecord(True, 3, "0f" * 16)},
+                   card_etag='"e-1"', generation=2**63 - 1, pending_get="generation_gap",
+                   card_generation=7)
     version = await ledger.put(original, 0)
     got = await ledger.get("w", "t-1")
     assert version == 1 and isinstance(got, Stored)
@@ -71,7 +73,24 @@ def test_a_document_written_before_generations_reads_as_none() -> None:
     assert codec.decode(codec.encode(dataclasses.replace(record, generation=0))).generation == 0
 
 
-@pytest.mark.parametrize("bad", [b'"g":-1', b'"g":"5"', b'"g":true', b'"g":1.5', b'"pg":5'])
+def test_a_document_written_before_artifact_digests_and_card_generations_reads_as_none() -> None:
+    """docs/field-cases.md F18, F20: an artifact stored as ``[sealed, parts]`` has no digest and
+    a document without ``cg`` no card generation; a record without them is stored as before,
+    one with them round-trips."""
+    old = (b'{"u":"w","t":"t-1","c":"c-1","s":"COMPLETED","oa":1000.0,"ts":null,"p":false,'
+           b'"a":{"a-1":[true,2],"a-2":[false,1]},"e":null}')
+    record = codec.decode(old)
+    assert record.artifacts == {"a-1": ArtifactRecord(True, 2), "a-2": ArtifactRecord(False, 1)}
+    assert record.artifacts["a-1"].digest is None and record.card_generation is None
+    assert codec.encode(record) == old
+    newer = dataclasses.replace(record, card_generation=3,
+                                artifacts={"a-1": ArtifactRecord(True, 2, "ab" * 16)})
+    assert codec.decode(codec.encode(newer)) == newer
+    assert b'"a-1":[true,2,"' + b"ab" * 16 + b'"]' in codec.encode(newer) and b'"cg":3' in codec.encode(newer)
+
+
+@pytest.mark.parametrize("bad", [b'"g":-1', b'"g":"5"', b'"g":true', b'"g":1.5', b'"pg":5',
+                                 b'"cg":-2', b'"cg":"3"'])
 def test_a_malformed_generation_is_not_a_record(bad: bytes) -> None:
     doc = b'{"u":"w","t":"t-1","c":null,"s":"WORKING","oa":1.0,"ts":null,"p":false,"a":{},"e":null,' + bad + b"}"
     with pytest.raises(ValueError, match="not a stored task record"):

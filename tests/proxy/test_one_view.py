@@ -1,0 +1,141 @@
+"""One view of a task (docs/field-cases.md F18-F22), through the real gateway on every road a
+client takes (tests/proxy/roads.py: JSON-RPC and REST, v1.0 and v0.3, and the version bridge
+both ways for the artifact cases): what a stream refused never comes back by another answer,
+a card that changed and changed back is still a change, a reused task id never hides the
+recorded task, and ordinary progress is not a divergence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.invariants.engine import CORRECTED_KEY
+from tests.proxy.conftest import Harness
+from tests.proxy.roads import (
+    BRIDGES,
+    ROADS,
+    Driver,
+    Road,
+    answered_view,
+    art,
+    artifact_event,
+    delivered_view,
+    state,
+)
+from tests.support.objects import status_update, task
+
+
+@pytest.fixture(params=ROADS + BRIDGES, ids=lambda r: r.id)
+def road(request: Any, make_harness: Any) -> Driver:
+    spec: Road = request.param
+    return Driver(make_harness(card=spec.card), spec)
+
+
+@pytest.fixture(params=ROADS, ids=lambda r: r.id)
+def plain_road(request: Any, make_harness: Any) -> Driver:
+    spec: Road = request.param
+    return Driver(make_harness(card=spec.card), spec)
+
+
+def kinds(events: list[tuple[str, Any]]) -> list[str]:
+    return [k for k, _ in events]
+
+
+def note(task_doc: dict[str, Any]) -> dict[str, Any]:
+    return (task_doc.get("metadata") or {}).get(CORRECTED_KEY) or {}
+
+
+# ---------------------------------------------------------------------------------- F18
+
+def _f18_turns(d: Driver) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """Turn 1 seals a-3 and asks for input; turn 2 appends to it and then rewrites it whole
+    with as many parts, then completes."""
+    d.on_stream([{"task": task("t-18", "TASK_STATE_SUBMITTED")},
+                 artifact_event("t-18", "a-3", "draft one", "draft two", lastChunk=True),
+                 status_update("t-18", "TASK_STATE_INPUT_REQUIRED")])
+    first = d.stream("plan it")
+    d.on_stream([artifact_event("t-18", "a-3", "more", append=True),
+                 artifact_event("t-18", "a-3", "rewritten one", "rewritten two", append=False),
+                 status_update("t-18", "TASK_STATE_COMPLETED")])
+    second = d.stream("yes", task_id="t-18")
+    return first, second
+
+
+def test_f18_a_sealed_artifact_rewritten_in_a_later_turn_is_never_shown(road: Driver) -> None:
+    first, second = _f18_turns(road)
+    assert kinds(first) == ["task", "artifact", "status"]
+    assert kinds(second) == ["status"] and state(second[0][1]) == "completed"
+    assert road.h.divergences("artifact_after_last_chunk") == 2
+    shown = delivered_view(second, delivered_view(first))
+    assert shown == {"a-3": ["draft one", "draft two"]}
+    # the worker holds the rewrite: GetTask never shows it, nor the text the client had
+    road.on_get("t-18", task("t-18", "TASK_STATE_COMPLETED", artifacts=[art("a-3", "rewritten one", "rewritten two")]))
+    kind, answer = road.get("t-18")
+    assert kind == "task" and state(answer) == "completed"
+    assert answered_view(answer) == {}
+    assert note(answer)["reason"] == "artifact_after_last_chunk" and note(answer)["artifacts"] == ["a-3"]
+
+
+def test_f18_a_sealed_artifact_appended_to_is_cut_back_to_what_was_shown(road: Driver) -> None:
+    first, second = _f18_turns(road)
+    road.on_get("t-18", task("t-18", "TASK_STATE_COMPLETED",
+                             artifacts=[art("a-3", "draft one", "draft two", "more")]))
+    kind, answer = road.get("t-18")
+    assert kind == "task"
+    assert answered_view(answer) == delivered_view(second, delivered_view(first)) == {"a-3": ["draft one", "draft two"]}
+    assert note(answer)["artifacts"] == ["a-3"]
+    # an answer that agrees goes as the worker wrote it, without a note
+    road.on_get("t-18", task("t-18", "TASK_STATE_COMPLETED", artifacts=[art("a-3", "draft one", "draft two")]))
+    kind, answer = road.get("t-18")
+    assert answered_view(answer) == {"a-3": ["draft one", "draft two"]} and note(answer) == {}
+
+
+def test_f18_the_live_task_answer_is_corrected_too(road: Driver) -> None:
+    """Before the task ends: GetTask of the INPUT_REQUIRED task after turn 1, with the worker
+    already holding a rewrite of the sealed artifact."""
+    road.on_stream([{"task": task("t-18", "TASK_STATE_SUBMITTED")},
+                    artifact_event("t-18", "a-3", "draft one", lastChunk=True),
+                    status_update("t-18", "TASK_STATE_INPUT_REQUIRED")])
+    road.stream("plan it")
+    road.on_get("t-18", task("t-18", "TASK_STATE_INPUT_REQUIRED", artifacts=[art("a-3", "other")]))
+    kind, answer = road.get("t-18")
+    assert kind == "task" and state(answer) == "input-required"
+    assert answered_view(answer) == {} and note(answer)["artifacts"] == ["a-3"]
+
+
+# ---------------------------------------------------------------------------------- F19
+
+def test_f19_content_after_completed_is_absent_from_get_task(road: Driver) -> None:
+    road.on_stream([{"task": task("t-19", "TASK_STATE_WORKING")},
+                    artifact_event("t-19", "a-25", "part one"),
+                    status_update("t-19", "TASK_STATE_COMPLETED"),
+                    artifact_event("t-19", "a-25", "part two", append=True),
+                    artifact_event("t-19", "a-26", "late")])
+    got = road.stream()
+    assert kinds(got) == ["task", "artifact", "status"]
+    assert delivered_view(got) == {"a-25": ["part one"]}
+    road.on_get("t-19", task("t-19", "TASK_STATE_COMPLETED",
+                             artifacts=[art("a-25", "part one", "part two"), art("a-26", "late")]))
+    kind, answer = road.get("t-19")
+    assert kind == "task" and state(answer) == "completed"
+    assert answered_view(answer) == delivered_view(got)
+    assert set(note(answer)["artifacts"]) == {"a-25", "a-26"}
+
+
+def test_f19_an_artifact_replaced_after_completed_is_withheld(road: Driver) -> None:
+    road.on_stream([{"task": task("t-19", "TASK_STATE_WORKING")},
+                    artifact_event("t-19", "a-25", "part one"),
+                    artifact_event("t-19", "a-25", "part two", append=True),
+                    status_update("t-19", "TASK_STATE_COMPLETED"),
+                    artifact_event("t-19", "a-25", "other one", "other two", append=False)])
+    got = road.stream()
+    assert delivered_view(got) == {"a-25": ["part one", "part two"]}
+    road.on_get("t-19", task("t-19", "TASK_STATE_COMPLETED", artifacts=[art("a-25", "other one", "other two")]))
+    kind, answer = road.get("t-19")
+    assert kind == "task" and answered_view(answer) == {}
+    assert note(answer)["artifacts"] == ["a-25"]
+    road.on_get("t-19", task("t-19", "TASK_STATE_COMPLETED", artifacts=[art("a-25", "part one", "part two")]))
+    kind, answer = road.get("t-19")
+    assert answered_view(answer) == {"a-25": ["part one", "part two"]}
+    assert "artifacts" not in note(answer)  # the poisoned id's answers carry the note (F04), no artifact in it
