@@ -1,0 +1,252 @@
+"""One view of a task, as transcripts of the pure core (docs/field-cases.md F18, F19): what a
+stream refused never comes back through another answer. Each payload goes through the judge
+loop the gateway runs (tests/invariants/playbook.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.a2a.bridge import J03, V1
+from gateway.invariants import engine
+from gateway.invariants.artifacts import EMPTY, LIMIT, fold, part_content
+from gateway.invariants.model import MAX_ARTIFACTS, Action
+from tests.invariants.payloads import (
+    artifact_update,
+    status_update,
+    task,
+    text_parts,
+    v03_artifact_update,
+    v03_status_update,
+    v03_task,
+)
+from tests.invariants.playbook import Playbook, exchange, kinds
+
+NEW_STREAM = {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "go"}]}}
+NEW_STREAM_V03 = {"message": {"kind": "message", "messageId": "m-1", "role": "user",
+                              "parts": [{"kind": "text", "text": "go"}]}}
+
+
+@pytest.fixture
+def book() -> Playbook:
+    return Playbook()
+
+
+def follow_up(tid: str) -> dict:
+    return {"message": {"messageId": "m-2", "role": "ROLE_USER", "taskId": tid, "parts": [{"text": "yes"}]}}
+
+
+def get(book: Playbook, tid: str, answer: dict, method: str = "GetTask"):
+    return book.answer(exchange(method, {"id": tid}), answer)
+
+
+def arts(*entries: tuple[str, list[str]]) -> list[dict]:
+    return [{"artifactId": aid, "parts": text_parts(texts)} for aid, texts in entries]
+
+
+def note(result: dict) -> dict:
+    return result.get("metadata", {}).get(engine.CORRECTED_KEY, {})
+
+
+class TestFold:
+    def test_the_fold_does_not_depend_on_the_chunks(self):
+        parts = text_parts(["a", "b", "c"])
+        assert fold(fold(EMPTY, parts[:1], V1), parts[1:], V1) == fold(EMPTY, parts, V1)
+
+    def test_the_fold_is_the_same_in_every_version(self):
+        """A part read into v1.0 form: v0.3 ``kind`` tags and file / data wrappers fold alike
+        (docs/bridge.md §1.3)."""
+        v1 = [{"text": "a"}, {"url": "https://x/y", "mediaType": "text/plain"}, {"data": {"k": [1, 2]}}]
+        v03 = [{"kind": "text", "text": "a"}, {"kind": "file", "file": {"uri": "https://x/y", "mimeType": "text/plain"}},
+               {"kind": "data", "data": {"k": [1, 2]}}]
+        assert fold(EMPTY, v1, V1) == fold(EMPTY, v03, J03)
+        assert [part_content(p, V1) for p in v1] == [part_content(p, J03) for p in v03]
+
+    def test_content_tells_parts_apart(self):
+        assert fold(EMPTY, [{"text": "a"}], V1) != fold(EMPTY, [{"text": "b"}], V1)
+        assert fold(EMPTY, [{"text": "ab"}], V1) != fold(EMPTY, text_parts(["a", "b"]), V1)
+        assert fold(EMPTY, [{"text": "1"}], V1) != fold(EMPTY, [{"data": 1}], V1)
+
+
+# --------------------------------------------------------------------------------------------
+# F18 — a sealed artifact rewritten in a later turn
+# --------------------------------------------------------------------------------------------
+
+def f18_turns(book: Playbook) -> list:
+    one = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+    outs = [one.event({"task": task("t-18", "c-18", "TASK_STATE_SUBMITTED")}),
+            one.event(artifact_update("t-18", "c-18", "a-3", ["draft one", "draft two"], last=True)),
+            one.event(status_update("t-18", "c-18", "TASK_STATE_INPUT_REQUIRED"))]
+    two = book.open(exchange("SendStreamingMessage", follow_up("t-18")))
+    outs += [two.event(artifact_update("t-18", "c-18", "a-3", ["more"], append=True)),
+             two.event(artifact_update("t-18", "c-18", "a-3", ["new one", "new two"], append=False)),
+             two.event(status_update("t-18", "c-18", "TASK_STATE_COMPLETED"))]
+    return outs
+
+
+class TestF18SealedRewrite:
+    def test_f18_both_updates_of_turn_two_are_dropped(self, book):
+        outs = f18_turns(book)
+        assert [o.action for o in outs] == [Action.FORWARD] * 3 + [Action.DROP, Action.DROP, Action.FORWARD]
+        assert kinds(outs[3].findings + outs[4].findings) == ["artifact_after_last_chunk"] * 2
+        sealed = book.record("t-18").artifacts["a-3"]
+        assert (sealed.sealed, sealed.parts) == (True, 2)
+        assert sealed.digest == fold(EMPTY, text_parts(["draft one", "draft two"]), V1)
+
+    def test_f18_get_task_withholds_the_rewrite(self, book):
+        f18_turns(book)
+        out = get(book, "t-18", task("t-18", "c-18", "TASK_STATE_COMPLETED", artifacts=arts(("a-3", ["new one", "new two"]))))
+        assert out.action is Action.FORWARD
+        assert out.result["artifacts"] == []
+        assert note(out.result) == {"reason": "artifact_after_last_chunk", "workerState": "TASK_STATE_COMPLETED",
+                                    "artifacts": ["a-3"]}
+        assert kinds(out.findings, "divergence") == ["artifact_after_last_chunk"]
+
+    def test_f18_get_task_cuts_the_append_back(self, book):
+        f18_turns(book)
+        out = get(book, "t-18", task("t-18", "c-18", "TASK_STATE_COMPLETED",
+                                     artifacts=arts(("a-3", ["draft one", "draft two", "more"]))))
+        assert out.result["artifacts"] == arts(("a-3", ["draft one", "draft two"]))
+        assert note(out.result)["artifacts"] == ["a-3"]
+
+    def test_f18_an_answer_that_agrees_is_the_workers_own(self, book):
+        f18_turns(book)
+        answer = task("t-18", "c-18", "TASK_STATE_COMPLETED", artifacts=arts(("a-3", ["draft one", "draft two"])))
+        out = get(book, "t-18", answer)
+        assert out.result is answer and out.findings == []
+
+    def test_f18_the_digest_holds_across_versions(self, book):
+        """Sealed on a v0.3 stream, checked on a v1.0 GetTask (and the other way)."""
+        one = book.open(exchange("message/stream", NEW_STREAM_V03))
+        one.event(v03_task("t-18", "c-18", "submitted"))
+        one.event(v03_artifact_update("t-18", "c-18", "a-3", ["draft"], last=True))
+        one.event(v03_status_update("t-18", "c-18", "completed", final=True))
+        same = get(book, "t-18", task("t-18", "c-18", "TASK_STATE_COMPLETED", artifacts=arts(("a-3", ["draft"]))))
+        assert same.findings == [] and "metadata" not in same.result
+        other = get(book, "t-18", v03_task("t-18", "c-18", "completed", artifacts=[
+            {"artifactId": "a-3", "parts": [{"kind": "text", "text": "redraft"}]}]), method="tasks/get")
+        assert other.result["artifacts"] == [] and note(other.result)["artifacts"] == ["a-3"]
+
+    def test_f18_a_second_stream_repeating_the_sealed_artifact_delivers_it(self, book):
+        """Two streams of one task: the one behind delivers the sealing update too when it
+        shows exactly what was sealed (its fold from its own deliveries); anything else stays
+        refused — also a chunk on the way to it, which cannot be told from a rewrite."""
+        one = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+        one.event({"task": task("t-18", "c-18", "TASK_STATE_WORKING")})
+        two = book.open(exchange("SubscribeToTask", {"id": "t-18"}))
+        two.event({"task": task("t-18", "c-18", "TASK_STATE_WORKING")})
+        one.event(artifact_update("t-18", "c-18", "a-3", ["x", "y"], last=True))
+        out = two.event(artifact_update("t-18", "c-18", "a-3", ["x", "y"], last=True))
+        assert out.action is Action.FORWARD and out.findings == []
+        again = two.event(artifact_update("t-18", "c-18", "a-3", ["z"], append=True))
+        assert again.action is Action.DROP and kinds(again.findings) == ["artifact_after_last_chunk"]
+        one.event(artifact_update("t-18", "c-18", "a-4", ["p"]))
+        one.event(artifact_update("t-18", "c-18", "a-4", ["q"], append=True, last=True))
+        part = two.event(artifact_update("t-18", "c-18", "a-4", ["p"]))
+        assert part.action is Action.DROP and kinds(part.findings) == ["artifact_after_last_chunk"]
+
+    def test_f18_the_live_answer_is_corrected_and_the_record_kept(self, book):
+        one = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+        one.event({"task": task("t-18", "c-18", "TASK_STATE_WORKING")})
+        one.event(artifact_update("t-18", "c-18", "a-3", ["x"], last=True))
+        before = book.record("t-18").artifacts["a-3"]
+        out = get(book, "t-18", task("t-18", "c-18", "TASK_STATE_WORKING", artifacts=arts(("a-3", ["y"]), ("a-4", ["z"]))))
+        assert out.result["artifacts"] == arts(("a-4", ["z"]))
+        assert note(out.result)["artifacts"] == ["a-3"]
+        assert book.record("t-18").artifacts["a-3"] == before
+
+
+class TestArtifactBound:
+    def test_an_artifact_past_the_bound_is_not_delivered(self, book):
+        stream = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+        stream.event({"task": task("t-1", "c-1", "TASK_STATE_WORKING")})
+        for i in range(MAX_ARTIFACTS):
+            assert stream.event(artifact_update("t-1", "c-1", f"a-{i}", ["x"])).action is Action.FORWARD
+        out = stream.event(artifact_update("t-1", "c-1", "a-more", ["x"]))
+        assert out.action is Action.DROP
+        assert [(f.category, f.kind) for f in out.findings] == [("limit", LIMIT)]
+        assert len(book.record("t-1").artifacts) == MAX_ARTIFACTS
+        assert stream.event(artifact_update("t-1", "c-1", "a-0", ["y"], append=True)).action is Action.FORWARD
+        snap = get(book, "t-1", task("t-1", "c-1", "TASK_STATE_WORKING", artifacts=arts(("a-0", ["x", "y"]), ("a-more", ["x"]))))
+        assert snap.result["artifacts"] == arts(("a-0", ["x", "y"]))
+        assert note(snap.result) == {"reason": LIMIT, "workerState": "TASK_STATE_WORKING", "artifacts": ["a-more"]}
+        assert len(book.record("t-1").artifacts) == MAX_ARTIFACTS
+
+
+# --------------------------------------------------------------------------------------------
+# F19 — content after a terminal state
+# --------------------------------------------------------------------------------------------
+
+def f19_stream(book: Playbook) -> list:
+    stream = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+    return [stream.event({"task": task("t-19", "c-19", "TASK_STATE_WORKING")}),
+            stream.event(artifact_update("t-19", "c-19", "a-25", ["part one"])),
+            stream.event(status_update("t-19", "c-19", "TASK_STATE_COMPLETED")),
+            stream.event(artifact_update("t-19", "c-19", "a-25", ["part two"], append=True)),
+            stream.event(artifact_update("t-19", "c-19", "a-26", ["late"]))]
+
+
+class TestF19AfterTerminal:
+    def test_f19_the_terminal_state_freezes_what_the_stream_delivered(self, book):
+        outs = f19_stream(book)
+        assert [o.action for o in outs] == [Action.FORWARD] * 3 + [Action.DROP] * 2
+        frozen = book.record("t-19").artifacts["a-25"]
+        assert (frozen.sealed, frozen.parts) == (False, 1)
+        assert frozen.digest == fold(EMPTY, text_parts(["part one"]), V1)
+
+    @pytest.mark.parametrize("method", ["GetTask", "tasks/get"])
+    def test_f19_get_task_shows_only_what_was_delivered(self, book, method):
+        f19_stream(book)
+        if method == "GetTask":
+            answer = task("t-19", "c-19", "TASK_STATE_COMPLETED",
+                          artifacts=arts(("a-25", ["part one", "part two"]), ("a-26", ["late"])))
+        else:
+            answer = v03_task("t-19", "c-19", "completed", artifacts=[
+                {"artifactId": "a-25", "parts": [{"kind": "text", "text": t} for t in ("part one", "part two")]},
+                {"artifactId": "a-26", "parts": [{"kind": "text", "text": "late"}]}])
+        out = get(book, "t-19", answer, method)
+        assert [a["artifactId"] for a in out.result["artifacts"]] == ["a-25"]
+        assert [p["text"] for p in out.result["artifacts"][0]["parts"]] == ["part one"]
+        assert sorted(note(out.result)["artifacts"]) == ["a-25", "a-26"]
+
+    def test_f19_the_list_answer_is_corrected_alike(self, book):
+        f19_stream(book)
+        listed = {"tasks": [task("t-19", "c-19", "TASK_STATE_COMPLETED", artifacts=arts(("a-25", ["part one", "part two"])))]}
+        out = book.answer(exchange("ListTasks", {}), listed)
+        assert out.result["tasks"][0]["artifacts"] == arts(("a-25", ["part one"]))
+
+    def test_f19_a_stream_behind_catches_up_but_never_past_what_was_frozen(self, book):
+        """Another stream (or a push) of the task, behind the one that recorded COMPLETED."""
+        one = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+        one.event({"task": task("t-19", "c-19", "TASK_STATE_WORKING")})
+        two = book.open(exchange("SubscribeToTask", {"id": "t-19"}))
+        two.event({"task": task("t-19", "c-19", "TASK_STATE_WORKING")})
+        one.event(artifact_update("t-19", "c-19", "a-25", ["p1"]))
+        one.event(artifact_update("t-19", "c-19", "a-25", ["p2"], append=True))
+        one.event(status_update("t-19", "c-19", "TASK_STATE_COMPLETED"))
+        assert two.event(artifact_update("t-19", "c-19", "a-25", ["p1"])).action is Action.FORWARD
+        assert two.event(artifact_update("t-19", "c-19", "a-25", ["p2"], append=True)).action is Action.FORWARD
+        past = two.event(artifact_update("t-19", "c-19", "a-25", ["p3"], append=True))
+        assert past.action is Action.DROP and kinds(past.findings) == ["artifact_after_terminal"]
+        assert book.record("t-19").poisoned
+
+    def test_f19_a_terminal_snapshot_freezes_what_it_shows(self, book):
+        first = get(book, "t-19", task("t-19", "c-19", "TASK_STATE_COMPLETED", artifacts=arts(("a-1", ["x", "y"]))))
+        assert first.findings == []
+        assert book.record("t-19").artifacts["a-1"].digest == fold(EMPTY, text_parts(["x", "y"]), V1)
+        other = get(book, "t-19", task("t-19", "c-19", "TASK_STATE_COMPLETED", artifacts=arts(("a-1", ["x", "z"]))))
+        assert other.result["artifacts"] == [] and kinds(other.findings) == ["artifact_after_terminal"]
+        longer = get(book, "t-19", task("t-19", "c-19", "TASK_STATE_COMPLETED", artifacts=arts(("a-1", ["x", "y", "w"]))))
+        assert longer.result["artifacts"] == arts(("a-1", ["x", "y"]))
+
+    def test_f19_artifacts_of_a_terminal_state_seen_without_them_keep_their_count_only(self, book):
+        """A terminal state recorded where the gateway did not see the artifacts whole (a
+        unary status, a stream that joined mid-artifact): only the part count bounds them."""
+        one = book.open(exchange("SubscribeToTask", {"id": "t-19"}))
+        one.event(status_update("t-19", "c-19", "TASK_STATE_WORKING"))
+        get(book, "t-19", task("t-19", "c-19", "TASK_STATE_WORKING", artifacts=arts(("a-1", ["x"]))))
+        one.event(artifact_update("t-19", "c-19", "a-1", ["y"], append=True))  # the stream never saw x
+        one.event(status_update("t-19", "c-19", "TASK_STATE_COMPLETED"))
+        frozen = book.record("t-19").artifacts["a-1"]
+        assert (frozen.parts, frozen.digest) == (2, None)
+        out = get(book, "t-19", task("t-19", "c-19", "TASK_STATE_COMPLETED", artifacts=arts(("a-1", ["x", "y", "z"]))))
+        assert out.result["artifacts"] == arts(("a-1", ["x", "y"]))
