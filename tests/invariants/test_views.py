@@ -4,6 +4,8 @@ loop the gateway runs (tests/invariants/playbook.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gateway.a2a.bridge import J03, V1
@@ -250,3 +252,61 @@ class TestF19AfterTerminal:
         assert (frozen.parts, frozen.digest) == (2, None)
         out = get(book, "t-19", task("t-19", "c-19", "TASK_STATE_COMPLETED", artifacts=arts(("a-1", ["x", "y", "z"]))))
         assert out.result["artifacts"] == arts(("a-1", ["x", "y"]))
+
+
+# --------------------------------------------------------------------------------------------
+# F21 — a completed task whose id the worker reuses
+# --------------------------------------------------------------------------------------------
+
+def f21_completed(book: Playbook) -> None:
+    stream = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+    stream.event({"task": task("t-21", "c-21", "TASK_STATE_WORKING")})
+    stream.event(artifact_update("t-21", "c-21", "a-1", ["the answer"]))
+    stream.event(status_update("t-21", "c-21", "TASK_STATE_COMPLETED"))
+
+
+class TestF21ReusedId:
+    def test_f21_the_new_send_is_a_reused_id_not_a_context_mismatch(self, book):
+        f21_completed(book)
+        out = book.answer(exchange("SendMessage", NEW_STREAM), {"task": task("t-21", "c-99", "TASK_STATE_WORKING")})
+        assert out.action is Action.REJECT and out.error[0] == -32006
+        assert kinds(out.findings) == ["reused_task_id"]
+        assert book.record("t-21").poisoned and book.record("t-21").context_id == "c-21"
+
+    @pytest.mark.parametrize("method", ["GetTask", "tasks/get"])
+    def test_f21_get_task_answers_the_recorded_task(self, book, method):
+        f21_completed(book)
+        worker = task("t-21", "c-99", "TASK_STATE_WORKING", artifacts=arts(("a-1", ["the answer"]), ("a-9", ["new"])),
+                      history=[{"messageId": "m-9", "role": "ROLE_USER", "parts": text_parts(["theirs"])}],
+                      metadata={"theirs": True})
+        if method == "tasks/get":
+            worker = {"kind": "task", **worker, "status": {"state": "working"}}
+        out = get(book, "t-21", worker, method)
+        assert out.action is Action.FORWARD
+        completed = "TASK_STATE_COMPLETED" if method == "GetTask" else "completed"
+        assert out.result["contextId"] == "c-21" and out.result["status"]["state"] == completed
+        assert [a["artifactId"] for a in out.result["artifacts"]] == ["a-1"]
+        assert "history" not in out.result and list(out.result["metadata"]) == [engine.CORRECTED_KEY]
+        assert note(out.result)["reason"] == "reused_task_id" and note(out.result)["artifacts"] == ["a-9"]
+        assert kinds(out.findings) == ["reused_task_id"]
+        again = get(book, "t-21", worker, method)
+        assert again.result == out.result and again.findings == []  # one lie, one count
+
+    def test_f21_a_list_answer_is_corrected_alike(self, book):
+        f21_completed(book)
+        out = book.answer(exchange("ListTasks", {}), {"tasks": [task("t-21", "c-99", "TASK_STATE_WORKING")]})
+        listed = out.result["tasks"][0]
+        assert listed["contextId"] == "c-21" and listed["status"]["state"] == "TASK_STATE_COMPLETED"
+
+    def test_f21_another_caller_is_refused(self, book):
+        f21_completed(book)
+        stranger = dataclasses.replace(exchange("GetTask", {"id": "t-21"}), caller="fp-other",
+                                       caller_matches=frozenset({"fp-other"}))
+        out = book.answer(stranger, task("t-21", "c-99", "TASK_STATE_WORKING"))
+        assert out.action is Action.REJECT and out.error[0] == -32006
+
+    def test_f21_a_live_task_in_another_context_is_still_a_mismatch(self, book):
+        stream = book.open(exchange("SendStreamingMessage", NEW_STREAM))
+        stream.event({"task": task("t-21", "c-21", "TASK_STATE_WORKING")})
+        out = get(book, "t-21", task("t-21", "c-99", "TASK_STATE_WORKING"))
+        assert out.action is Action.REJECT and kinds(out.findings) == ["context_id_mismatch"]

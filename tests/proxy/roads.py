@@ -167,11 +167,11 @@ class Driver:
         r, raw = self.h.rest("POST", _prefix(self.road.client) + "/message:send", json={"message": message},
                              headers=self.headers)
         doc = orjson.loads(raw)
-        return ("error", doc["error"]) if r.status_code >= 400 else ("result", doc)
+        return ("error", doc.get("error", doc)) if r.status_code >= 400 else ("result", doc)
 
     def get(self, tid: str) -> tuple[str, Any]:
         """GetTask: ``("task", the Task)`` or ``("error", the error object)`` (its JSON-RPC
-        ``error``, or the REST ``google.rpc.Status`` ``error``)."""
+        ``error``, the REST ``google.rpc.Status`` ``error``, or a v0.3 REST error body)."""
         if self.road.binding == "jsonrpc":
             r = self.h.rpc({"jsonrpc": "2.0", "id": "g", "method": _METHODS[self.road.client]["get"],
                             "params": {"id": tid}}, headers=self.headers)
@@ -179,7 +179,7 @@ class Driver:
             return ("error", doc["error"]) if "error" in doc else ("task", doc["result"])
         r, raw = self.h.rest("GET", f"{_prefix(self.road.client)}/tasks/{tid}", headers=self.headers)
         doc = orjson.loads(raw)
-        return ("error", doc["error"]) if r.status_code >= 400 else ("task", doc)
+        return ("error", doc.get("error", doc)) if r.status_code >= 400 else ("task", doc)
 
 
 def event_of(result: Any) -> tuple[str, Any]:

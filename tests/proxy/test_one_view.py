@@ -139,3 +139,71 @@ def test_f19_an_artifact_replaced_after_completed_is_withheld(road: Driver) -> N
     kind, answer = road.get("t-19")
     assert answered_view(answer) == {"a-25": ["part one", "part two"]}
     assert "artifacts" not in note(answer)  # the poisoned id's answers carry the note (F04), no artifact in it
+
+
+# ---------------------------------------------------------------------------------- F21
+
+def invalid_agent_response(error: dict[str, Any]) -> bool:
+    """A JSON-RPC -32006, or its REST forms (docs/protocol.md §6.3): v1.0's ErrorInfo reason,
+    v0.3's A2A code."""
+    if error.get("code") == -32006:
+        return True
+    details = error.get("details") or []
+    return any(d.get("reason") == "INVALID_AGENT_RESPONSE" for d in details)
+
+
+def _f21_completed(d: Driver) -> None:
+    d.on_stream([{"task": task("t-21", "TASK_STATE_WORKING")},
+                 artifact_event("t-21", "a-1", "the answer"),
+                 status_update("t-21", "TASK_STATE_COMPLETED")])
+    assert delivered_view(d.stream()) == {"a-1": ["the answer"]}
+
+
+def _reused(state_: str = "TASK_STATE_WORKING", **extra: Any) -> dict[str, Any]:
+    """t-21 as the worker holds it after reusing the id for a task of another context."""
+    return {**task("t-21", state_, **extra), "contextId": "c-99"}
+
+
+def test_f21_a_reused_id_is_refused_and_get_task_keeps_answering_the_recorded_task(plain_road: Driver) -> None:
+    d = plain_road
+    _f21_completed(d)
+    d.on_send({"task": _reused()})
+    kind, error = d.send("something new")
+    assert kind == "error" and invalid_agent_response(error)
+    assert d.h.divergences("reused_task_id") == 1 and d.h.divergences("context_id_mismatch") == 0
+    d.on_get("t-21", _reused(artifacts=[art("a-9", "new task's output")],
+                             history=[{"messageId": "m-x", "role": "ROLE_USER", "parts": [{"text": "theirs"}]}]),
+             times=2)
+    for _ in range(2):
+        kind, answer = d.get("t-21")
+        assert kind == "task", answer
+        assert answer["id"] == "t-21" and answer["contextId"] == "c-21" and state(answer) == "completed"
+        assert answered_view(answer) == {} and "history" not in answer
+        assert note(answer)["reason"] == "reused_task_id" and note(answer)["workerContextId"] == "c-99"
+    assert d.h.divergences("reused_task_id") == 1 and d.h.divergences("context_id_mismatch") == 0
+
+
+def test_f21_get_task_of_a_reused_id_never_seen_reused_before(plain_road: Driver) -> None:
+    """The worker reused the id for a task the gateway never saw being made: the first
+    GetTask showing it is the reuse (counted once), answered with the recorded task and the
+    artifacts it still holds as they were shown."""
+    d = plain_road
+    _f21_completed(d)
+    d.on_get("t-21", _reused(artifacts=[art("a-1", "the answer"), art("a-9", "new")]), times=2)
+    for _ in range(2):
+        kind, answer = d.get("t-21")
+        assert kind == "task" and answer["contextId"] == "c-21" and state(answer) == "completed"
+        assert answered_view(answer) == {"a-1": ["the answer"]}
+    assert d.h.divergences("reused_task_id") == 1 and d.h.divergences("context_id_mismatch") == 0
+
+
+def test_f21_another_caller_gets_no_recorded_task(make_harness: Any) -> None:
+    """The recorded task is answered only to a caller seen on it (docs/callers.md §3)."""
+    from tests.proxy.roads import ROADS as roads
+    d = Driver(make_harness(), roads[0])
+    _f21_completed(d)
+    d.on_get("t-21", _reused())
+    r = d.h.rpc({"jsonrpc": "2.0", "id": "g", "method": "GetTask", "params": {"id": "t-21"}},
+                headers={**d.headers, "authorization": "Bearer someone-else"})
+    assert r.json()["error"]["code"] == -32006
+    assert d.h.divergences("reused_task_id") == 1
