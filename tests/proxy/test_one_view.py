@@ -6,6 +6,8 @@ recorded task, and ordinary progress is not a divergence."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any
 
 import pytest
@@ -207,3 +209,54 @@ def test_f21_another_caller_gets_no_recorded_task(make_harness: Any) -> None:
                 headers={**d.headers, "authorization": "Bearer someone-else"})
     assert r.json()["error"]["code"] == -32006
     assert d.h.divergences("reused_task_id") == 1
+
+
+# ---------------------------------------------------------------------------------- F22
+
+@pytest.fixture(params=ROADS, ids=lambda r: r.id)
+def quiet_road(request: Any, make_harness: Any) -> Driver:
+    """A road without the proactive sweep: an aged task is the client's to find."""
+    spec: Road = request.param
+    return Driver(make_harness(card=spec.card, sweep={"enabled": False}), spec)
+
+
+def _age(d: Driver, tid: str) -> None:
+    """The gateway last observed ``tid`` an hour ago: its next action forces a GetTask."""
+    ledger = d.h.runtime.ledger
+    stored = d.h.on_gateway_loop(ledger.get("worker", tid))
+    aged = dataclasses.replace(stored.record, observed_at=time.time() - 3600)
+    d.h.on_gateway_loop(ledger.put(aged, stored.version))
+
+
+def unsupported_operation(error: dict[str, Any]) -> bool:
+    """A -32004, in any binding's form."""
+    if error.get("code") == -32004:
+        return True
+    return any(x.get("reason") == "UNSUPPORTED_OPERATION" for x in error.get("details") or [])
+
+
+def test_f22_a_submitted_answer_later_completed_is_progress_not_a_divergence(quiet_road: Driver,
+                                                                            gateway_warnings: Any) -> None:
+    d = quiet_road
+    d.on_send({"task": task("t-22", "TASK_STATE_SUBMITTED")})
+    assert d.send("start")[0] == "result"
+    _age(d, "t-22")
+    d.on_get("t-22", task("t-22", "TASK_STATE_COMPLETED"))
+    kind, error = d.send("one more", task_id="t-22")
+    assert kind == "error" and unsupported_operation(error)  # the forced GetTask found it completed
+    assert d.worker_sends() == 1
+    assert d.h.metric("a2a_gateway_forced_get_total", reason="heartbeat_gap") == 1
+    assert d.h.divergences("stale_record") == 0
+    assert gateway_warnings("divergence") == []
+
+
+def test_f22_a_task_back_in_submitted_is_a_stale_record(quiet_road: Driver) -> None:
+    d = quiet_road
+    d.on_send({"task": task("t-22", "TASK_STATE_WORKING")})
+    assert d.send("start")[0] == "result"
+    _age(d, "t-22")
+    d.on_get("t-22", task("t-22", "TASK_STATE_SUBMITTED"))
+    d.on_send({"task": task("t-22", "TASK_STATE_WORKING")})
+    assert d.send("one more", task_id="t-22")[0] == "result"
+    assert d.h.metric("a2a_gateway_forced_get_total", reason="heartbeat_gap") == 1
+    assert d.h.divergences("stale_record") == 1
