@@ -310,3 +310,23 @@ class TestF21ReusedId:
         stream.event({"task": task("t-21", "c-21", "TASK_STATE_WORKING")})
         out = get(book, "t-21", task("t-21", "c-99", "TASK_STATE_WORKING"))
         assert out.action is Action.REJECT and kinds(out.findings) == ["context_id_mismatch"]
+
+
+# --------------------------------------------------------------------------------------------
+# F20 — a task remembers the card generation it was last observed under
+# --------------------------------------------------------------------------------------------
+
+class TestF20CardGeneration:
+    def test_f20_each_observation_records_the_card_generation_never_lowering_it(self, book):
+        under = lambda generation: dataclasses.replace(exchange("GetTask", {"id": "t-20"}),  # noqa: E731
+                                                       card_generation=generation)
+        get_ex = under(1)
+        book.answer(get_ex, task("t-20", "c-20", "TASK_STATE_INPUT_REQUIRED"))
+        assert book.record("t-20").card_generation == 1
+        book.answer(under(3), task("t-20", "c-20", "TASK_STATE_INPUT_REQUIRED"))
+        assert book.record("t-20").card_generation == 3
+        # a replica whose card cache is behind observes it: the task was seen under 3 at least
+        book.answer(under(2), task("t-20", "c-20", "TASK_STATE_WORKING"))
+        assert book.record("t-20").card_generation == 3
+        book.answer(under(None), task("t-20", "c-20", "TASK_STATE_WORKING"))  # not known: kept
+        assert book.record("t-20").card_generation == 3

@@ -26,6 +26,7 @@ from tests.proxy.roads import (
     state,
 )
 from tests.support.objects import status_update, task
+from tests.support.scripted_worker import default_card
 
 
 @pytest.fixture(params=ROADS + BRIDGES, ids=lambda r: r.id)
@@ -260,3 +261,81 @@ def test_f22_a_task_back_in_submitted_is_a_stale_record(quiet_road: Driver) -> N
     assert d.send("one more", task_id="t-22")[0] == "result"
     assert d.h.metric("a2a_gateway_forced_get_total", reason="heartbeat_gap") == 1
     assert d.h.divergences("stale_record") == 1
+
+
+# ---------------------------------------------------------------------------------- F20
+
+CARD_A = default_card()
+CARD_B = {**default_card(), "version": "2.0.0"}
+
+
+def _refresh(h: Harness, card: dict[str, Any]) -> str:
+    """The worker serves ``card`` from now on; the gateway revalidates its card now (as its
+    TTL would make it) and says what it found."""
+    h.worker.default_card = card
+    outcome: str = h.on_gateway_loop(h.runtime.cards["worker"].refresh())
+    return outcome
+
+
+def _f20_observed(d: Driver) -> None:
+    d.on_stream([{"task": task("t-20", "TASK_STATE_SUBMITTED")},
+                 status_update("t-20", "TASK_STATE_INPUT_REQUIRED")])
+    assert [state(obj) for _, obj in d.stream("book it")] == ["submitted", "input-required"]
+
+
+def test_f20_a_card_that_changed_and_changed_back_forces_a_get_task(plain_road: Driver) -> None:
+    d = plain_road
+    _f20_observed(d)
+    assert _refresh(d.h, CARD_B) == "changed"
+    assert _refresh(d.h, CARD_A) == "changed"  # a rollback: the ETag the task was observed under
+    d.on_get("t-20", task("t-20", "TASK_STATE_FAILED"))  # the worker holds it failed now
+    kind, error = d.send("Tuesday", task_id="t-20")
+    assert kind == "error" and unsupported_operation(error)  # known failed: refused by the gateway
+    assert d.worker_sends() == 1
+    assert d.h.metric("a2a_gateway_forced_get_total", reason="etag_changed") == 1
+
+
+def test_f20_an_unchanged_card_forces_nothing(plain_road: Driver) -> None:
+    d = plain_road
+    _f20_observed(d)
+    assert _refresh(d.h, CARD_A) == "not_modified"
+    d.on_send({"task": task("t-20", "TASK_STATE_WORKING")})
+    assert d.send("Tuesday", task_id="t-20")[0] == "result"
+    assert d.h.metric("a2a_gateway_forced_get_total") == 0
+
+
+def test_f20_replicas_share_the_card_generation(make_harness: Any, tmp_path: Any) -> None:
+    """Two gateways on one SQLite ledger: the one that saw the card go A → B → A tells the
+    other, which saw A all along, at its next revalidation."""
+    from tests.proxy.roads import ROADS as roads
+    ledger = {"url": f"sqlite:///{tmp_path}/ledger.db"}
+    seeing = make_harness(ledger=ledger, sweep={"enabled": False})
+    other = Driver(make_harness(ledger=ledger, sweep={"enabled": False}), roads[0])
+    _f20_observed(other)
+    assert _refresh(seeing, CARD_B) == "changed" and _refresh(seeing, CARD_A) == "changed"
+    assert _refresh(other.h, CARD_A) == "not_modified"  # nothing changed as far as it saw
+    assert other.h.runtime.cards["worker"].generation == 3
+    other.on_get("t-20", task("t-20", "TASK_STATE_FAILED"))
+    kind, error = other.send("Tuesday", task_id="t-20")
+    assert kind == "error" and unsupported_operation(error)
+    assert other.h.metric("a2a_gateway_forced_get_total", reason="etag_changed") == 1
+
+
+def test_f20_a_change_the_ledger_could_not_count_falls_back_to_the_etag(make_harness: Any) -> None:
+    from tests.proxy.roads import ROADS as roads
+    d = Driver(make_harness(sweep={"enabled": False}), roads[0])
+    _f20_observed(d)
+    cache = d.h.runtime.cards["worker"]
+    assert cache.generation == 1
+
+    async def down(*_: Any) -> int:
+        raise OSError("ledger down")
+
+    d.h.runtime.ledger.observe_card = down  # type: ignore[method-assign]
+    assert _refresh(d.h, CARD_A) == "not_modified" and cache.generation == 1  # nothing changed: kept
+    assert _refresh(d.h, CARD_B) == "changed" and cache.generation is None
+    assert d.h.metric("a2a_gateway_ledger_errors_total", operation="observe_card") == 2
+    d.on_get("t-20", task("t-20", "TASK_STATE_FAILED"))
+    kind, error = d.send("Tuesday", task_id="t-20")
+    assert kind == "error" and unsupported_operation(error)  # ETag B is not the task's A
+    assert d.h.metric("a2a_gateway_forced_get_total", reason="etag_changed") == 1
