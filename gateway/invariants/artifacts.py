@@ -40,8 +40,8 @@ from gateway.invariants.model import (
     artifact_record,
 )
 
-EMPTY = "0" * 32
-"""The fold of no parts."""
+EMPTY = bytes(16)
+"""The fold of no parts (a fold is 16 bytes)."""
 LIMIT = "max_artifacts_per_task"
 """The bound an artifact past :data:`~gateway.invariants.model.MAX_ARTIFACTS` reaches (a
 ``limit`` finding: ``a2a_gateway_limits_reached_total{limit="max_artifacts_per_task"}``)."""
@@ -56,6 +56,10 @@ def part_content(part: Any, dialect: Dialect) -> bytes:
     its one content member in v1.0 form (``text``, ``raw``, ``url`` or ``data``, docs/bridge.md
     §1.3), tagged; media type, file name and metadata are left out (not every version carries
     them). A part of no known shape is taken whole."""
+    if type(part) is dict and (dialect is V1 or part.get("kind") == "text"):
+        text = part.get("text")  # the common part, read without converting it
+        if type(text) is str:
+            return b"t" + text.encode("utf-8", "surrogatepass")
     v1 = part if dialect is V1 else convert_part(part, dialect, V1)
     if isinstance(v1, dict):
         for tag, member in _CONTENT:
@@ -74,13 +78,11 @@ def _dumps(value: Any) -> bytes:
         return repr(value).encode("utf-8", "surrogatepass")
 
 
-def fold(digest: str, parts: Iterable[Any], dialect: Dialect) -> str:
+def fold(digest: bytes, parts: Iterable[Any], dialect: Dialect) -> bytes:
     """``digest`` (the fold of the parts before, :data:`EMPTY` for none) folded over ``parts``
     one by one, so the fold of an artifact does not depend on how it was chunked."""
     for part in parts:
-        step = blake2b(digest.encode("ascii"), digest_size=16)
-        step.update(part_content(part, dialect))
-        digest = step.hexdigest()
+        digest = blake2b(digest + part_content(part, dialect), digest_size=16).digest()
     return digest
 
 

@@ -71,6 +71,7 @@ from gateway.invariants.model import (
     StreamState,
     TaskRecord,
     build_record,
+    stream_state,
 )
 
 CORRECTED_KEY = "a2a-gateway/corrected"
@@ -629,7 +630,7 @@ def _with_view(stream: StreamState | None, aid: str, view: Shown | None) -> Stre
         if shown.get(aid) == view or (aid not in shown and len(shown) >= MAX_ARTIFACTS):
             return stream
         new = {**shown, aid: view}
-    return StreamState(stream.task_id, stream.context_id, stream.terminal, stream.generation, new)
+    return stream_state(stream.task_id, stream.context_id, stream.terminal, stream.generation, new)
 
 
 def _with_views(stream: StreamState | None, views: dict[str, Shown]) -> StreamState | None:
@@ -639,7 +640,7 @@ def _with_views(stream: StreamState | None, views: dict[str, Shown]) -> StreamSt
     new = {**stream.shown, **views}
     if len(new) > MAX_ARTIFACTS:
         new = dict(list(new.items())[:MAX_ARTIFACTS])
-    return StreamState(stream.task_id, stream.context_id, stream.terminal, stream.generation, new)
+    return stream_state(stream.task_id, stream.context_id, stream.terminal, stream.generation, new)
 
 
 def _newer(known: int | None, current: int | None) -> int | None:
@@ -663,7 +664,7 @@ def _bind(stream: StreamState | None, item: Item, *, terminal: bool,
     if task_id is stream.task_id and context_id is stream.context_id and terminal is stream.terminal \
             and generation == stream.generation:
         return stream
-    return StreamState(task_id, context_id, terminal, generation, stream.shown)
+    return stream_state(task_id, context_id, terminal, generation, stream.shown)
 
 
 def _generations(

@@ -75,7 +75,7 @@ class ArtifactRecord:
 
     sealed: bool = False
     parts: int = 0
-    digest: str | None = None
+    digest: bytes | None = None
 
 
 MAX_CALLERS = 16
@@ -87,7 +87,7 @@ MAX_ARTIFACTS = 256
 is cut to the artifacts the record holds, counted as the worker reaching the bound
 ``max_artifacts_per_task`` (``a2a_gateway_limits_reached_total``)."""
 
-Shown = tuple[int, str]
+Shown = tuple[int, bytes]
 """What one stream delivered of one artifact: its parts count and their fold (``digest``)."""
 
 NO_ARTIFACTS: Mapping[str, ArtifactRecord] = MappingProxyType({})  # shared by artifact-less records
@@ -97,7 +97,7 @@ _ARTIFACT_RECORDS = {(sealed, parts): ArtifactRecord(sealed, parts)
                      for sealed in (False, True) for parts in range(64)}
 
 
-def artifact_record(sealed: bool, parts: int, digest: str | None = None) -> ArtifactRecord:
+def artifact_record(sealed: bool, parts: int, digest: bytes | None = None) -> ArtifactRecord:
     """``ArtifactRecord(sealed, parts, digest)``, shared for the common small part counts
     without a digest."""
     if digest is not None:
@@ -290,6 +290,32 @@ class StreamState:
     terminal: bool = False
     generation: int | None = None
     shown: Mapping[str, Shown] = field(default_factory=lambda: NO_SHOWN)
+
+
+def _stream_builder() -> Any:
+    new = object.__new__
+    setters = tuple(StreamState.__dict__[f.name].__set__ for f in fields(StreamState))
+    if tuple(f.name for f in fields(StreamState)) != ("task_id", "context_id", "terminal", "generation",
+                                                       "shown"):  # pragma: no cover
+        raise RuntimeError("StreamState fields changed: update stream_state")
+    s_task_id, s_context_id, s_terminal, s_generation, s_shown = setters
+
+    def stream_state(task_id: str | None, context_id: str | None, terminal: bool, generation: int | None,
+                     shown: Mapping[str, Shown]) -> StreamState:
+        """``StreamState(...)`` with every field given, at about half the cost (as
+        :func:`build_record`): the engine makes one per artifact event."""
+        state = new(StreamState)
+        s_task_id(state, task_id)
+        s_context_id(state, context_id)
+        s_terminal(state, terminal)
+        s_generation(state, generation)
+        s_shown(state, shown)
+        return state
+
+    return stream_state
+
+
+stream_state = _stream_builder()
 
 
 @dataclass(frozen=True, slots=True)

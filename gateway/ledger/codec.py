@@ -43,7 +43,7 @@ def encode(record: TaskRecord) -> bytes:
         "oa": record.observed_at,
         "ts": dict(record.terminal_status) if record.terminal_status is not None else None,
         "p": record.poisoned,
-        "a": {k: [v.sealed, v.parts] if v.digest is None else [v.sealed, v.parts, v.digest]
+        "a": {k: [v.sealed, v.parts] if v.digest is None else [v.sealed, v.parts, v.digest.hex()]
               for k, v in record.artifacts.items()},
         "e": record.card_etag,
     }
@@ -89,9 +89,9 @@ def decode(data: bytes | str) -> TaskRecord:
 
 
 def _artifact(value: Any) -> ArtifactRecord:
-    """A stored artifact: ``[sealed, parts]``, or ``[sealed, parts, digest]``."""
+    """A stored artifact: ``[sealed, parts]``, or ``[sealed, parts, digest]`` (hex)."""
     digest = _text(value[2]) if len(value) > 2 else None
-    return artifact_record(bool(value[0]), int(value[1]), digest)
+    return artifact_record(bool(value[0]), int(value[1]), None if digest is None else bytes.fromhex(digest))
 
 
 def _generation(value: Any) -> int | None:

@@ -37,7 +37,7 @@ async def test_put_then_get_round_trips_every_field(ledger: TaskLedger) -> None:
     original = rec(state=TaskState.CANCELED, poisoned=True,
                    terminal_status={"state": "TASK_STATE_CANCELED", "timestamp": "2026-11-29T20:45:38Z"},
                    artifacts={"a-1": ArtifactRecord(sealed=True, parts=2), "a-2": ArtifactRecord(False, 1),
-                              "a-3": ArtifactRecord(True, 3, "0f" * 16)},
+                              "a-3": ArtifactRecord(True, 3, bytes(range(16)))},
                    card_etag='"e-1"', generation=2**63 - 1, pending_get="generation_gap",
                    card_generation=7)
     version = await ledger.put(original, 0)
@@ -84,7 +84,7 @@ def test_a_document_written_before_artifact_digests_and_card_generations_reads_a
     assert record.artifacts["a-1"].digest is None and record.card_generation is None
     assert codec.encode(record) == old
     newer = dataclasses.replace(record, card_generation=3,
-                                artifacts={"a-1": ArtifactRecord(True, 2, "ab" * 16)})
+                                artifacts={"a-1": ArtifactRecord(True, 2, b"\xab" * 16)})
     assert codec.decode(codec.encode(newer)) == newer
     assert b'"a-1":[true,2,"' + b"ab" * 16 + b'"]' in codec.encode(newer) and b'"cg":3' in codec.encode(newer)
 
