@@ -6,18 +6,20 @@ docs/protocol.md §3.1 TaskArtifactUpdateEvent: ``append=false`` creates or repl
 ``append=true`` appends its parts (or creates it when the id is new), ``lastChunk=true`` seals
 it; a later update to a sealed id is an agent bug and is not delivered.
 
-An artifact is *frozen* once it is sealed or its task is terminal. The record then keeps what
-the client was shown of it: its parts count and, when the gateway saw the whole content
-delivered, their fold (:func:`fold`, a digest of each part's content in order, the same
-whatever the protocol version or binding). An answer showing a frozen artifact — a ``GetTask``,
-``ListTasks``, a subscribe snapshot, a pushed Task, in any binding and version — shows it only
-as far as it agrees: cut back to the frozen parts when it only has more of them, withheld when
-its content differs (the gateway keeps no content, so it cannot show the original instead).
-
-The fold is taken per delivered part, by the stream that delivered it
-(:attr:`~gateway.invariants.model.StreamState.shown`), and written into the record only when
-the artifact is frozen; a snapshot's artifacts are folded once, when they are checked against
-a frozen artifact or frozen themselves. Pure: stdlib only.
+The record keeps, per artifact, what the gateway showed of it: its part count and the fold of
+its parts (:func:`fold`, a 16-byte digest of each part's content in order, the same whatever
+the protocol version or binding, and whatever the chunking) — after each delivered update and
+each delivered Task snapshot. A stream folds its own deliveries
+(:attr:`~gateway.invariants.model.StreamState.shown`), so that two streams of one task never
+fold one chunk twice; a stream appending to an artifact it never showed whole (a later turn's)
+continues the record's fold. An artifact is *frozen* once it is sealed or its task is terminal
+(with the view of the stream that recorded the terminal state, for the artifacts it showed
+whole); from then on an answer showing it — a ``GetTask``, ``ListTasks``, a subscribe snapshot,
+a pushed Task, in any binding and version — shows it only as far as it agrees: cut back to the
+frozen parts when it only has more of them, withheld when its content differs (the gateway
+keeps no content, so it cannot show the original instead). Where the fold is not known (a
+record written before folds, a view lost to a race), only the part count bounds the answer.
+Pure: stdlib only.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gateway.a2a.payloads import flag
 from gateway.invariants.model import (
     MAX_ARTIFACTS,
     NO_ARTIFACTS,
+    NO_SHOWN,
     ArtifactRecord,
     Finding,
     Shown,
@@ -92,17 +95,20 @@ def _parts(artifact: dict[str, Any]) -> list[Any]:
     return parts if isinstance(parts, list) else []
 
 
-def shown_after(update: dict[str, Any], artifact: dict[str, Any], known: bool,
+def shown_after(update: dict[str, Any], artifact: dict[str, Any], prev: ArtifactRecord | None,
                 shown: Mapping[str, Shown], dialect: Dialect) -> Shown | None:
-    """What a stream that delivered ``shown`` has shown of the artifact once it delivers
-    ``update``: a replace, or an append creating the artifact (not ``known`` to the record),
-    starts afresh; an append continues the stream's own fold. ``None``: the stream does not
-    know the whole artifact (it appends to one it never saw whole)."""
+    """What has been shown of the artifact once ``update`` is delivered, by a stream that
+    delivered ``shown`` before (empty outside a stream): a replace, or an append creating the
+    artifact (``prev``, the record's, is ``None``), starts afresh; an append continues the
+    stream's own view of the artifact, else the record's (``prev``, a later turn's stream
+    appending to an earlier turn's artifact). ``None``: neither knows the whole artifact."""
     aid = artifact["artifactId"]
     parts = _parts(artifact)
-    if not flag(update, "append") or (not known and aid not in shown):
+    if not flag(update, "append") or (prev is None and aid not in shown):
         return len(parts), fold(EMPTY, parts, dialect)
     before = shown.get(aid)
+    if before is None and prev is not None and prev.digest is not None:
+        before = prev.parts, prev.digest
     if before is None:
         return None
     return before[0] + len(parts), fold(before[1], parts, dialect)
@@ -120,22 +126,19 @@ def apply_update(
     """Apply one ``artifactUpdate`` to ``artifacts`` (mutated in place).
 
     ``shown`` is what the stream carrying the update delivered before
-    (:attr:`~gateway.invariants.model.StreamState.shown`; ``None`` outside a stream: nothing
-    is folded unless the update seals). Returns ``(refusal, view)``: ``refusal`` is ``None``
-    when the update is delivered, else the finding's kind (``artifact_after_last_chunk``, or
-    :data:`LIMIT` for an artifact past :data:`~gateway.invariants.model.MAX_ARTIFACTS`) after
-    appending the finding; ``view`` is what the stream has shown of the artifact with this
-    update (``None``: not known). An update to a sealed artifact is delivered only when it
-    shows again exactly what was sealed (a second stream of the task catching up); the record
-    is then left as it is. A sealing update records the stream's view, digest included, when
-    the stream knows the whole artifact.
+    (:attr:`~gateway.invariants.model.StreamState.shown`; ``None`` outside a stream). Returns
+    ``(refusal, view)``: ``refusal`` is ``None`` when the update is delivered, else the
+    finding's kind (``artifact_after_last_chunk``, or :data:`LIMIT` for an artifact past
+    :data:`~gateway.invariants.model.MAX_ARTIFACTS`) after appending the finding; ``view`` is
+    what has been shown of the artifact with this update (:func:`shown_after`; ``None``: not
+    known). The record takes that view — its part count and fold — or, when it is not known,
+    the part count alone. An update to a sealed artifact is delivered only when it shows again
+    exactly what was sealed (a second stream of the task catching up); the record is then left
+    as it is.
     """
     aid = artifact["artifactId"]
     prev = artifacts.get(aid)
-    last = flag(update, "lastChunk")
-    view = None
-    if shown is not None or last or (prev is not None and prev.sealed):
-        view = shown_after(update, artifact, prev is not None, shown or {}, dialect)
+    view = shown_after(update, artifact, prev, shown if shown is not None else NO_SHOWN, dialect)
     if prev is not None and prev.sealed:
         if view is not None and prev.digest is not None and view == (prev.parts, prev.digest):
             return None, view
@@ -144,13 +147,13 @@ def apply_update(
     if prev is None and len(artifacts) >= MAX_ARTIFACTS:
         findings.append(Finding("limit", LIMIT, f"artifact {aid}"))
         return LIMIT, None
-    count = len(_parts(artifact))
-    if flag(update, "append") and prev is not None:
-        count += prev.parts
-    digest = None
-    if last and view is not None:
-        count, digest = view  # the sealing stream's own deliveries: what its client was shown
-    artifacts[aid] = artifact_record(last, count, digest)
+    if view is not None:
+        count, digest = view
+    else:
+        count, digest = len(_parts(artifact)), None
+        if flag(update, "append") and prev is not None:
+            count += prev.parts
+    artifacts[aid] = artifact_record(flag(update, "lastChunk"), count, digest)
     return None, view
 
 
@@ -167,13 +170,14 @@ def within_frozen(prev: ArtifactRecord, view: Shown | None) -> bool:
 
 
 def freeze(artifacts: dict[str, ArtifactRecord], shown: Mapping[str, Shown]) -> None:
-    """The task became terminal: each artifact without a digest takes what the stream that
-    recorded the terminal state delivered of it, when it delivered it whole (``shown``);
-    ``artifacts`` is mutated in place. The others keep their part count only."""
+    """The task became terminal: each unsealed artifact takes what the stream that recorded
+    the terminal state delivered of it, when it delivered it whole (``shown``: that stream's
+    client was shown exactly that); the others keep the record's view. ``artifacts`` is
+    mutated in place."""
     for aid, view in shown.items():
         known = artifacts.get(aid)
-        if known is not None and known.digest is None:
-            artifacts[aid] = ArtifactRecord(known.sealed, view[0], view[1])
+        if known is not None and not known.sealed and (known.parts, known.digest) != view:
+            artifacts[aid] = ArtifactRecord(False, view[0], view[1])
 
 
 def clean_snapshot_artifacts(
@@ -199,9 +203,10 @@ def clean_snapshot_artifacts(
       or ``artifact_after_terminal`` is counted.
     * With ``out`` (the new record's artifacts), an artifact the record does not hold past
       :data:`~gateway.invariants.model.MAX_ARTIFACTS` is withheld (a :data:`LIMIT` finding);
-      the others are written into ``out`` — frozen ones as they were, the rest with the
-      snapshot's part count, and with ``freeze_all`` (this snapshot makes the task terminal)
-      with their fold too.
+      the others are written into ``out`` — frozen ones as they were, the rest as the snapshot
+      shows them (part count and fold). A unary answer (no ``views``) that shows a known
+      artifact otherwise than the record, without making the task terminal (``freeze_all``),
+      may have raced a stream's updates: the record takes its part count but no fold.
     * ``views`` (a stream's snapshot) receives what is delivered of each artifact.
     * ``corrected`` receives the ids of the artifacts cut or withheld.
 
@@ -250,12 +255,14 @@ def clean_snapshot_artifacts(
             findings.append(Finding("limit", LIMIT, f"artifact {aid}"))
             withheld.add(aid)
             continue
-        view = (len(parts), fold(EMPTY, parts, dialect)) if freeze_all or views is not None else None
-        if views is not None and view is not None:
+        view = (len(parts), fold(EMPTY, parts, dialect))
+        if views is not None:
             views[aid] = view
         if out is not None:
-            out[aid] = artifact_record(known.sealed if known is not None else False, len(parts),
-                                       view[1] if freeze_all and view is not None else None)
+            if known is None or freeze_all or views is not None or view == (known.parts, known.digest):
+                out[aid] = artifact_record(False, *view)
+            else:  # an answer not in a stream's order may race its updates: its fold is not taken
+                out[aid] = artifact_record(False, view[0], None)
     if withheld:
         result = [a for a in result if not (isinstance(a, dict) and a.get("artifactId") in withheld)]
         changed = True

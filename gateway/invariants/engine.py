@@ -444,8 +444,9 @@ def _on_terminal_record(
             # an artifact recorded before the terminal state: a stream or a push behind the
             # one that recorded it catches up, as far as what was frozen (docs/field-cases.md F19)
             aid = art["artifactId"]
-            view = shown_after(item.obj, art, True, stream.shown if stream is not None else NO_SHOWN,
-                               _dialect(ex))
+            # only the stream's own view: the record's is what was frozen, not where this one is
+            view = shown_after(item.obj, art, prev, stream.shown if stream is not None else NO_SHOWN,
+                               _dialect(ex)) if _own_view(item.obj, art, stream) else None
             if within_frozen(prev, view):
                 return Outcome(Action.FORWARD, obj, _with_view(stream, aid, view), findings=findings)
             kind = AFTER_LAST_CHUNK if prev.sealed else AFTER_TERMINAL
@@ -610,6 +611,12 @@ def _mark(obj: dict[str, Any], findings: list[Finding], start: int, ids: list[st
             "artifacts": list(ids)}
     meta = obj.get("metadata")
     return {**obj, "metadata": {**(meta if isinstance(meta, dict) else {}), CORRECTED_KEY: note}}
+
+
+def _own_view(update: dict[str, Any], art: dict[str, Any], stream: StreamState | None) -> bool:
+    """True when the view after ``update`` follows from the update and the stream alone (a
+    replace, or an append to an artifact the stream showed whole)."""
+    return update.get("append") is not True or (stream is not None and art["artifactId"] in stream.shown)
 
 
 def _dialect(ex: Exchange) -> Dialect:

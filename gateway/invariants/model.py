@@ -67,11 +67,11 @@ class Finding:
 @dataclass(frozen=True, slots=True)
 class ArtifactRecord:
     """What the ledger keeps per artifact (docs/field-cases.md F06, F18, F19): sealed by
-    ``lastChunk``, how many parts it has, and — once it is frozen (sealed, or its task
-    terminal) — ``digest``, the fold of the parts the client was shown
-    (:func:`gateway.invariants.artifacts.fold`: their content, whatever the version), so an
-    answer that shows anything else is corrected against it. ``None``: not frozen, or frozen
-    without the gateway knowing the whole content (only ``parts`` bounds it then)."""
+    ``lastChunk``, how many parts it has, and ``digest``, the fold of the parts the gateway
+    showed (:func:`gateway.invariants.artifacts.fold`: 16 bytes over their content, whatever
+    the version). Once the artifact is frozen (sealed, or its task terminal) an answer that
+    shows anything else is corrected against them. ``None``: the gateway does not know the
+    whole content (only ``parts`` bounds it then)."""
 
     sealed: bool = False
     parts: int = 0
@@ -97,13 +97,23 @@ _ARTIFACT_RECORDS = {(sealed, parts): ArtifactRecord(sealed, parts)
                      for sealed in (False, True) for parts in range(64)}
 
 
+_new_artifact = object.__new__
+_set_sealed, _set_parts, _set_digest = (ArtifactRecord.__dict__[name].__set__
+                                        for name in ("sealed", "parts", "digest"))
+
+
 def artifact_record(sealed: bool, parts: int, digest: bytes | None = None) -> ArtifactRecord:
-    """``ArtifactRecord(sealed, parts, digest)``, shared for the common small part counts
-    without a digest."""
-    if digest is not None:
-        return ArtifactRecord(sealed, parts, digest)
-    known = _ARTIFACT_RECORDS.get((sealed, parts))
-    return known if known is not None else ArtifactRecord(sealed, parts)
+    """``ArtifactRecord(sealed, parts, digest)``: shared for the common small part counts
+    without a digest, else built by writing its slots (one per delivered artifact update)."""
+    if digest is None:
+        known = _ARTIFACT_RECORDS.get((sealed, parts))
+        if known is not None:
+            return known
+    record = _new_artifact(ArtifactRecord)
+    _set_sealed(record, sealed)
+    _set_parts(record, parts)
+    _set_digest(record, digest)
+    return record
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,9 +290,10 @@ class StreamState:
 
     ``shown`` is, per artifact, what this stream delivered of it (:data:`Shown`: parts count
     and their fold), for the artifacts whose whole content it delivered (from their creation, a
-    replace or a Task snapshot); at most :data:`MAX_ARTIFACTS`. It is what the record keeps of
-    an artifact when it is sealed or the task ends (docs/field-cases.md F18, F19): each stream
-    folds its own deliveries, so two streams of one task never fold one chunk twice.
+    replace, a Task snapshot, or the record's view it continued); at most :data:`MAX_ARTIFACTS`.
+    The record takes it with each delivered update, and it is what the record freezes when the
+    task ends (docs/field-cases.md F18, F19): each stream folds its own deliveries, so two
+    streams of one task never fold one chunk twice.
     """
 
     task_id: str | None = None

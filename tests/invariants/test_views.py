@@ -240,18 +240,32 @@ class TestF19AfterTerminal:
         longer = get(book, "t-19", task("t-19", "c-19", "TASK_STATE_COMPLETED", artifacts=arts(("a-1", ["x", "y", "w"]))))
         assert longer.result["artifacts"] == arts(("a-1", ["x", "y"]))
 
-    def test_f19_artifacts_of_a_terminal_state_seen_without_them_keep_their_count_only(self, book):
-        """A terminal state recorded where the gateway did not see the artifacts whole (a
-        unary status, a stream that joined mid-artifact): only the part count bounds them."""
-        one = book.open(exchange("SubscribeToTask", {"id": "t-19"}))
-        one.event(status_update("t-19", "c-19", "TASK_STATE_WORKING"))
-        get(book, "t-19", task("t-19", "c-19", "TASK_STATE_WORKING", artifacts=arts(("a-1", ["x"]))))
-        one.event(artifact_update("t-19", "c-19", "a-1", ["y"], append=True))  # the stream never saw x
-        one.event(status_update("t-19", "c-19", "TASK_STATE_COMPLETED"))
+    def test_f19_a_later_turn_continues_the_records_view(self, book):
+        """A stream appending to an artifact it never showed whole (an earlier turn's, or one
+        first seen in an answer) continues the record's view: what it freezes is exact."""
+        get(book, "t-19", task("t-19", "c-19", "TASK_STATE_INPUT_REQUIRED", artifacts=arts(("a-1", ["x"]))))
+        turn = book.open(exchange("SendStreamingMessage", follow_up("t-19")))
+        turn.event(artifact_update("t-19", "c-19", "a-1", ["y"], append=True))
+        turn.event(status_update("t-19", "c-19", "TASK_STATE_COMPLETED"))
         frozen = book.record("t-19").artifacts["a-1"]
-        assert (frozen.parts, frozen.digest) == (2, None)
-        out = get(book, "t-19", task("t-19", "c-19", "TASK_STATE_COMPLETED", artifacts=arts(("a-1", ["x", "y", "z"]))))
-        assert out.result["artifacts"] == arts(("a-1", ["x", "y"]))
+        assert (frozen.parts, frozen.digest) == (2, fold(EMPTY, text_parts(["x", "y"]), V1))
+        out = get(book, "t-19", task("t-19", "c-19", "TASK_STATE_COMPLETED", artifacts=arts(("a-1", ["x", "q"]))))
+        assert out.result["artifacts"] == [] and note(out.result)["artifacts"] == ["a-1"]
+
+    def test_f19_an_answer_racing_a_stream_leaves_the_count_only(self, book):
+        """A unary answer that shows a known artifact otherwise than the record may be ahead of
+        (or behind) a stream's chunks: the record takes its part count, not its fold; only the
+        part count bounds what is frozen after a stream continuing from it."""
+        get(book, "t-19", task("t-19", "c-19", "TASK_STATE_INPUT_REQUIRED", artifacts=arts(("a-1", ["x"]))))
+        turn = book.open(exchange("SendStreamingMessage", follow_up("t-19")))
+        get(book, "t-19", task("t-19", "c-19", "TASK_STATE_WORKING", artifacts=arts(("a-1", ["x", "y"]))))
+        assert book.record("t-19").artifacts["a-1"].digest is None
+        turn.event(artifact_update("t-19", "c-19", "a-1", ["y"], append=True))  # already in that answer
+        turn.event(status_update("t-19", "c-19", "TASK_STATE_COMPLETED"))
+        frozen = book.record("t-19").artifacts["a-1"]
+        assert (frozen.parts, frozen.digest) == (3, None)
+        out = get(book, "t-19", task("t-19", "c-19", "TASK_STATE_COMPLETED", artifacts=arts(("a-1", ["x", "y"]))))
+        assert out.result["artifacts"] == arts(("a-1", ["x", "y"])) and out.findings == []
 
 
 # --------------------------------------------------------------------------------------------
