@@ -27,6 +27,7 @@ from tests.proxy.roads import (
 )
 from tests.support.objects import status_update, task
 from tests.support.scripted_worker import default_card
+from tests.support.servers import wait_until
 
 
 @pytest.fixture(params=ROADS + BRIDGES, ids=lambda r: r.id)
@@ -118,6 +119,8 @@ def test_f19_content_after_completed_is_absent_from_get_task(road: Driver) -> No
     got = road.stream()
     assert kinds(got) == ["task", "artifact", "status"]
     assert delivered_view(got) == {"a-25": ["part one"]}
+    # the late events are judged in the drain after the client's stream ended
+    wait_until(lambda: road.h.divergences("event_after_terminal") == 2, message="the drain")
     road.on_get("t-19", task("t-19", "TASK_STATE_COMPLETED",
                              artifacts=[art("a-25", "part one", "part two"), art("a-26", "late")]))
     kind, answer = road.get("t-19")
@@ -134,6 +137,7 @@ def test_f19_an_artifact_replaced_after_completed_is_withheld(road: Driver) -> N
                     artifact_event("t-19", "a-25", "other one", "other two", append=False)])
     got = road.stream()
     assert delivered_view(got) == {"a-25": ["part one", "part two"]}
+    wait_until(lambda: road.h.divergences("event_after_terminal") == 1, message="the drain")
     road.on_get("t-19", task("t-19", "TASK_STATE_COMPLETED", artifacts=[art("a-25", "other one", "other two")]))
     kind, answer = road.get("t-19")
     assert kind == "task" and answered_view(answer) == {}
