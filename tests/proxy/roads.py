@@ -34,8 +34,10 @@ V03_CARD = {
     "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
     "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": ["test"]}],
 }
-_METHODS = {V1D: {"stream": "SendStreamingMessage", "send": "SendMessage", "get": "GetTask"},
-            J03: {"stream": "message/stream", "send": "message/send", "get": "tasks/get"}}
+_METHODS = {V1D: {"stream": "SendStreamingMessage", "send": "SendMessage", "get": "GetTask",
+                  "subscribe": "SubscribeToTask"},
+            J03: {"stream": "message/stream", "send": "message/send", "get": "tasks/get",
+                  "subscribe": "tasks/resubscribe"}}
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,15 @@ class Driver:
             steps = [Data(self.w_event(e)) for e in v1_events]
             self.h.worker.on_path("POST", _prefix(self.road.worker) + "/message:stream", sse=steps)
 
+    def on_subscribe(self, tid: str, v1_events: list[dict[str, Any]]) -> None:
+        """The worker's answer to the next subscribe to ``tid``."""
+        if self.road.binding == "jsonrpc":
+            steps: list[Any] = [Event(result=self.w_event(e)) for e in v1_events]
+            self.h.worker.on(_METHODS[self.road.worker]["subscribe"], sse=steps)
+        else:
+            steps = [Data(self.w_event(e)) for e in v1_events]
+            self.h.worker.on_path("POST", f"{_prefix(self.road.worker)}/tasks/{tid}:subscribe", sse=steps)
+
     def on_send(self, v1_result: dict[str, Any]) -> None:
         """The worker's answer to the next unary send (a v1.0 SendMessageResponse)."""
         answer = bridge.convert_result(Operation.SEND, v1_result, V1D, self.road.worker)
@@ -152,6 +163,18 @@ class Driver:
             docs = [f["data"] for f in frames(raw) if f["data"] is not None]
             return [("error", d["error"]) if "error" in d else event_of(d["result"]) for d in docs]
         _, raw = self.h.rest("POST", _prefix(self.road.client) + "/message:stream", json={"message": message},
+                             headers={**self.headers, "accept": "text/event-stream"})
+        return [("error", f["data"]) if f["event"] == "error" else event_of(f["data"])
+                for f in frames(raw) if f["data"] is not None]
+
+    def subscribe(self, tid: str) -> list[tuple[str, Any]]:
+        """A subscribe to ``tid``; the events the client got, as :meth:`stream` gives them."""
+        if self.road.binding == "jsonrpc":
+            _, raw = self.h.stream({"jsonrpc": "2.0", "id": "r", "params": {"id": tid},
+                                    "method": _METHODS[self.road.client]["subscribe"]}, headers=self.headers)
+            docs = [f["data"] for f in frames(raw) if f["data"] is not None]
+            return [("error", d["error"]) if "error" in d else event_of(d["result"]) for d in docs]
+        _, raw = self.h.rest("POST", f"{_prefix(self.road.client)}/tasks/{tid}:subscribe",
                              headers={**self.headers, "accept": "text/event-stream"})
         return [("error", f["data"]) if f["event"] == "error" else event_of(f["data"])
                 for f in frames(raw) if f["data"] is not None]

@@ -10,6 +10,7 @@ import dataclasses
 import time
 from typing import Any
 
+import orjson
 import pytest
 
 from gateway.invariants.engine import CORRECTED_KEY
@@ -108,6 +109,20 @@ def test_f18_the_live_task_answer_is_corrected_too(road: Driver) -> None:
     assert answered_view(answer) == {} and note(answer)["artifacts"] == ["a-3"]
 
 
+def test_f18_a_subscribe_snapshot_is_corrected_too(plain_road: Driver) -> None:
+    d = plain_road
+    d.on_stream([{"task": task("t-18", "TASK_STATE_SUBMITTED")},
+                 artifact_event("t-18", "a-3", "draft one", lastChunk=True),
+                 artifact_event("t-18", "a-4", "notes"),
+                 status_update("t-18", "TASK_STATE_INPUT_REQUIRED")])
+    d.stream("plan it")
+    d.on_subscribe("t-18", [{"task": task("t-18", "TASK_STATE_INPUT_REQUIRED",
+                                          artifacts=[art("a-3", "redraft"), art("a-4", "notes")])}])
+    got = d.subscribe("t-18")
+    assert kinds(got) == ["task"]
+    assert answered_view(got[0][1]) == {"a-4": ["notes"]} and note(got[0][1])["artifacts"] == ["a-3"]
+
+
 # ---------------------------------------------------------------------------------- F19
 
 def test_f19_content_after_completed_is_absent_from_get_task(road: Driver) -> None:
@@ -127,6 +142,28 @@ def test_f19_content_after_completed_is_absent_from_get_task(road: Driver) -> No
     assert kind == "task" and state(answer) == "completed"
     assert answered_view(answer) == delivered_view(got)
     assert set(note(answer)["artifacts"]) == {"a-25", "a-26"}
+
+
+@pytest.mark.parametrize("rest", [False, True], ids=["jsonrpc", "rest"])
+def test_f19_list_tasks_is_corrected_alike(make_harness: Any, rest: bool) -> None:
+    """ListTasks (v1.0 only: v0.3 has none to bridge, docs/bridge.md §1.9)."""
+    from tests.proxy.roads import ROADS as roads
+    d = Driver(make_harness(), roads[2] if rest else roads[0])
+    d.on_stream([{"task": task("t-19", "TASK_STATE_WORKING")}, artifact_event("t-19", "a-25", "part one"),
+                 status_update("t-19", "TASK_STATE_COMPLETED"), artifact_event("t-19", "a-25", "part two", append=True)])
+    d.stream()
+    wait_until(lambda: d.h.divergences("event_after_terminal") == 1, message="the drain")
+    listed = {"tasks": [task("t-19", "TASK_STATE_COMPLETED", artifacts=[art("a-25", "part one", "part two")])]}
+    if rest:
+        d.h.worker.on_path("GET", "/tasks", json_body=listed)
+        r, raw = d.h.rest("GET", "/tasks?includeArtifacts=true", headers=d.headers)
+        doc = orjson.loads(raw)
+    else:
+        d.h.worker.on("ListTasks", json_result=listed)
+        doc = d.h.rpc({"jsonrpc": "2.0", "id": "l", "method": "ListTasks", "params": {"includeArtifacts": True}},
+                      headers=d.headers).json()["result"]
+    [listed_task] = doc["tasks"]
+    assert answered_view(listed_task) == {"a-25": ["part one"]}
 
 
 def test_f19_an_artifact_replaced_after_completed_is_withheld(road: Driver) -> None:
