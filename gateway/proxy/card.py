@@ -20,7 +20,10 @@ docs/field-cases.md F10, F11):
   :meth:`CardCache.status` says all this for a readiness check, :meth:`CardCache.holds_card`
   whether any card was ever fetched (``/readyz`` is 503 until every upstream's was).
   Every card has an ETag: the worker's, or one derived from the canonical JSON. A worker that
-  varies its card by ``A2A-Version`` is cached per variant.
+  varies its card by ``A2A-Version`` is cached per variant. Each good fetch is told to the
+  ledger (``observe_card``), which answers the upstream's card generation — one more per
+  observed change of a variant's ETag, shared by every replica on the ledger — kept here and in
+  every :class:`~gateway.invariants.admission.CardView` (docs/field-cases.md F20).
 * :func:`serve_card` answers ``GET {prefix}/.well-known/agent-card.json`` (and the legacy
   ``agent.json``) with every interface URL rewritten to the gateway's public URL for the
   mount, its own ETag (hash of the served body), ``304`` on a matching ``If-None-Match``, and
