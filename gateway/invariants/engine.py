@@ -12,9 +12,10 @@ Checks, in order, for a worker payload (each cites docs/field-cases.md):
 2. identity — a payload for another task or context than the one the exchange is bound to
    is refused (F06);
 3. terminal absorption — a terminal task never moves again; later events are not delivered,
-   a regression poisons the task id, a snapshot is corrected, a reused id is refused (F04, F05);
-4. artifacts — append / replace / ``lastChunk`` sealing (F06), see
-   :mod:`gateway.invariants.artifacts`;
+   a regression poisons the task id, a snapshot is corrected, a reused id is refused — and a
+   ``GetTask`` of the reused id answered with the recorded task (F04, F05, F21);
+4. artifacts — append / replace / ``lastChunk`` sealing (F06), and every answer shows a frozen
+   artifact only as it was shown (F18, F19), see :mod:`gateway.invariants.artifacts`;
 5. generations (A2A v1.1 draft, docs/resume.md §3.2) — on a live task, a jump past the next
    generation owes the worker a ``GetTask`` (``generation_gap``), a step back is a
    ``generation_regression`` divergence that owes one too; the payload is delivered either
