@@ -123,6 +123,22 @@ def test_f18_a_subscribe_snapshot_is_corrected_too(plain_road: Driver) -> None:
     assert answered_view(got[0][1]) == {"a-4": ["notes"]} and note(got[0][1])["artifacts"] == ["a-3"]
 
 
+def test_f18_the_artifacts_of_a_task_are_bounded(make_harness: Any) -> None:
+    """At most MAX_ARTIFACTS artifacts per task reach the record and the client; one more is
+    not delivered, counted as the worker reaching the bound."""
+    from gateway.invariants.model import MAX_ARTIFACTS
+    from tests.proxy.roads import ROADS as roads
+    d = Driver(make_harness(), roads[0])
+    d.on_stream([{"task": task("t-18", "TASK_STATE_WORKING")},
+                 *(artifact_event("t-18", f"a-{i}", "x") for i in range(MAX_ARTIFACTS + 1)),
+                 status_update("t-18", "TASK_STATE_COMPLETED")])
+    got = d.stream()
+    assert len(delivered_view(got)) == MAX_ARTIFACTS and f"a-{MAX_ARTIFACTS}" not in delivered_view(got)
+    assert d.h.metric("a2a_gateway_limits_reached_total", limit="max_artifacts_per_task", side="worker") == 1
+    stored = d.h.on_gateway_loop(d.h.runtime.ledger.get("worker", "t-18"))
+    assert len(stored.record.artifacts) == MAX_ARTIFACTS
+
+
 # ---------------------------------------------------------------------------------- F19
 
 def test_f19_content_after_completed_is_absent_from_get_task(road: Driver) -> None:
