@@ -255,6 +255,8 @@ def clean_snapshot_artifacts(
             findings.append(Finding("limit", LIMIT, f"artifact {aid}"))
             withheld.add(aid)
             continue
+        if out is None and views is None:
+            continue  # an artifact a terminal record does not hold: shown as it is, nothing to keep
         view = (len(parts), fold(EMPTY, parts, dialect))
         if views is not None:
             views[aid] = view
