@@ -157,7 +157,8 @@ def record_summary(record: Any, version: int, needs_resync: bool) -> dict[str, A
     by field (so nothing added to the record later — a caller's fingerprint — shows by accident)."""
     return {"state": record.state.value, "terminal": record.terminal, "context_id": record.context_id,
             "observed_at": iso(record.observed_at), "poisoned": record.poisoned,
-            "card_etag": record.card_etag, "pending_get": record.pending_get,
+            "card_etag": record.card_etag, "card_generation": record.card_generation,
+            "pending_get": record.pending_get,
             "version": version, "needs_resync": needs_resync}
 
 

@@ -657,7 +657,7 @@ def _task_text(task_id: str, upstream: str, stored: Stored | None, entries: list
                   f"  context      {r.context_id or '-'}",
                   f"  observed at  {iso(r.observed_at)}",
                   f"  version {stored.version}, needs_resync {'yes' if stored.needs_resync else 'no'}, "
-                  f"card ETag {r.card_etag or '-'}"]
+                  f"card ETag {r.card_etag or '-'}, card generation {r.card_generation or '-'}"]
     if not entries:
         lines.append("timeline: none kept")
     else:

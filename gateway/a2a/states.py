@@ -54,6 +54,21 @@ class TaskState(enum.StrEnum):
         return self._value_ in _INTERRUPTED_VALUES
 
 
+def moves_on(recorded: TaskState, seen: TaskState) -> bool:
+    """True when a task recorded in ``recorded`` can have come to ``seen`` along the task
+    lifecycle (docs/protocol.md §2) through steps the gateway did not see — progress, not a
+    contradiction (docs/field-cases.md F22): out of an unspecified or submitted state to any
+    other; from working or an interrupted state to working, an interrupted or a terminal state.
+    Never out of a terminal state, and never back to submitted (or to unspecified)."""
+    if recorded is seen:
+        return True
+    if recorded.is_terminal or seen is TaskState.UNSPECIFIED:
+        return False
+    if seen is TaskState.SUBMITTED:
+        return recorded is TaskState.UNSPECIFIED
+    return True
+
+
 TERMINAL_STATES = frozenset(
     {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
 )

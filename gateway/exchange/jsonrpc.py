@@ -87,7 +87,8 @@ class JsonRpcExchange(RequestExchange):
                  caller: Caller = NO_CALLER) -> None:
         task_id = jsonrpc.request_task_id(info, req.params)
         ex = Exchange(policy.upstream, info.operation, info.version, task_id, policy.mode,
-                      card_etag=card.etag, tenant=jsonrpc.request_tenant(info, req.params),
+                      card_etag=card.etag, card_generation=card.generation,
+                      tenant=jsonrpc.request_tenant(info, req.params),
                       caller=caller.fingerprint, caller_matches=caller.matches)
         message = jsonrpc.request_message(req.params)
         context_id = jsonrpc.member(message, "contextId", "context_id") if message else None

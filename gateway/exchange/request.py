@@ -33,6 +33,7 @@ from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.payloads import locate
 from gateway.a2a.sse import Event
+from gateway.a2a.states import TaskState, moves_on
 from gateway.errors import POOL_EXHAUSTED, LedgerError, UnencodableError, UpstreamError
 from gateway.exchange.commands import (
     Answer,
@@ -58,6 +59,21 @@ from gateway.invariants.timeline import request_entry, rewrite_entry
 
 CardRewrite = Callable[[dict[str, Any]], dict[str, Any]]
 """Rewrites an Agent Card for the client (its interface URLs to the gateway's); pure."""
+
+
+def caught_up(upstream: str, record: TaskRecord, seen: TaskState, reason: str) -> Steps:
+    """The worker's answer to the gateway's own ``GetTask`` (a forced one, the sweep's) shows
+    the task in ``seen``, not the ``record``'s state (docs/field-cases.md F22): a state the task
+    came to along its lifecycle (:func:`~gateway.a2a.states.moves_on`: the gateway had not seen
+    it yet) is progress, a ``task_moved_on`` debug line; anything else — a task back in
+    submitted — contradicts the record: a ``stale_record`` divergence."""
+    if moves_on(record.state, seen):
+        yield Log("debug", "task_moved_on", (("upstream", upstream), ("task_id", record.task_id),
+                                             ("recorded", record.state.value), ("state", seen.value),
+                                             ("reason", reason)))
+        return
+    detail = f"task {record.task_id} recorded {record.state.value}, worker says {seen.value} ({reason})"
+    yield Found((Finding("divergence", "stale_record", detail),), record.task_id, tenant=record.tenant)
 
 
 def error_message(exc: UpstreamError) -> str:
@@ -338,8 +354,9 @@ class RequestExchange:
     def forced_get(self, loaded: Loaded, reason: str) -> Generator[Any, Any, TaskRecord | None]:
         """``GetTask`` to the worker before acting on the task ``loaded`` holds (its record may
         be stale), counted in ``a2a_gateway_forced_get_total{reason}``; a fresh state that
-        differs from the record is a ``stale_record`` divergence. The ``needs_resync`` flag is
-        cleared even when the worker gives no task. Returns the fresh record."""
+        differs from the record is progress or a ``stale_record`` divergence (:func:`caught_up`).
+        The ``needs_resync`` flag is cleared even when the worker gives no task. Returns the
+        fresh record."""
         record = loaded.record
         assert record is not None
         yield Count("forced_gets", (reason,))
@@ -351,9 +368,7 @@ class RequestExchange:
             yield from clear_resync(self.policy, loaded)
         current = fresh.record
         if current is not None and current.state is not record.state:
-            detail = (f"task {record.task_id} recorded {record.state.value}, worker says "
-                      f"{current.state.value} ({reason})")
-            yield Found((Finding("divergence", "stale_record", detail),), record.task_id, tenant=record.tenant)
+            yield from caught_up(self.policy.upstream, record, current.state, reason)
         return current
 
     def probe_task(self, task_id: str, reason: str = "probe") -> Generator[Any, Any, tuple[Any, TaskRecord | None]]:

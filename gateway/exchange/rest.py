@@ -60,7 +60,8 @@ class RestExchange(RequestExchange):
             task_id = jsonrpc.member(message, "taskId", "task_id") or task_id
             context_id = jsonrpc.member(message, "contextId", "context_id")
         ex = Exchange(policy.upstream, call.operation, call.version, task_id, policy.mode,
-                      card_etag=card.etag, binding=Binding.REST, tenant=tenant,
+                      card_etag=card.etag, card_generation=card.generation, binding=Binding.REST,
+                      tenant=tenant,
                       caller=caller.fingerprint, caller_matches=caller.matches)
         summary = Summary(call.operation.value, task_id=task_id, context_id=context_id,
                           binding=Binding.REST)

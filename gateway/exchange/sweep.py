@@ -30,14 +30,14 @@ from gateway.a2a.rest import RestCall
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import LedgerError, UpstreamError, VersionConflictError
 from gateway.exchange.bridge import BridgedJsonRpcExchange, BridgedRestExchange
-from gateway.exchange.commands import Count, Found, Load, Loaded, Log, Post, Store
+from gateway.exchange.commands import Count, Load, Loaded, Log, Post, Store
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.judge import judge
 from gateway.exchange.model import Policy
-from gateway.exchange.request import RequestExchange
+from gateway.exchange.request import RequestExchange, caught_up
 from gateway.exchange.rest import RestExchange
 from gateway.invariants.admission import CardView
-from gateway.invariants.model import Action, Finding, TaskRecord
+from gateway.invariants.model import Action, TaskRecord
 
 REASON = "sweep"
 """The ``reason`` label of ``a2a_gateway_forced_get_total`` for a sweep's ``GetTask``."""
@@ -289,9 +289,7 @@ class SweepExchange:
         before, after = seen.stored
         result.state = after.state.value
         if before is not None and after.state is not before.state:  # this sweep recorded a new state
-            detail = (f"task {task_id} recorded {before.state.value}, worker says "
-                      f"{after.state.value} ({REASON})")
-            yield Found((Finding("divergence", "stale_record", detail),), task_id, tenant=self.task.tenant)
+            yield from caught_up(self.task.upstream, before, after.state, REASON)
             result.outcome, result.task = "changed", outcome.result
         return result
 

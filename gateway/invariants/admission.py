@@ -30,13 +30,15 @@ class CardView:
 
     ``doc`` is the last good card (``None`` if none was ever fetched); ``fresh`` is True when
     it was fetched or revalidated within its TTL; ``reachable`` is False after the last fetch
-    attempt failed; ``etag`` identifies the card version.
+    attempt failed; ``etag`` identifies the card version; ``generation`` counts the card
+    changes the ledger observed for the upstream (docs/field-cases.md F20; ``None``: not known).
     """
 
     doc: dict[str, Any] | None
     fresh: bool
     reachable: bool
     etag: str | None
+    generation: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +125,9 @@ def forced_get_reason(
     ``generation_gap`` — the worker's task generation jumped, so events were missed —, or
     ``generation_regression`` — it went back; A2A v1.1 draft, docs/resume.md §3.2),
     ``card_unreachable``, ``etag_changed`` (the card changed since the task's last
-    observation), ``heartbeat_gap`` (no observation for longer than the interval). A terminal or
+    observation: a later card generation than the task's, even when the ETag came back to the
+    recorded one, docs/field-cases.md F20; the ETags compared where either generation is not
+    known), ``heartbeat_gap`` (no observation for longer than the interval). A terminal or
     unknown task needs none: nothing about it can be refreshed into life. No reason, no poll.
     The worker's Task answer to the ``GetTask`` clears an owed reason (the engine does).
 
@@ -141,7 +145,10 @@ def forced_get_reason(
         return record.pending_get
     if not card.reachable:
         return "card_unreachable"
-    if record.card_etag and card.etag and record.card_etag != card.etag:
+    if record.card_generation is not None and card.generation is not None:
+        if card.generation > record.card_generation:
+            return "etag_changed"
+    elif record.card_etag and card.etag and record.card_etag != card.etag:
         return "etag_changed"
     if now - record.observed_at > heartbeat_seconds:
         return "heartbeat_gap"

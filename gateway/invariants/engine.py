@@ -12,9 +12,10 @@ Checks, in order, for a worker payload (each cites docs/field-cases.md):
 2. identity — a payload for another task or context than the one the exchange is bound to
    is refused (F06);
 3. terminal absorption — a terminal task never moves again; later events are not delivered,
-   a regression poisons the task id, a snapshot is corrected, a reused id is refused (F04, F05);
-4. artifacts — append / replace / ``lastChunk`` sealing (F06), see
-   :mod:`gateway.invariants.artifacts`;
+   a regression poisons the task id, a snapshot is corrected, a reused id is refused — and a
+   ``GetTask`` of the reused id answered with the recorded task (F04, F05, F21);
+4. artifacts — append / replace / ``lastChunk`` sealing (F06), and every answer shows a frozen
+   artifact only as it was shown (F18, F19), see :mod:`gateway.invariants.artifacts`;
 5. generations (A2A v1.1 draft, docs/resume.md §3.2) — on a live task, a jump past the next
    generation owes the worker a ``GetTask`` (``generation_gap``), a step back is a
    ``generation_regression`` divergence that owes one too; the payload is delivered either
@@ -28,6 +29,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gateway.a2a import jsonrpc
+from gateway.a2a.bridge import Dialect, dialect_of
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.payloads import (
     Item,
@@ -46,22 +48,37 @@ from gateway.a2a.states import (
     normalize_state,
     spell_state,
 )
-from gateway.invariants.artifacts import apply_update, clean_snapshot_artifacts
+from gateway.invariants.artifacts import (
+    AFTER_LAST_CHUNK,
+    AFTER_TERMINAL,
+    apply_update,
+    clean_snapshot_artifacts,
+    freeze,
+    shown_after,
+    within_frozen,
+)
 from gateway.invariants.model import (
+    MAX_ARTIFACTS,
     MAX_CALLERS,
     NO_ARTIFACTS,
+    NO_SHOWN,
     Action,
     Clock,
     Exchange,
     Finding,
     Mode,
     Outcome,
+    Shown,
     StreamState,
     TaskRecord,
     build_record,
+    stream_state,
 )
 
 CORRECTED_KEY = "a2a-gateway/corrected"
+"""The Task ``metadata`` member of an answer the gateway corrected: ``{"reason", "workerState",
+"artifacts"?, "workerContextId"?}`` (docs/field-cases.md F04, F18, F19, F21)."""
+REUSED = "reused_task_id"
 FINAL_FLAG = "final_flag"
 """The normalization family of a rewritten end-of-stream signal (v0.3 ``final``)."""
 _ABSENT = object()
@@ -341,11 +358,20 @@ def _check_identity(
     bound_ctx = stream.context_id if stream is not None and stream.context_id else None
     if bound_ctx is None and record is not None:
         bound_ctx = record.context_id
+        if record.state.is_terminal and (_creating(ex, stream) or (ex.operation is _GET and item.kind is _TASK)):
+            return None  # a terminal task's id in another context: reused (_on_terminal_record)
     if bound_ctx and ctx and ctx != bound_ctx:
         return _refuse(
             "context_id_mismatch", f"task {tid} context {ctx} != {bound_ctx}", stream, findings
         )
     return None
+
+
+def _creating(ex: Exchange, stream: StreamState | None) -> bool:
+    """True for the answer (or a stream's first task event) to a message that names no task:
+    whatever task it names is a new one."""
+    return ex.operation in (Operation.SEND, Operation.STREAM) and ex.task_id is None \
+        and (stream is None or stream.task_id is None)
 
 
 def _poison(record: TaskRecord, clock: Clock) -> TaskRecord:
@@ -400,17 +426,30 @@ def _on_terminal_record(
     snapshots are corrected without being counted again (one lie, one count).
     """
     tid = record.task_id
-    creating = ex.operation in (Operation.SEND, Operation.STREAM) and ex.task_id is None
-    if creating and (stream is None or stream.task_id is None):
+    if _creating(ex, stream):
         return _refuse(
-            "reused_task_id", f"worker reused terminal task id {tid}", stream, findings,
+            REUSED, f"worker reused terminal task id {tid}", stream, findings,
             _poison(record, clock),
         )
+    if item.kind is _TASK and ex.operation is _GET and item.context_id and record.context_id \
+            and item.context_id != record.context_id:
+        return _reused_answer(ex, record, item, obj, findings, clock)
     if item.kind is Kind.ARTIFACT:
         art = artifact_of(item)
-        if art is not None and art["artifactId"] in record.artifacts:
-            return Outcome(Action.FORWARD, obj, stream, findings=findings)  # seen before terminal
-        findings.append(Finding("divergence", "artifact_after_terminal", f"task {tid}"))
+        prev = record.artifacts.get(art["artifactId"]) if art is not None else None
+        if art is not None and prev is not None:
+            # an artifact recorded before the terminal state: a stream or a push behind the
+            # one that recorded it catches up, as far as what was frozen (docs/field-cases.md F19)
+            aid = art["artifactId"]
+            # only the stream's own view: the record's is what was frozen, not where this one is
+            view = shown_after(item.obj, art, prev, stream.shown if stream is not None else NO_SHOWN,
+                               _dialect(ex)) if _own_view(item.obj, art, stream) else None
+            if within_frozen(prev, view):
+                return Outcome(Action.FORWARD, obj, _with_view(stream, aid, view), findings=findings)
+            kind = AFTER_LAST_CHUNK if prev.sealed else AFTER_TERMINAL
+            findings.append(Finding("divergence", kind, f"task {tid} artifact {aid}"))
+        else:
+            findings.append(Finding("divergence", AFTER_TERMINAL, f"task {tid}"))
         poisoned = None if record.poisoned else _poison(record, clock)
         return Outcome(Action.DROP, None, stream, record=poisoned, findings=findings)
     if state is record.state or state is TaskState.UNSPECIFIED or _earlier(obj, record):
@@ -418,9 +457,14 @@ def _on_terminal_record(
             corrected = _corrected(ex, obj, record, findings, count=False)
             return Outcome(Action.FORWARD, corrected, stream, findings=findings)
         if item.kind is Kind.TASK and isinstance(obj.get("artifacts"), list):
-            cleaned = clean_snapshot_artifacts(obj["artifacts"], record, findings)
+            ids: list[str] = []
+            start = len(findings)
+            cleaned = clean_snapshot_artifacts(obj["artifacts"], record, findings, dialect=_dialect(ex),
+                                               frozen=True, corrected=ids)
             if cleaned is not obj["artifacts"]:
                 obj = {**obj, "artifacts": cleaned}
+                if ids:
+                    obj = _mark(obj, findings, start, ids)
         new_stream = _bind(stream, item, terminal=state is record.state)
         return Outcome(Action.FORWARD, obj, new_stream, findings=findings,
                        close=state is record.state and stream is not None)
@@ -474,16 +518,12 @@ def _recorded_status(ex: Exchange, record: TaskRecord) -> dict[str, Any]:
     return status
 
 
-def _corrected(
-    ex: Exchange, obj: dict[str, Any], record: TaskRecord, findings: list[Finding], *, count: bool
-) -> dict[str, Any]:
-    """A Task snapshot made true: recorded terminal status, only artifacts seen before it.
-
-    ``count``: add an ``artifact_after_terminal`` finding per artifact removed.
-    """
-    status = _recorded_status(ex, record)
-    worker_state = obj.get("status", {}).get("state") if isinstance(obj.get("status"), dict) else None
-    reason = "terminal_regression" if worker_state != status["state"] else "artifact_after_terminal"
+def _frozen_artifacts(ex: Exchange, obj: dict[str, Any], record: TaskRecord, findings: list[Finding],
+                      *, count: bool, ids: list[str]) -> list[Any]:
+    """A snapshot's artifacts as a terminal record lets them be shown: only those recorded
+    before the terminal state (``count``: an ``artifact_after_terminal`` finding per other
+    one), each as far as it agrees with what was frozen (docs/field-cases.md F19); ``ids``
+    receives the ids removed, cut or withheld."""
     arts = obj.get("artifacts")
     kept: list[Any] = []
     if isinstance(arts, list):
@@ -491,18 +531,127 @@ def _corrected(
             aid = art.get("artifactId") if isinstance(art, dict) else None
             if isinstance(aid, str) and aid in record.artifacts:
                 kept.append(art)
-            elif count:
-                findings.append(
-                    Finding("divergence", "artifact_after_terminal", f"task {record.task_id} {aid}")
-                )
-        kept = clean_snapshot_artifacts(kept, record, findings)
+                continue
+            if isinstance(aid, str):
+                ids.append(aid)
+            if count:
+                findings.append(Finding("divergence", AFTER_TERMINAL, f"task {record.task_id} {aid}"))
+        kept = clean_snapshot_artifacts(kept, record, findings, dialect=_dialect(ex), frozen=True,
+                                        corrected=ids)
+    return kept
+
+
+def _corrected(
+    ex: Exchange, obj: dict[str, Any], record: TaskRecord, findings: list[Finding], *, count: bool
+) -> dict[str, Any]:
+    """A Task snapshot made true: recorded terminal status, only artifacts seen before it, as
+    they were frozen.
+
+    ``count``: add an ``artifact_after_terminal`` finding per artifact removed.
+    """
+    status = _recorded_status(ex, record)
+    worker_state = obj.get("status", {}).get("state") if isinstance(obj.get("status"), dict) else None
+    reason = "terminal_regression" if worker_state != status["state"] else AFTER_TERMINAL
+    ids: list[str] = []
+    kept = _frozen_artifacts(ex, obj, record, findings, count=count, ids=ids)
     out = {**obj, "status": status}
     if "artifacts" in obj or kept:
         out["artifacts"] = kept
     meta = obj.get("metadata")
-    note = {"reason": reason, "workerState": worker_state}
+    note: dict[str, Any] = {"reason": reason, "workerState": worker_state}
+    if ids:
+        note["artifacts"] = ids
     out["metadata"] = {**(meta if isinstance(meta, dict) else {}), CORRECTED_KEY: note}
     return out
+
+
+def _reused_answer(ex: Exchange, record: TaskRecord, item: Item, obj: dict[str, Any],
+                   findings: list[Finding], clock: Clock) -> Outcome:
+    """A ``GetTask`` / ``ListTasks`` answer for a terminal task whose id the worker reused in
+    another context (docs/field-cases.md F21): the first one is the ``reused_task_id``
+    divergence and poisons the id. A caller seen on the task gets the recorded task — its
+    context, its recorded terminal status, the artifacts it was shown as far as the worker's
+    answer still holds them — marked corrected, never the new task's history or metadata;
+    anyone else -32006 (the gateway cannot tell them the new task is theirs)."""
+    tid = record.task_id
+    first = not record.poisoned
+    if first:
+        findings.append(Finding("divergence", REUSED,
+                                f"worker reused terminal task id {tid} in context {item.context_id}"))
+    poisoned = _poison(record, clock) if first else None
+    if not caller_seen(ex, record):
+        return Outcome(Action.REJECT, None, None, record=poisoned, findings=findings, close=True,
+                       error=(jsonrpc.INVALID_AGENT_RESPONSE,
+                              f"invalid agent response: {REUSED}: task {tid} is terminal in another context"))
+    worker_state = obj.get("status", {}).get("state") if isinstance(obj.get("status"), dict) else None
+    ids: list[str] = []
+    kept = _frozen_artifacts(ex, obj, record, [], count=False, ids=ids)
+    out: dict[str, Any] = {k: obj[k] for k in ("kind", "id") if k in obj}
+    out["contextId"] = record.context_id
+    out["status"] = _recorded_status(ex, record)
+    if kept:
+        out["artifacts"] = kept
+    note: dict[str, Any] = {"reason": REUSED, "workerState": worker_state, "workerContextId": item.context_id}
+    if ids:
+        note["artifacts"] = ids
+    out["metadata"] = {CORRECTED_KEY: note}
+    return Outcome(Action.FORWARD, out, None, record=poisoned, findings=findings)
+
+
+def _mark(obj: dict[str, Any], findings: list[Finding], start: int, ids: list[str]) -> dict[str, Any]:
+    """``obj`` (a Task) with the ``a2a-gateway/corrected`` note of artifacts corrected: the
+    reason is the first divergence (or bound) found from ``findings[start:]``."""
+    kinds = [f.kind for f in findings[start:] if f.category in ("divergence", "limit")]
+    status = obj.get("status")
+    worker_state = status.get("state") if isinstance(status, dict) else None
+    note = {"reason": kinds[0] if kinds else AFTER_LAST_CHUNK, "workerState": worker_state,
+            "artifacts": list(ids)}
+    meta = obj.get("metadata")
+    return {**obj, "metadata": {**(meta if isinstance(meta, dict) else {}), CORRECTED_KEY: note}}
+
+
+def _own_view(update: dict[str, Any], art: dict[str, Any], stream: StreamState | None) -> bool:
+    """True when the view after ``update`` follows from the update and the stream alone (a
+    replace, or an append to an artifact the stream showed whole)."""
+    return update.get("append") is not True or (stream is not None and art["artifactId"] in stream.shown)
+
+
+def _dialect(ex: Exchange) -> Dialect:
+    """The wire form of the payloads the engine judges for ``ex``: the client's."""
+    return dialect_of(ex.version, ex.binding)
+
+
+def _with_view(stream: StreamState | None, aid: str, view: Shown | None) -> StreamState | None:
+    """``stream`` having shown ``view`` of artifact ``aid`` (``None``: no longer known whole)."""
+    if stream is None:
+        return None
+    shown = stream.shown
+    if view is None:
+        if aid not in shown:
+            return stream
+        new = {k: v for k, v in shown.items() if k != aid}
+    else:
+        if shown.get(aid) == view or (aid not in shown and len(shown) >= MAX_ARTIFACTS):
+            return stream
+        new = {**shown, aid: view}
+    return stream_state(stream.task_id, stream.context_id, stream.terminal, stream.generation, new)
+
+
+def _with_views(stream: StreamState | None, views: dict[str, Shown]) -> StreamState | None:
+    """``stream`` having shown a snapshot's artifacts as ``views``."""
+    if stream is None or not views:
+        return stream
+    new = {**stream.shown, **views}
+    if len(new) > MAX_ARTIFACTS:
+        new = dict(list(new.items())[:MAX_ARTIFACTS])
+    return stream_state(stream.task_id, stream.context_id, stream.terminal, stream.generation, new)
+
+
+def _newer(known: int | None, current: int | None) -> int | None:
+    """The later of two card generations (``None``: unknown)."""
+    if current is None:
+        return known
+    return current if known is None or current > known else known
 
 
 def _bind(stream: StreamState | None, item: Item, *, terminal: bool,
@@ -519,7 +668,7 @@ def _bind(stream: StreamState | None, item: Item, *, terminal: bool,
     if task_id is stream.task_id and context_id is stream.context_id and terminal is stream.terminal \
             and generation == stream.generation:
         return stream
-    return StreamState(task_id, context_id, terminal, generation)
+    return stream_state(task_id, context_id, terminal, generation, stream.shown)
 
 
 def _generations(
@@ -590,13 +739,17 @@ def _transition(
         upstream, task_id, context_id = ex.upstream, tid, item.context_id
         base_state, base_status, poisoned = _UNSPECIFIED, None, False
         known, card_etag, tenant, callers = NO_ARTIFACTS, ex.card_etag, ex.tenant, ()
+        card_generation = ex.card_generation
     else:
         upstream, task_id, context_id = record.upstream, record.task_id, record.context_id or item.context_id
         base_state, base_status, poisoned = record.state, record.terminal_status, record.poisoned
         known, card_etag = record.artifacts, ex.card_etag or record.card_etag
         tenant, callers = record.tenant, record.callers
+        card_generation = _newer(record.card_generation, ex.card_generation)
     if state is _UNSPECIFIED:
         state = base_state  # an unspecified payload never erases a known state (F03)
+    terminal = state.is_terminal
+    first_terminal = terminal and not base_state.is_terminal
     if (record is None or record.generation is None) and "generation" not in item.obj:
         generation = pending_get = stream_generation = None  # no generations: the common case
     else:
@@ -607,7 +760,9 @@ def _transition(
         art = artifact_of(item)
         if art is not None:
             artifacts = dict(known)
-            if apply_update(item.obj, art, artifacts, findings) is not None:
+            refused, view = apply_update(item.obj, art, artifacts, findings, dialect=_dialect(ex),
+                                         shown=stream.shown if stream is not None else None)
+            if refused is not None:
                 # not delivered, but seen: its generation counts (docs/resume.md §3.2)
                 seen = None
                 if record is not None and (generation != record.generation
@@ -617,26 +772,40 @@ def _transition(
                 if stream is not None and stream_generation is not None:
                     stream = dataclasses.replace(stream, generation=stream_generation)
                 return Outcome(_DROP, None, stream, seen, findings)
+            stream = _with_view(stream, art["artifactId"], view)
     elif kind is _TASK and isinstance(obj.get("artifacts"), list):
         artifacts = dict(known)
-        cleaned = clean_snapshot_artifacts(obj["artifacts"], record, findings, artifacts)
+        views: dict[str, Shown] | None = {} if stream is not None else None
+        ids: list[str] = []
+        start = len(findings)
+        cleaned = clean_snapshot_artifacts(obj["artifacts"], record, findings, artifacts,
+                                           dialect=_dialect(ex), freeze_all=first_terminal,
+                                           views=views, corrected=ids)
         if cleaned is not obj["artifacts"]:
             obj = {**obj, "artifacts": cleaned}
+            if ids:
+                obj = _mark(obj, findings, start, ids)
+        if views:
+            stream = _with_views(stream, views)
+    terminal_status = base_status
+    if first_terminal:
+        status = dict(obj.get("status") or {})
+        status["state"] = state.value
+        terminal_status = status
+        if stream is not None and stream.shown and artifacts:
+            # what the client was shown of each artifact, frozen with the terminal state (F19)
+            if artifacts is known:
+                artifacts = dict(known)
+            freeze(artifacts, stream.shown)
     if not artifacts:
         artifacts = NO_ARTIFACTS
     elif type(artifacts) is not dict:
         artifacts = dict(artifacts)  # records hold plain dicts (or the shared NO_ARTIFACTS)
-    terminal = state.is_terminal
-    terminal_status = base_status
-    if terminal and not base_state.is_terminal:
-        status = dict(obj.get("status") or {})
-        status["state"] = state.value
-        terminal_status = status
     if terminal:
         pending_get = None  # nothing about a terminal task can be refreshed into life
     new_record = build_record(
         upstream, task_id, context_id, state, clock.wall, terminal_status,
-        poisoned, artifacts, card_etag, generation, pending_get, tenant, callers,
+        poisoned, artifacts, card_etag, generation, pending_get, tenant, callers, card_generation,
     )
     new_stream = _bind(stream, item, terminal=terminal, generation=stream_generation)
     return Outcome(_FORWARD, obj, new_stream, new_record, findings, None,

@@ -54,7 +54,8 @@ class Finding:
     """One thing the engine noticed; a value, never an exception (docs/architecture.md, convention 6).
 
     ``category`` is ``divergence`` (``kind`` in :data:`DIVERGENCE_KINDS`), ``normalization``
-    (``kind`` is a spelling family) or ``rejection`` (``kind`` is the local-rejection reason).
+    (``kind`` is a spelling family), ``rejection`` (``kind`` is the local-rejection reason) or
+    ``limit`` (a worker's payload past a bound of the record's; ``kind`` names the bound).
     ``detail`` is for logs only (may name task ids); never a metric label.
     """
 
@@ -65,25 +66,54 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class ArtifactRecord:
-    """What the ledger keeps per artifact: sealed by ``lastChunk``, and how many parts it has."""
+    """What the ledger keeps per artifact (docs/field-cases.md F06, F18, F19): sealed by
+    ``lastChunk``, how many parts it has, and ``digest``, the fold of the parts the gateway
+    showed (:func:`gateway.invariants.artifacts.fold`: 16 bytes over their content, whatever
+    the version). Once the artifact is frozen (sealed, or its task terminal) an answer that
+    shows anything else is corrected against them. ``None``: the gateway does not know the
+    whole content (only ``parts`` bounds it then)."""
 
     sealed: bool = False
     parts: int = 0
+    digest: bytes | None = None
 
 
 MAX_CALLERS = 16
 """The most callers a record keeps (docs/callers.md §2): the 16 most recently first seen."""
 
+MAX_ARTIFACTS = 256
+"""The most artifacts a record keeps per task, and so the most a client is shown of one task
+(docs/field-cases.md F18): an artifact update creating one more is not delivered and a snapshot
+is cut to the artifacts the record holds, counted as the worker reaching the bound
+``max_artifacts_per_task`` (``a2a_gateway_limits_reached_total``)."""
+
+Shown = tuple[int, bytes]
+"""What one stream delivered of one artifact: its parts count and their fold (``digest``)."""
+
 NO_ARTIFACTS: Mapping[str, ArtifactRecord] = MappingProxyType({})  # shared by artifact-less records
+NO_SHOWN: Mapping[str, Shown] = MappingProxyType({})  # shared by streams that delivered no artifact
 # Interned small ArtifactRecord values (frozen, so sharing one instance is invisible).
 _ARTIFACT_RECORDS = {(sealed, parts): ArtifactRecord(sealed, parts)
                      for sealed in (False, True) for parts in range(64)}
 
 
-def artifact_record(sealed: bool, parts: int) -> ArtifactRecord:
-    """``ArtifactRecord(sealed, parts)``, shared for the common small part counts."""
-    known = _ARTIFACT_RECORDS.get((sealed, parts))
-    return known if known is not None else ArtifactRecord(sealed, parts)
+_new_artifact = object.__new__
+_set_sealed, _set_parts, _set_digest = (ArtifactRecord.__dict__[name].__set__
+                                        for name in ("sealed", "parts", "digest"))
+
+
+def artifact_record(sealed: bool, parts: int, digest: bytes | None = None) -> ArtifactRecord:
+    """``ArtifactRecord(sealed, parts, digest)``: shared for the common small part counts
+    without a digest, else built by writing its slots (one per delivered artifact update)."""
+    if digest is None:
+        known = _ARTIFACT_RECORDS.get((sealed, parts))
+        if known is not None:
+            return known
+    record = _new_artifact(ArtifactRecord)
+    _set_sealed(record, sealed)
+    _set_parts(record, parts)
+    _set_digest(record, digest)
+    return record
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +139,12 @@ class TaskRecord:
     docs/callers.md §1): task ids are unique only within a tenant. ``callers`` are the keyed
     fingerprints of the callers seen on the task, oldest first, at most
     :data:`MAX_CALLERS` (docs/callers.md §2); opaque strings, never shown.
+
+    ``card_generation`` is the upstream's card generation the task was last observed under
+    (docs/field-cases.md F20): the ledger counts every observed change of the upstream's Agent
+    Card, so a later generation — even one whose ETag came back to the recorded one — owes a
+    ``GetTask`` before an action that needs the task alive. ``None``: not known (a record
+    written before generations, or while the ledger could not say).
     """
 
     upstream: str
@@ -124,6 +160,7 @@ class TaskRecord:
     pending_get: str | None = None
     tenant: str = ""
     callers: tuple[str, ...] = ()
+    card_generation: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -134,7 +171,7 @@ class TaskRecord:
 _RECORD_FIELDS = (
     "upstream", "task_id", "context_id", "state", "observed_at",
     "terminal_status", "poisoned", "artifacts", "card_etag", "generation", "pending_get",
-    "tenant", "callers",
+    "tenant", "callers", "card_generation",
 )
 if tuple(f.name for f in fields(TaskRecord)) != _RECORD_FIELDS:  # pragma: no cover
     raise RuntimeError("TaskRecord fields changed: update _RECORD_FIELDS and build_record")
@@ -144,7 +181,7 @@ def _record_builder() -> Any:
     new = object.__new__
     (s_upstream, s_task_id, s_context_id, s_state, s_observed_at,
      s_terminal_status, s_poisoned, s_artifacts, s_card_etag, s_generation, s_pending_get,
-     s_tenant, s_callers) = (
+     s_tenant, s_callers, s_card_generation) = (
         TaskRecord.__dict__[name].__set__ for name in _RECORD_FIELDS)
 
     def build_record(
@@ -161,6 +198,7 @@ def _record_builder() -> Any:
         pending_get: str | None,
         tenant: str = "",
         callers: tuple[str, ...] = (),
+        card_generation: int | None = None,
     ) -> TaskRecord:
         """``TaskRecord(...)`` with every field given, positionally, at about half the cost.
 
@@ -181,6 +219,7 @@ def _record_builder() -> Any:
         s_pending_get(record, pending_get)
         s_tenant(record, tenant)
         s_callers(record, callers)
+        s_card_generation(record, card_generation)
         return record
 
     return build_record
@@ -219,7 +258,9 @@ class Exchange:
     the caller on a task (``None``: callers are not told apart, every local answer goes to
     anyone), ``caller_matches`` every fingerprint of the caller under the secrets in force,
     ``caller`` included: a record that holds any of them has seen this caller
-    (docs/callers.md §2, §3).
+    (docs/callers.md §2, §3). ``card_generation`` is the upstream's card generation in force
+    (docs/field-cases.md F20; ``None``: not known), written into every record the exchange
+    produces (never lowering the one recorded).
     """
 
     upstream: str
@@ -232,6 +273,7 @@ class Exchange:
     tenant: str = ""
     caller: str | None = None
     caller_matches: frozenset[str] = frozenset()
+    card_generation: int | None = None
     spelling: Spelling = field(init=False)
 
     def __post_init__(self) -> None:
@@ -245,12 +287,46 @@ class StreamState:
     ``generation`` is the last task generation this stream carried (``None``: none yet): one
     stream's events arrive in order, so only a step back *on the same stream* is a regression
     (docs/resume.md §3.2).
+
+    ``shown`` is, per artifact, what this stream delivered of it (:data:`Shown`: parts count
+    and their fold), for the artifacts whose whole content it delivered (from their creation, a
+    replace, a Task snapshot, or the record's view it continued); at most :data:`MAX_ARTIFACTS`.
+    The record takes it with each delivered update, and it is what the record freezes when the
+    task ends (docs/field-cases.md F18, F19): each stream folds its own deliveries, so two
+    streams of one task never fold one chunk twice.
     """
 
     task_id: str | None = None
     context_id: str | None = None
     terminal: bool = False
     generation: int | None = None
+    shown: Mapping[str, Shown] = field(default_factory=lambda: NO_SHOWN)
+
+
+def _stream_builder() -> Any:
+    new = object.__new__
+    setters = tuple(StreamState.__dict__[f.name].__set__ for f in fields(StreamState))
+    if tuple(f.name for f in fields(StreamState)) != ("task_id", "context_id", "terminal", "generation",
+                                                       "shown"):  # pragma: no cover
+        raise RuntimeError("StreamState fields changed: update stream_state")
+    s_task_id, s_context_id, s_terminal, s_generation, s_shown = setters
+
+    def stream_state(task_id: str | None, context_id: str | None, terminal: bool, generation: int | None,
+                     shown: Mapping[str, Shown]) -> StreamState:
+        """``StreamState(...)`` with every field given, at about half the cost (as
+        :func:`build_record`): the engine makes one per artifact event."""
+        state = new(StreamState)
+        s_task_id(state, task_id)
+        s_context_id(state, context_id)
+        s_terminal(state, terminal)
+        s_generation(state, generation)
+        s_shown(state, shown)
+        return state
+
+    return stream_state
+
+
+stream_state = _stream_builder()
 
 
 @dataclass(frozen=True, slots=True)

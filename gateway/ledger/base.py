@@ -241,6 +241,16 @@ class TaskLedger(Protocol):
         many were deleted (Redis: how many timelines, each whose last entry is that old)."""
         ...
 
+    async def observe_card(self, upstream: str, variant: str, etag: str) -> int:
+        """Record that ``upstream``'s Agent Card (the ``variant`` a worker that varies its card
+        by ``A2A-Version`` serves; ``""`` for the one card) has the ETag ``etag`` now, and return
+        the upstream's card generation (docs/field-cases.md F20): 1 at the first card ever
+        observed, one more each time a variant's ETag differs from the one recorded for it —
+        also when it comes back to an earlier one — unchanged otherwise (a repeated ETag, or a
+        variant observed for the first time). Atomic, so replicas sharing the ledger count one
+        change once however many observe it; one entry per upstream, an ETag per variant."""
+        ...
+
     async def close(self) -> None:
         """Release connections and files."""
         ...
@@ -304,6 +314,16 @@ class TaskLedger(Protocol):
     async def outbox_depth(self) -> int:
         """Entries in the outbox, all tasks."""
         ...
+
+
+def next_card_generation(generation: int, etags: dict[str, str], variant: str, etag: str) -> int:
+    """The rule of :meth:`TaskLedger.observe_card` over a stored ``generation`` (0: none yet)
+    and ``etags`` by variant (mutated: ``variant`` gets ``etag``); the generation after it."""
+    before = etags.get(variant)
+    etags[variant] = etag
+    if generation == 0 or (before is not None and before != etag):
+        return generation + 1
+    return generation
 
 
 async def put_then_append(ledger: TaskLedger, record: TaskRecord, expected_version: int,

@@ -36,6 +36,7 @@ from gateway.ledger.base import (
     TimelineLimits,
     WindowEvent,
     WindowLimits,
+    next_card_generation,
     put_then_append,
 )
 
@@ -165,10 +166,18 @@ class MemoryLedger(_PushStore):
         self._max = max_tasks
         self.evicted = 0
         self._timelines: dict[tuple[str, str, str], deque[TimelineEntry]] = {}  # least recently written first
+        self._cards: dict[str, tuple[int, dict[str, str]]] = {}  # upstream -> (generation, ETag by variant)
         _PushStore.__init__(self)
 
     async def open(self) -> None:
         """Nothing to open."""
+
+    async def observe_card(self, upstream: str, variant: str, etag: str) -> int:
+        """See :meth:`TaskLedger.observe_card`."""
+        generation, etags = self._cards.get(upstream, (0, {}))
+        generation = next_card_generation(generation, etags, variant, etag)
+        self._cards[upstream] = (generation, etags)
+        return generation
 
     async def get(self, upstream: str, task_id: str, *, tenant: str = "") -> Stored | None:
         """The record of (``upstream``, ``tenant``, ``task_id``) with its version, or ``None``."""

@@ -15,6 +15,8 @@ Layout (``prefix`` defaults to ``a2agw``)::
                                              by observed_at (the sweep's page, docs/sweep.md §5)
     {prefix}:acks                      string  a counter the replica-acknowledgement barrier
                                              increments (its write is what ``WAIT`` waits for)
+    {prefix}:card:{upstream}           hash    g (the upstream's card generation), e:{variant}
+                                             (that card variant's ETag); docs/field-cases.md F20
 
 The replay window (docs/resume.md §2.3)::
 
@@ -141,6 +143,21 @@ else
   redis.call('ZADD', KEYS[5], ARGV[5], ARGV[7])
 end
 return 1
+"""
+
+#: observe_card (docs/field-cases.md F20), on the upstream's card hash alone: KEYS[1]; ARGV: the
+#: variant, the ETag. The generation after it: one more at the first card, and whenever the
+#: variant's ETag differs from the one recorded (gateway.ledger.base.next_card_generation).
+_OBSERVE_CARD = """
+local field = 'e:' .. ARGV[1]
+local before = redis.call('HGET', KEYS[1], field)
+local g = tonumber(redis.call('HGET', KEYS[1], 'g') or '0')
+redis.call('HSET', KEYS[1], field, ARGV[2])
+if g == 0 or (before and before ~= ARGV[2]) then
+  g = g + 1
+  redis.call('HSET', KEYS[1], 'g', g)
+end
+return g
 """
 
 _PRUNE = """
@@ -536,6 +553,7 @@ class RedisLedger(RedisPushStore):
         self._cas_sha = ""
         self._prune: Any = None
         self._resync: Any = None
+        self._observe_card: Any = None
 
     def _key(self, upstream: str, task_id: str, tenant: str = "") -> str:
         return f"{self.prefix}:task{tenant_part(tenant)}:{upstream}:{task_id}"
@@ -632,6 +650,7 @@ class RedisLedger(RedisPushStore):
         self._cas_sha = await self._client.script_load(self._cas_script)
         self._prune = self._client.register_script(_PRUNE)
         self._resync = self._client.register_script(_RESYNC)
+        self._observe_card = self._client.register_script(_OBSERVE_CARD)
 
     def _call(self, *command: Any) -> asyncio.Future[Any]:
         """Queue ``command`` for the next pipeline; the future gets its reply."""
@@ -795,6 +814,15 @@ class RedisLedger(RedisPushStore):
                              max(1, round(self.options.replica_ack_timeout * 1000)))
         *versions, _, acked = await pipe.execute()
         return [*versions, int(acked)]
+
+    def _card_key(self, upstream: str) -> str:
+        """The hash of ``upstream``'s card generation and its variants' ETags."""
+        return f"{self.prefix}:card:{escape_key_part(upstream)}"
+
+    async def observe_card(self, upstream: str, variant: str, etag: str) -> int:
+        """See :meth:`TaskLedger.observe_card`: one script on the upstream's card hash (a
+        connection of the pool's: once per card fetch, not in the pipeline's order)."""
+        return int(await self._observe_card(keys=[self._card_key(upstream)], args=[variant, etag]))
 
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state."""

@@ -15,7 +15,7 @@ Layout (``prefix`` defaults to ``a2agw``; ``TAG`` is :func:`task_tag`)::
     {prefix}:task:{TAG}      hash    as the single-server ledger's task hash
     {prefix}:events:{TAG}    stream  the task's replay window
     {prefix}:window:{TAG}    hash    bytes of the window's payloads
-    {prefix}:counts, :live, :terminal, :windows, :windows:n, :windows:total
+    {prefix}:counts, :live, :terminal, :windows, :windows:n, :windows:total, :card:{upstream}
                              as the single-server ledger: one key each, in a slot of its own
 
 A task's three keys share one tag, so they are in one slot and the scripts that take two of
@@ -58,7 +58,7 @@ from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
 from gateway.ledger import codec, redact
 from gateway.ledger.base import LiveTask, WindowLimits
-from gateway.ledger.redis import RedisLedger, RedisOptions, _read_secret, escape_key_part, host_port
+from gateway.ledger.redis import _OBSERVE_CARD, RedisLedger, RedisOptions, _read_secret, escape_key_part, host_port
 
 _log = logging.getLogger("a2a_gateway")
 
@@ -277,6 +277,7 @@ class RedisClusterLedger(RedisLedger):
         self._cas_sha = await client.script_load(_CAS)
         self._resync_one = client.register_script(_RESYNC_ONE)
         self._prune_one = client.register_script(_PRUNE_ONE)
+        self._observe_card = client.register_script(_OBSERVE_CARD)
 
     async def close(self) -> None:
         """Wait for the queued calls, then close every node's connections."""

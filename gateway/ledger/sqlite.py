@@ -24,7 +24,7 @@ whole is lost — ``BEGIN`` or ``COMMIT`` failed, or SQLite rolled the whole tra
 nothing of the batch was delivered yet, and every operation is run again in a transaction of its
 own, so each call gets the outcome it would have had alone.
 
-Schema (created on open; ``PRAGMA user_version`` 3; the push relay's tables of version 3 are in
+Schema (created on open; ``PRAGMA user_version`` 4; the push relay's tables of version 3 are in
 :mod:`gateway.ledger.sqlite_push`)::
 
     tasks(upstream TEXT, tenant TEXT, task_id TEXT, version INTEGER, state TEXT,
@@ -37,6 +37,7 @@ Schema (created on open; ``PRAGMA user_version`` 3; the push relay's tables of v
     event_windows(upstream TEXT, tenant TEXT, task_id TEXT, n INTEGER, bytes INTEGER,
                   PRIMARY KEY (upstream, tenant, task_id))
     event_total(one INTEGER PRIMARY KEY CHECK (one = 1), n INTEGER, bytes INTEGER)
+    card_generations(upstream TEXT PRIMARY KEY, generation INTEGER, etags TEXT (JSON: ETag by variant))
 
 ``task_counts`` holds the number of rows of ``tasks`` in each state, kept by three triggers on
 ``tasks`` (after an insert, a change of ``state``, a delete) in the transaction of the change
@@ -63,6 +64,10 @@ version is migrated in the same one transaction (:data:`_TO_TENANTS`): ``tasks``
 with the new primary key and its rows copied under tenant ``""`` (the counts follow through
 the insert trigger), ``events`` gains a ``tenant`` column (``""`` for every existing event),
 and ``event_windows`` is rebuilt from the events.
+
+Version 4 adds ``card_generations``, each upstream's card generation and the ETag of each card
+variant (docs/field-cases.md F20; :meth:`SqliteLedger.observe_card`), created empty at open on a
+database of an earlier version.
 """
 
 from __future__ import annotations
@@ -75,6 +80,8 @@ from collections.abc import Callable
 from pathlib import Path
 from queue import SimpleQueue
 from typing import Any, TypeVar
+
+import orjson
 
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
@@ -89,6 +96,7 @@ from gateway.ledger.base import (
     WindowLimits,
     decode_entry,
     encode_entry,
+    next_card_generation,
 )
 from gateway.ledger.sqlite_push import SCHEMA as PUSH_SCHEMA
 from gateway.ledger.sqlite_push import SqlitePushStore
@@ -99,7 +107,7 @@ T = TypeVar("T")
 #: (1: ``task_counts``; 2: the replay window's ``events``, ``event_windows``, ``event_total``).
 #: Version 2 was not released before ``event_total`` gained ``bytes``, so it has no version of
 #: its own: a file a development build made at version 2 without it is not migrated (delete it).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Statements, not a script: they run inside the migration's own transaction (executescript
 # would commit it first).
@@ -222,6 +230,12 @@ _SCHEMA = (
     END""",
     # -- version 3: the push relay's configs and outbox (docs/push.md §3) --
     *PUSH_SCHEMA,
+    # -- version 4: each upstream's card generation (docs/field-cases.md F20) --
+    """CREATE TABLE IF NOT EXISTS card_generations (
+        upstream   TEXT    NOT NULL PRIMARY KEY,
+        generation INTEGER NOT NULL,
+        etags      TEXT    NOT NULL
+    ) WITHOUT ROWID""",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
@@ -322,6 +336,16 @@ def _append_timeline(conn: sqlite3.Connection, limits: TimelineLimits, key: tupl
         if tasks > limits.max_tasks:
             for old in conn.execute(_TIMELINE_OLDEST, (tasks - limits.max_tasks,)).fetchall():
                 conn.execute(_TIMELINE_DROP, old)
+
+
+def _observe_card(conn: sqlite3.Connection, upstream: str, variant: str, etag: str) -> int:
+    row = conn.execute("SELECT generation, etags FROM card_generations WHERE upstream = ?", (upstream,)).fetchone()
+    generation, etags = (0, {}) if row is None else (int(row[0]), orjson.loads(row[1]))
+    generation = next_card_generation(generation, etags, variant, etag)
+    conn.execute("INSERT INTO card_generations (upstream, generation, etags) VALUES (?, ?, ?) "
+                 "ON CONFLICT (upstream) DO UPDATE SET generation = excluded.generation, etags = excluded.etags",
+                 (upstream, generation, orjson.dumps(etags).decode()))
+    return generation
 
 
 def _event_number(event_id: str) -> int | None:
@@ -747,6 +771,12 @@ class SqliteLedger(SqlitePushStore):
             params = (before, upstream, after.observed_at, after.observed_at, after.tenant, after.task_id, limit)
         rows = await self._submit(lambda c: c.execute(sql, params).fetchall(), write=False)
         return [LiveTask(upstream, tenant, task_id, at) for tenant, task_id, at in rows]
+
+    async def observe_card(self, upstream: str, variant: str, etag: str) -> int:
+        """See :meth:`TaskLedger.observe_card`: read and write ``card_generations`` in one
+        write operation of the batch's transaction (``BEGIN IMMEDIATE``: one writer at a time,
+        whatever the processes sharing the file)."""
+        return await self._submit(lambda c: _observe_card(c, upstream, variant, etag), write=True)
 
     async def close(self) -> None:
         """Run what is queued, close the connection and stop the worker thread."""

@@ -127,7 +127,7 @@ class Metrics:
         self.limits_reached = Labelled(Counter(
             "a2a_gateway_limits_reached_total",
             "Requests (side client) and worker answers (side worker) stopped by a configured bound, "
-            "by limit (the limits.* key)",
+            "by limit (the limits.* key; max_artifacts_per_task: the artifacts a task's record keeps)",
             ["upstream", "limit", "side"],
             registry=registry,
         ))

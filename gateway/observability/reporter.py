@@ -124,3 +124,5 @@ class Reporter:
                 )
             elif f.category == "rejection":
                 m.rejections.labels(upstream, method, f.kind, action).inc()
+            elif f.category == "limit":  # a worker's payload past a bound of the record's (its kind)
+                self.limit_reached(f.kind, "worker")

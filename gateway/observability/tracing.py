@@ -221,7 +221,8 @@ class Tracing:
     @staticmethod
     def findings(span: Span, findings: Any, task_id: str | None, action: str) -> None:
         """One span event per finding: ``a2a_gateway.divergence``, ``a2a_gateway.rejection``
-        (a local refusal) or ``a2a_gateway.normalization``, with its kind and detail."""
+        (a local refusal), ``a2a_gateway.normalization`` or ``a2a_gateway.limit`` (a worker past
+        a bound of the record's), with its kind and detail."""
         for f in findings:
             attrs = {"a2a_gateway.finding.kind": f.kind, "a2a_gateway.finding.detail": f.detail,
                      "a2a_gateway.action": action}

@@ -20,7 +20,10 @@ docs/field-cases.md F10, F11):
   :meth:`CardCache.status` says all this for a readiness check, :meth:`CardCache.holds_card`
   whether any card was ever fetched (``/readyz`` is 503 until every upstream's was).
   Every card has an ETag: the worker's, or one derived from the canonical JSON. A worker that
-  varies its card by ``A2A-Version`` is cached per variant.
+  varies its card by ``A2A-Version`` is cached per variant. Each good fetch is told to the
+  ledger (``observe_card``), which answers the upstream's card generation — one more per
+  observed change of a variant's ETag, shared by every replica on the ledger — kept here and in
+  every :class:`~gateway.invariants.admission.CardView` (docs/field-cases.md F20).
 * :func:`serve_card` answers ``GET {prefix}/.well-known/agent-card.json`` (and the legacy
   ``agent.json``) with every interface URL rewritten to the gateway's public URL for the
   mount, its own ETag (hash of the served body), ``304`` on a matching ``If-None-Match``, and
@@ -44,6 +47,7 @@ import ipaddress
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -68,7 +72,7 @@ from gateway.a2a.card_bridge import card_versions, served_card
 from gateway.a2a.jsonrpc import MAX_JSON_DEPTH, loads
 from gateway.a2a.version import Binding, ProtocolVersion, version_family
 from gateway.config import BridgeConfig, CardConfig, PublicConfig, UpstreamConfig
-from gateway.errors import NestingTooDeepError, UpstreamError
+from gateway.errors import LedgerError, NestingTooDeepError, UpstreamError
 from gateway.invariants.admission import CardView
 from gateway.ledger import redact
 from gateway.proxy.forward import Route
@@ -172,8 +176,11 @@ class CardCache:
 
     def __init__(self, client: UpstreamClient, metrics: Metrics, log: logging.Logger,
                  upstream: UpstreamConfig, *, max_json_depth: int = MAX_JSON_DEPTH,
-                 identity_header: str | None = None) -> None:
+                 identity_header: str | None = None,
+                 observe: Callable[[str, str], Awaitable[int]] | None = None) -> None:
         self.client = client
+        self.observe = observe  # (variant, ETag) -> the ledger's card generation (docs/field-cases.md F20)
+        self._generation: int | None = None
         self.identity_header = identity_header  # callers.header when it names callers, else None
         self.max_json_depth = max_json_depth
         self.metrics = metrics
@@ -211,7 +218,13 @@ class CardCache:
         if card is None:
             return CardView(None, False, self.reachable, None)
         fresh = card.fresh(time.monotonic()) and not self._stale
-        return CardView(card.doc, fresh, self.reachable, card.etag)
+        return CardView(card.doc, fresh, self.reachable, card.etag, self._generation)
+
+    @property
+    def generation(self) -> int | None:
+        """The upstream's card generation as the ledger said at the last good fetch (``None``:
+        not known — no fetch yet, no ledger hook, or the ledger failed after a change)."""
+        return self._generation
 
     def status(self) -> dict[str, Any]:
         """The card's state for a readiness endpoint, from the cache as it is (no I/O)::
@@ -357,10 +370,28 @@ class CardCache:
             self._backoff = self._retry_at = 0.0
             if outcome == "changed":
                 self.log.warning("card_changed", extra={"upstream": name})
+            await self._observe(a2a_version, changed=outcome == "changed")
         self.metrics.card_fetches.labels(name, outcome).inc()
         for reason in ("unreachable", "invalid"):
             self.metrics.degraded.labels(name, "card_" + reason).set(int(outcome == reason))
         return outcome
+
+    async def _observe(self, a2a_version: str, *, changed: bool) -> None:
+        """Tell the ledger the card just fetched (its variant's ETag) and take the upstream's
+        card generation it answers (docs/field-cases.md F20): one ledger call per good fetch —
+        once per card TTL, never per request. Every fetch is told, an unchanged one too, so a
+        replica learns the changes another replica observed. When the ledger fails, the
+        generation stays as it was, unless this fetch saw a change: then it is not known
+        (``None``), and tasks are judged by their card ETag alone until a fetch is told."""
+        key = self._variant(a2a_version)
+        card = self._cards.get(key)
+        if self.observe is None or card is None:
+            return
+        try:
+            self._generation = await self.observe(key, card.etag)
+        except LedgerError:  # counted and logged by the runtime's ledger_call
+            if changed:
+                self._generation = None
 
     def _failed(self, problem: _FetchProblem, *, step: bool = True) -> None:
         """Record a failed fetch: the next back-off step, and one warning (one per fetch, so

@@ -191,10 +191,17 @@ class Runtime:
 
     def _new_card_cache(self, upstream: UpstreamConfig) -> CardCache:
         callers = self.config.callers
+        ledger, name = self.ledger, upstream.name
+
+        def observe(variant: str, etag: str) -> Awaitable[int]:
+            """The upstream's card generation after this card (docs/field-cases.md F20)."""
+            return self.ledger_call("observe_card", lambda: ledger.observe_card(name, variant, etag))
+
         return CardCache(self.client, self.metrics, self.log, upstream,
                          max_json_depth=self.config.limits.max_json_depth,
                          identity_header=callers.header.lower()
-                         if callers.enabled and callers.identity == "header" else None)
+                         if callers.enabled and callers.identity == "header" else None,
+                         observe=observe)
 
     def begin_drain(self) -> None:
         """Shutdown has begun: readiness turns 503 at once; after

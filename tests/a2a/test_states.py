@@ -15,6 +15,7 @@ from gateway.a2a.states import (
     ProtocolVersion,
     TaskState,
     UnknownStateError,
+    moves_on,
     normalize_state,
     spell_state,
 )
@@ -252,3 +253,25 @@ class TestClasses:
         """A2A-Version is Major.Minor (docs/protocol.md §5)."""
         assert ProtocolVersion("1.0") is V10
         assert ProtocolVersion("0.3") is V03
+
+
+class TestMovesOn:
+    """docs/field-cases.md F22: which unseen state changes are progress."""
+
+    S = TaskState
+
+    @pytest.mark.parametrize(("recorded", "seen"), [
+        (S.SUBMITTED, S.COMPLETED), (S.SUBMITTED, S.WORKING), (S.SUBMITTED, S.INPUT_REQUIRED),
+        (S.WORKING, S.CANCELED), (S.WORKING, S.FAILED), (S.WORKING, S.INPUT_REQUIRED),
+        (S.INPUT_REQUIRED, S.WORKING), (S.AUTH_REQUIRED, S.COMPLETED), (S.INPUT_REQUIRED, S.AUTH_REQUIRED),
+        (S.UNSPECIFIED, S.SUBMITTED), (S.UNSPECIFIED, S.WORKING), (S.WORKING, S.WORKING),
+    ])
+    def test_progress(self, recorded, seen):
+        assert moves_on(recorded, seen)
+
+    @pytest.mark.parametrize(("recorded", "seen"), [
+        (S.WORKING, S.SUBMITTED), (S.INPUT_REQUIRED, S.SUBMITTED), (S.COMPLETED, S.WORKING),
+        (S.CANCELED, S.COMPLETED), (S.FAILED, S.SUBMITTED), (S.WORKING, S.UNSPECIFIED),
+    ])
+    def test_contradictions(self, recorded, seen):
+        assert not moves_on(recorded, seen)

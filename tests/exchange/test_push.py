@@ -217,3 +217,47 @@ def test_client_body_is_the_stream_response_for_v1() -> None:
     assert orjson.loads(client_body(judged, ProtocolVersion.V1_0, Binding.REST)) == judged
     v03 = orjson.loads(client_body(judged, ProtocolVersion.V0_3, Binding.JSONRPC))
     assert v03["kind"] == "status-update" and v03["status"]["state"] == "working"
+
+
+# --- docs/field-cases.md F18, F19: what a stream refused is not pushed either -----------------------
+
+
+def _artifact(aid: str, *texts: str, task_id: str = "t-1", **flags: bool) -> bytes:
+    return orjson.dumps({"artifactUpdate": {"taskId": task_id, "contextId": "c", **flags,
+                                            "artifact": {"artifactId": aid, "parts": [{"text": t} for t in texts]}}})
+
+
+def _task(state: str, *artifacts: tuple[str, list[str]]) -> bytes:
+    return orjson.dumps({"task": {"id": "t-1", "contextId": "c", "status": {"state": state},
+                                  "artifacts": [{"artifactId": a, "parts": [{"text": t} for t in ts]}
+                                                for a, ts in artifacts]}})
+
+
+def test_f18_a_pushed_update_of_a_sealed_artifact_and_a_pushed_rewrite_are_not_delivered() -> None:
+    ledger = Ledger()
+    run(judge_notification(POLICY, sub(), status("TASK_STATE_WORKING")), ledger)
+    run(judge_notification(POLICY, sub(), _artifact("a-3", "draft", lastChunk=True)), ledger)
+    for rewrite in (_artifact("a-3", "more", append=True), _artifact("a-3", "redraft")):
+        verdict, seen = run(judge_notification(POLICY, sub(), rewrite), ledger)
+        assert verdict.reason == "invariant" and enqueued(seen) == []
+    verdict, seen = run(judge_notification(POLICY, sub(), _artifact("a-3", "draft", lastChunk=True)), ledger)
+    assert verdict.reason is None and len(enqueued(seen)) == 1  # exactly what was sealed: a repeat
+    verdict, seen = run(judge_notification(POLICY, sub(), _task("TASK_STATE_WORKING", ("a-3", ["redraft"]))), ledger)
+    (body,) = enqueued(seen)
+    assert body["task"]["artifacts"] == [] and body["task"]["metadata"]["a2a-gateway/corrected"]["artifacts"] == ["a-3"]
+
+
+def test_f19_a_pushed_task_after_completed_shows_only_what_was_delivered() -> None:
+    ledger = Ledger()
+    for body in (status("TASK_STATE_WORKING"), _artifact("a-25", "part one")):
+        run(judge_notification(POLICY, sub(), body), ledger)
+    first, _ = run(judge_notification(POLICY, sub(), status("TASK_STATE_COMPLETED")), ledger)
+    assert first.ended
+    done = dataclasses.replace(sub(), terminal_sent=True)
+    late, seen = run(judge_notification(POLICY, done, _artifact("a-25", "part two", append=True)), ledger)
+    assert late.reason == "invariant" and enqueued(seen) == []
+    # another webhook of the task, which has not had the end yet, gets the Task as frozen
+    verdict, seen = run(judge_notification(POLICY, sub(), _task("TASK_STATE_COMPLETED",
+                                                                ("a-25", ["part one", "part two"]))), ledger)
+    (body,) = enqueued(seen)
+    assert [p["text"] for p in body["task"]["artifacts"][0]["parts"]] == ["part one"]

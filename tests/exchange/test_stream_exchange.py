@@ -17,7 +17,7 @@ from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.states import TaskState
 from gateway.a2a.version import ProtocolVersion
-from gateway.exchange.commands import Count, Emit, EndStream, Load, Open, Post, Read, Respond, Store, StoreAndAppend
+from gateway.exchange.commands import Count, Emit, EndStream, Load, Log, Open, Post, Read, Respond, Store, StoreAndAppend
 from gateway.exchange.judge import judge, touch
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
@@ -464,3 +464,35 @@ class TestReviewFindings:
         assert book.outputs[-1].event == "error"
         assert all(o.doc.get("result", {}).get("task", {}).get("status", {}).get("state")
                    != "TASK_STATE_COMPLETED" for o in book.outputs if o.doc)
+
+
+class TestF22ProgressIsNoDivergence:
+    """docs/field-cases.md F22: the forced GetTask before an action finds the task in a state
+    the gateway had not seen: progress along the lifecycle is a debug line, a contradiction a
+    ``stale_record`` divergence."""
+
+    @staticmethod
+    def _recorded(state: TaskState) -> Ledger:
+        ledger = Ledger()
+        ledger.put(TaskRecord("w", "t-22", "c-1", state, NOW - 1.0), 0)
+        ledger.mark_resync()  # the gateway restarted: the next action asks GetTask first
+        return ledger
+
+    def test_f22_submitted_then_completed_is_progress(self):
+        params = {"message": {**V10_SEND["message"], "taskId": "t-22"}}
+        book = play("SendMessage", params, [
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-22", "TASK_STATE_COMPLETED")}}],
+            ledger=self._recorded(TaskState.SUBMITTED))
+        assert counted(book, "forced_gets") == [("restart",)]
+        assert results(book)[0]["code"] == -32004  # now known completed: answered by the gateway
+        assert [f.kind for f in book.findings if f.category == "divergence"] == []
+        [moved] = [c for c in book.commands if type(c) is Log and c.event == "task_moved_on"]
+        assert dict(moved.fields)["recorded"] == "TASK_STATE_SUBMITTED" and moved.level == "debug"
+
+    def test_f22_working_then_submitted_is_a_stale_record(self):
+        params = {"message": {**V10_SEND["message"], "taskId": "t-22"}}
+        book = play("SendMessage", params, [
+            {"answer": {"jsonrpc": "2.0", "id": "p", "result": task("t-22", "TASK_STATE_SUBMITTED")}},
+            _sent("t-22", "TASK_STATE_WORKING")], ledger=self._recorded(TaskState.WORKING))
+        assert [f.kind for f in book.findings if f.category == "divergence"] == ["stale_record"]
+        assert not [c for c in book.commands if type(c) is Log and c.event == "task_moved_on"]

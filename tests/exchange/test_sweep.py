@@ -13,7 +13,7 @@ import pytest
 
 from gateway.a2a.states import TaskState
 from gateway.a2a.version import Binding, ProtocolVersion
-from gateway.exchange.commands import Count, Post
+from gateway.exchange.commands import Count, Log, Post
 from gateway.exchange.model import Policy
 from gateway.exchange.offline import Ledger, Offline
 from gateway.exchange.sweep import (LiveTask, ProbeRoute, SweepExchange, due, forget_before, probe_exchange,
@@ -116,7 +116,16 @@ def counted(off: Offline, metric: str) -> list[tuple[str, ...]]:
     return [c.labels for c in off.counts if c.metric == metric]
 
 
-def test_a_task_the_worker_now_calls_failed_is_recorded_failed_and_a_stale_record() -> None:
+def test_f22_a_task_back_in_submitted_is_a_stale_record() -> None:
+    """The sweep's answer contradicts the record (a working task cannot go back to submitted):
+    a ``stale_record`` divergence (docs/field-cases.md F22); the state is recorded all the same."""
+    off, ex = sweep(ProbeRoute(JSONRPC, V10, "/"), [answer("TASK_STATE_SUBMITTED")], record())
+    assert [(f.kind, f.category) for f in off.findings] == [("stale_record", "divergence")]
+    assert not [c for c in off.commands if type(c) is Log and c.event == "task_moved_on"]
+    assert ex.result.outcome == "changed" and off.ledger.records[("w", "", "t-1")].state is TaskState.SUBMITTED
+
+
+def test_a_task_the_worker_now_calls_failed_is_recorded_failed_as_progress() -> None:
     off, ex = sweep(ProbeRoute(JSONRPC, V10, "/"), [answer("TASK_STATE_FAILED")], record())
     [post] = posts(off)
     body = orjson.loads(post.body)
@@ -125,7 +134,10 @@ def test_a_task_the_worker_now_calls_failed_is_recorded_failed_and_a_stale_recor
     assert off.ledger.records[("w", "", "t-1")].state is TaskState.FAILED
     assert off.ledger.records[("w", "", "t-1")].observed_at == NOW
     assert counted(off, "forced_gets") == [("sweep",)]
-    assert [(f.kind, f.category) for f in off.findings] == [("stale_record", "divergence")]
+    # working → failed is the task moving on, not a contradiction (docs/field-cases.md F22)
+    assert off.findings == []
+    [moved] = [c for c in off.commands if type(c) is Log and c.event == "task_moved_on"]
+    assert moved.level == "debug" and dict(moved.fields)["recorded"] == "TASK_STATE_WORKING"
     assert ex.result.outcome == "changed" and ex.result.state == "TASK_STATE_FAILED"
     assert ex.result.task["status"]["state"] == "TASK_STATE_FAILED"  # the Task as recorded, v1.0
     # the timeline says it was the gateway's own GetTask, and why (docs/observability.md §2)

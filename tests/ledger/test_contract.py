@@ -36,8 +36,10 @@ async def test_absent_task_reads_none(ledger: TaskLedger) -> None:
 async def test_put_then_get_round_trips_every_field(ledger: TaskLedger) -> None:
     original = rec(state=TaskState.CANCELED, poisoned=True,
                    terminal_status={"state": "TASK_STATE_CANCELED", "timestamp": "2026-11-29T20:45:38Z"},
-                   artifacts={"a-1": ArtifactRecord(sealed=True, parts=2), "a-2": ArtifactRecord(False, 1)},
-                   card_etag='"e-1"', generation=2**63 - 1, pending_get="generation_gap")
+                   artifacts={"a-1": ArtifactRecord(sealed=True, parts=2), "a-2": ArtifactRecord(False, 1),
+                              "a-3": ArtifactRecord(True, 3, bytes(range(16)))},
+                   card_etag='"e-1"', generation=2**63 - 1, pending_get="generation_gap",
+                   card_generation=7)
     version = await ledger.put(original, 0)
     got = await ledger.get("w", "t-1")
     assert version == 1 and isinstance(got, Stored)
@@ -71,7 +73,24 @@ def test_a_document_written_before_generations_reads_as_none() -> None:
     assert codec.decode(codec.encode(dataclasses.replace(record, generation=0))).generation == 0
 
 
-@pytest.mark.parametrize("bad", [b'"g":-1', b'"g":"5"', b'"g":true', b'"g":1.5', b'"pg":5'])
+def test_a_document_written_before_artifact_digests_and_card_generations_reads_as_none() -> None:
+    """docs/field-cases.md F18, F20: an artifact stored as ``[sealed, parts]`` has no digest and
+    a document without ``cg`` no card generation; a record without them is stored as before,
+    one with them round-trips."""
+    old = (b'{"u":"w","t":"t-1","c":"c-1","s":"COMPLETED","oa":1000.0,"ts":null,"p":false,'
+           b'"a":{"a-1":[true,2],"a-2":[false,1]},"e":null}')
+    record = codec.decode(old)
+    assert record.artifacts == {"a-1": ArtifactRecord(True, 2), "a-2": ArtifactRecord(False, 1)}
+    assert record.artifacts["a-1"].digest is None and record.card_generation is None
+    assert codec.encode(record) == old
+    newer = dataclasses.replace(record, card_generation=3,
+                                artifacts={"a-1": ArtifactRecord(True, 2, b"\xab" * 16)})
+    assert codec.decode(codec.encode(newer)) == newer
+    assert b'"a-1":[true,2,"' + b"ab" * 16 + b'"]' in codec.encode(newer) and b'"cg":3' in codec.encode(newer)
+
+
+@pytest.mark.parametrize("bad", [b'"g":-1', b'"g":"5"', b'"g":true', b'"g":1.5', b'"pg":5',
+                                 b'"cg":-2', b'"cg":"3"'])
 def test_a_malformed_generation_is_not_a_record(bad: bytes) -> None:
     doc = b'{"u":"w","t":"t-1","c":null,"s":"WORKING","oa":1.0,"ts":null,"p":false,"a":{},"e":null,' + bad + b"}"
     with pytest.raises(ValueError, match="not a stored task record"):
@@ -461,7 +480,7 @@ async def test_sqlite_a_database_of_the_earlier_schema_is_migrated_at_open(tmp_p
                           "WHERE task_id = 'old-1'")
             other.execute("DELETE FROM tasks WHERE task_id = 'old-3'")  # COMPLETED
             other.commit()
-            assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+            assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         expected = {"TASK_STATE_WORKING": 2, "TASK_STATE_COMPLETED": 2,
                     "TASK_STATE_INPUT_REQUIRED": 1, "TASK_STATE_SUBMITTED": 1,
                     "TASK_STATE_FAILED": 1}
@@ -923,3 +942,72 @@ async def test_live_before_names_each_tasks_tenant_and_pages_through_them(ledger
     await ledger.put(rec("t-1", TaskState.FAILED, tenant="acme", observed_at=200.0), stored.version)
     assert sorted((t.tenant, t.task_id) for t in await _all_pages(ledger, "w", 1e12, 2)) == [
         ("", "t-1"), ("a:b", "t-1"), ("acme", "t-0")]
+
+
+# --- card generations (docs/field-cases.md F20) ---------------------------------------------------
+
+
+async def test_a_card_change_bumps_the_generation_even_back_to_an_old_etag(ledger: TaskLedger) -> None:
+    assert await ledger.observe_card("w", "", '"A"') == 1  # the first card ever observed
+    assert await ledger.observe_card("w", "", '"A"') == 1  # the same card again: no change
+    assert await ledger.observe_card("w", "", '"B"') == 2
+    assert await ledger.observe_card("w", "", '"A"') == 3  # back to A: still a change
+    assert await ledger.observe_card("w", "", '"A"') == 3
+    assert await ledger.observe_card("other", "", '"A"') == 1  # per upstream
+
+
+async def test_card_variants_each_keep_their_etag(ledger: TaskLedger) -> None:
+    """A worker that varies its card by A2A-Version: a variant seen for the first time is no
+    change, each variant's own change is one."""
+    assert await ledger.observe_card("w", "1.0", '"v1"') == 1
+    assert await ledger.observe_card("w", "0.3", '"v03"') == 1
+    assert await ledger.observe_card("w", "1.0", '"v1"') == 1
+    assert await ledger.observe_card("w", "0.3", '"v03-b"') == 2
+    assert await ledger.observe_card("w", "1.0", '"v1"') == 2
+
+
+async def test_concurrent_observers_of_one_change_count_it_once(ledger: TaskLedger) -> None:
+    """Replicas sharing the ledger that see the same new card at once bump it once."""
+    assert await ledger.observe_card("w", "", '"A"') == 1
+    seen = await asyncio.gather(*(ledger.observe_card("w", "", '"B"') for _ in range(8)))
+    assert seen == [2] * 8
+
+
+async def test_a_second_ledger_on_the_same_store_shares_the_generation(tmp_path: Path, redis_url: str) -> None:
+    """The generation lives in the ledger, not the process: a second SQLite ledger on the same
+    file, or a second Redis client with the same prefix, reads what the first recorded."""
+    prefix = f"t{uuid.uuid4().hex[:12]}"
+    for url in (f"sqlite:///{tmp_path}/ledger.db", redis_url):
+        first, second = ledger_from_url(url), ledger_from_url(url)
+        for led in (first, second):
+            if url.startswith("redis"):
+                led.prefix = prefix  # type: ignore[attr-defined]
+            await led.open()
+        try:
+            assert await first.observe_card("w", "", '"A"') == 1
+            assert await first.observe_card("w", "", '"B"') == 2
+            assert await first.observe_card("w", "", '"A"') == 3
+            assert await second.observe_card("w", "", '"A"') == 3  # nothing changed for it: the shared count
+        finally:
+            await first.close()
+            await second.close()
+
+
+async def test_a_version_3_sqlite_file_gains_card_generations(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    first = ledger_from_url(url)
+    await first.open()
+    await first.put(rec(), 0)
+    await first.close()
+    with sqlite3.connect(tmp_path / "ledger.db") as conn:  # as a version-3 build left it
+        conn.execute("DROP TABLE card_generations")
+        conn.execute("PRAGMA user_version = 3")
+    second = ledger_from_url(url)
+    await second.open()
+    try:
+        assert await second.observe_card("w", "", '"A"') == 1
+        assert (await second.get("w", "t-1")) is not None
+    finally:
+        await second.close()
+    with sqlite3.connect(tmp_path / "ledger.db") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -11,6 +11,7 @@ import pytest
 from gateway.errors import PushLimitError
 from gateway.ledger import ledger_from_url
 from gateway.ledger.base import PushConfigEntry, TaskLedger
+from gateway.ledger.sqlite import SCHEMA_VERSION
 
 BIG = 1000
 
@@ -159,4 +160,4 @@ async def test_a_version_2_sqlite_file_gains_the_push_tables_at_open(tmp_path: P
     finally:
         await second.close()
     with sqlite3.connect(tmp_path / "ledger.db") as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -447,7 +447,7 @@ async def test_sqlite_a_version_1_database_gains_the_window_at_open(tmp_path: Pa
         await led.close()
     assert {"events", "event_windows", "event_total", "events_window_insert", "events_window_delete"} <= _tables(path)
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert _kept(path) == _recount(path) == ({("w", "t-1"): (2, 10)}, 2, 10)  # the byte total too
 
 

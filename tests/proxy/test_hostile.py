@@ -974,7 +974,8 @@ ALLOWED_LABELS: dict[str, Callable[[str], bool]] = {
     "state": lambda v: v.startswith("TASK_STATE_"),
     "backend": lambda v: v == "memory",
     "operation": lambda v: v in ("get", "put", "count", "prune", "append_timeline", "outbox_claim",
-                                 "outbox_depth"),  # the push loop's
+                                 "outbox_depth",  # the push loop's
+                                 "observe_card"),  # each card fetch's (docs/field-cases.md F20)
     "version": lambda v: True,
     "le": lambda v: True,
 }

@@ -57,6 +57,7 @@ def test_admin_timeline_shows_the_observations_the_finding_and_the_local_refusal
     assert r.status_code == 200
     doc = r.json()
     assert doc["record"]["state"] == "TASK_STATE_COMPLETED" and doc["record"]["terminal"] is True
+    assert doc["record"]["card_generation"] == 1  # the first card the ledger observed (F20)
     entries = doc["timeline"]
     assert [(e["direction"], e["method"], e["verdict"]) for e in entries] == [
         ("answer", "GetTask", "rewritten"),  # "completed" re-spelled for the v1.0 client
@@ -107,6 +108,7 @@ def test_ledger_show_prints_the_timeline_readably(sqlite_harness: tuple[Harness,
     assert "    rejection terminal_task: SendMessage on terminal t-8" in out
     assert "    answered with error -32004" in out
     assert "observed at  20" in out and "Z" in out  # ISO-8601 UTC, not an epoch float
+    assert "card generation 1" in out  # docs/field-cases.md F20
     as_json = subprocess.run([sys.executable, "-m", "gateway", "ledger", "show", "t-8", "--json", "--ledger", url],
                              capture_output=True, text=True, timeout=30)
     [doc] = orjson.loads(as_json.stdout)
