@@ -292,3 +292,36 @@ def test_text_values_read_back_as_the_json_values() -> None:
     assert {k: doc[k] for k in fields if k != "items"} == {k: v for k, v in fields.items() if k != "items"}
     assert json.loads(str(doc["items"])) == ["a b", 1]
     assert doc["level"] == "warning" and doc["event"] == "card_unreachable"
+
+
+def test_a_line_is_written_whatever_its_values_are() -> None:
+    """What orjson cannot write — an integer past 64 bits, a lone surrogate, bytes that are
+    not UTF-8, nesting past its depth, an object whose str() fails — is written by
+    safe_value, and no line passes MAX_LINE_CHARS (issue #35: a client's id of 2**64 broke
+    its request line)."""
+    from gateway.a2a.jsonrpc import ExactNumber
+    from gateway.observability.logging import MAX_LINE_CHARS, TextFormatter
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    deep: list[object] = []
+    node = deep
+    for _ in range(2000):
+        node.append([])
+        node = node[0]  # type: ignore[assignment]
+    fields = {"jsonrpc_id": 2**64, "huge": -(10**150), "lone": "a\udcffb", "raw": b"\xff\xfe", "deep": deep,
+              "odd": Unprintable(), "exact": ExactNumber(b"1E+2"), "nan": float("nan"), "long": "x" * 100_000,
+              "many": list(range(10_000))}
+    for formatter in (JsonFormatter(), TextFormatter()):
+        record = logging.LogRecord("a2a_gateway", logging.INFO, "", 0, "request", (), None)
+        record.__dict__.update(fields)
+        line = formatter.format(record)
+        assert len(line.encode()) <= MAX_LINE_CHARS + 64 and "\n" not in line
+        doc = orjson.loads(line) if isinstance(formatter, JsonFormatter) else parse_text_line(line)
+        assert doc["jsonrpc_id"] == 2**64 and doc["lone"] == "a\\udcffb" and doc["raw"] == "\\xff\\xfe"
+        assert doc["odd"] == "<Unprintable>" and doc["exact"] == 100.0 and doc["nan"] is None
+        assert str(doc["long"]).startswith("xxx") and len(str(doc["long"])) < 100_000  # cut, and says so
+        assert str(doc["long"]).endswith(" chars)") or doc["truncated"] is True
+        assert str(doc["huge"]).startswith("-1000")

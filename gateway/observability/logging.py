@@ -4,6 +4,13 @@ as ``key=value`` pairs (``log.format: text``); stdlib only. Every line carries `
 Log events are snake_case (``request``, ``stream_closed``, ``divergence``); keys reuse metric
 label names (``upstream``, ``method``) so logs and metrics join; durations are ``duration_s``.
 Task, context and request ids go here, never into metric labels.
+
+A line never fails to be written for what a client sent: a value orjson cannot write (an
+integer past 64 bits, a string with a lone surrogate, nesting past orjson's depth, an object of
+no JSON type) is written by :func:`safe_value` instead — the integer's digits, the string with
+the odd code points escaped as ``\\udcff``, the nesting cut at :data:`MAX_VALUE_DEPTH` — and a
+line is at most :data:`MAX_LINE_CHARS` characters (longer values are cut, marked
+``"truncated": true``). The usual line costs one ``orjson.dumps`` and a length check.
 """
 
 from __future__ import annotations
@@ -21,6 +28,112 @@ import orjson
 
 LOGGER_NAME = "a2a_gateway"
 _SKIP = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "color_message"}
+
+
+MAX_LINE_CHARS = 16 * 1024
+"""The longest line written (a longer one has its largest values cut, ``"truncated": true``)."""
+MAX_VALUE_CHARS = 4096
+"""The longest string kept whole when a line is written by :func:`safe_value`."""
+MAX_VALUE_DEPTH = 8
+"""Nesting :func:`safe_value` keeps; deeper containers are written as a short summary."""
+MAX_VALUE_ITEMS = 64
+"""Members or items of one container :func:`safe_value` keeps (then ``"…": "N more"``)."""
+_MAX_NUMBER_DIGITS = 100  # a longer integer is written as a (cut) string
+
+
+def safe_value(value: Any, depth: int = 0) -> Any:
+    """``value`` in a form orjson always writes, whatever a client put into it: integers past
+    64 bits as their digits (a JSON number up to 100 digits, else a cut string), strings with
+    lone surrogates or other code points UTF-8 cannot carry escaped (``\\udcff``), bytes as
+    such text, strings cut at :data:`MAX_VALUE_CHARS`, containers cut at
+    :data:`MAX_VALUE_ITEMS` items and :data:`MAX_VALUE_DEPTH` levels, anything else as its
+    ``str()`` (or its type's name when that fails). Never raises (for :class:`RecursionError`
+    it never recurses past :data:`MAX_VALUE_DEPTH`)."""
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        if -(1 << 63) <= value < (1 << 64):
+            return int(value)
+        try:
+            digits = str(int(value))
+        except ValueError:  # past sys.get_int_max_str_digits()
+            return f"<{value.bit_length()}-bit integer>"
+        return orjson.Fragment(digits) if len(digits) <= _MAX_NUMBER_DIGITS else _cut(digits)
+    if isinstance(value, str):
+        return _cut(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _cut(bytes(value).decode("utf-8", "backslashreplace"))
+    text = getattr(value, "text", None)  # gateway.a2a.jsonrpc.ExactNumber: a client's id as written
+    if type(value).__name__ == "ExactNumber" and isinstance(text, bytes):
+        return orjson.Fragment(text) if len(text) <= _MAX_NUMBER_DIGITS else _cut(text.decode("ascii", "replace"))
+    if isinstance(value, dict | list | tuple | set | frozenset):
+        if depth >= MAX_VALUE_DEPTH:
+            return f"<{type(value).__name__} of {len(value)}>"
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for index, (key, item) in enumerate(value.items()):
+                if index == MAX_VALUE_ITEMS:
+                    out["…"] = f"{len(value) - index} more"
+                    break
+                out[_cut(key if isinstance(key, str) else _str(key))] = safe_value(item, depth + 1)
+            return out
+        items = [safe_value(item, depth + 1) for _, item in zip(range(MAX_VALUE_ITEMS), value, strict=False)]
+        if len(value) > MAX_VALUE_ITEMS:
+            items.append(f"… {len(value) - MAX_VALUE_ITEMS} more")
+        return items
+    return _cut(_str(value))
+
+
+def _str(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - a value's own __str__ may fail; the line must not
+        return f"<{type(value).__name__}>"
+
+
+def _cut(text: str) -> str:
+    """``text`` at most :data:`MAX_VALUE_CHARS` characters, writable as UTF-8."""
+    if len(text) > MAX_VALUE_CHARS:
+        text = f"{text[:MAX_VALUE_CHARS]}…(+{len(text) - MAX_VALUE_CHARS} chars)"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _default(value: object) -> Any:
+    """orjson's ``default``: a type it does not know (a client's :class:`ExactNumber` id, an
+    exception, a path) as :func:`safe_value` writes it."""
+    return safe_value(value)
+
+
+def encode_fields(doc: dict[str, Any]) -> str:
+    """``doc`` as one JSON object of at most :data:`MAX_LINE_CHARS` characters; never raises.
+    orjson first (the usual line); what it cannot write goes through :func:`safe_value`; a
+    line still too long has its longest values cut and says ``"truncated": true``."""
+    try:
+        text = orjson.dumps(doc, default=_default)
+    except TypeError:  # orjson.JSONEncodeError: an integer past 64 bits, a lone surrogate, depth
+        text = orjson.dumps(safe_value(doc, -1))
+    if len(text) > MAX_LINE_CHARS:
+        text = orjson.dumps(_shortened(doc))
+    return text.decode()
+
+
+def _shortened(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (a line's top level) cut to fit :data:`MAX_LINE_CHARS`: values of up to 256
+    characters stay whole, the longer ones share what is left (a string cut, anything else as
+    its JSON text cut), and ``truncated`` is set."""
+    values = {_cut(str(key))[:256]: safe_value(value) for key, value in doc.items()}
+    written = {key: orjson.dumps(value) for key, value in values.items()}
+    long = [key for key, text in written.items() if len(text) > 256]
+    spare = MAX_LINE_CHARS - 64 - sum(len(key) + len(text) + 4 for key, text in written.items() if key not in long)
+    share = max(64, spare // max(1, len(long)) - 64)
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in long:
+            value = (value[:share] if isinstance(value, str)
+                     else written[key][:share].decode("utf-8", "ignore")) + "…"
+        out[key] = value
+    out["truncated"] = True
+    return out
 
 
 def record_fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -58,7 +171,7 @@ class JsonFormatter(_Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {"ts": self.stamp(record), "level": record.levelname.lower(),
                                "event": record.getMessage(), **self.fields(record)}
-        return orjson.dumps(doc, default=str).decode()
+        return encode_fields(doc)
 
 
 _BARE = re.compile(r"[A-Za-z0-9_./:@+\-]+")
@@ -75,8 +188,8 @@ def text_value(value: Any) -> str:
         if _BARE.fullmatch(value) and value not in _JSON_WORDS and not _numeric(value):
             return value
         return orjson.dumps(value).decode()
-    text = orjson.dumps(value, default=str).decode()
-    if isinstance(value, bool | int | float) or value is None:
+    text = orjson.dumps(value, default=_default).decode()
+    if isinstance(value, bool | int | float | orjson.Fragment) or value is None:
         return text
     if isinstance(value, dict | list | tuple):
         return orjson.dumps(text).decode() if _SPACE.search(text) else text
@@ -97,10 +210,16 @@ class TextFormatter(_Formatter):
     one bare word (uvicorn's ``Started server process [12]``) is JSON-quoted."""
 
     def format(self, record: logging.LogRecord) -> str:
-        pairs = " ".join(f"{key}={text_value(value)}" for key, value in self.fields(record).items())
+        fields = self.fields(record)
+        try:
+            pairs = " ".join(f"{key}={text_value(value)}" for key, value in fields.items())
+        except TypeError:  # a value orjson cannot write (a client's): as encode_fields does
+            pairs = " ".join(f"{key}={text_value(safe_value(value))}" for key, value in fields.items())
+        if len(pairs) > MAX_LINE_CHARS:
+            pairs = " ".join(f"{key}={text_value(value)}" for key, value in _shortened(fields).items())
         event = record.getMessage()
         if not _BARE.fullmatch(event):  # uvicorn's own sentences: one token all the same
-            event = orjson.dumps(event).decode()
+            event = orjson.dumps(_cut(event)).decode()
         return f"{self.stamp(record)} {record.levelname} {event} {pairs}"
 
 
@@ -203,8 +322,11 @@ class RepeatFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING or not self.window:
             return True
-        fields = tuple(sorted((k, str(v)) for k, v in record.__dict__.items()
-                              if k not in _SKIP and k[0] != "_" and k not in self._VOLATILE))
+        try:
+            fields = tuple(sorted((k, str(v)) for k, v in record.__dict__.items()
+                                  if k not in _SKIP and k[0] != "_" and k not in self._VOLATILE))
+        except Exception:  # noqa: BLE001 - a value with no str() (RecursionError, ValueError): never held
+            return True
         key = (record.levelno, record.getMessage(), fields)
         now = self._clock()
         seen = self._seen.get(key)
@@ -222,13 +344,14 @@ class RepeatFilter(logging.Filter):
 
 
 def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: float = 0.0,
-                      repeat_window_seconds: float = 0.0) -> None:
+                      repeat_window_seconds: float = 0.0, stream: Any = None) -> logging.Handler:
     """Send gateway logs to stderr as JSON lines (``fmt="json"``) or text lines
     (``"text"``: :class:`TextFormatter`, the same fields as ``key=value`` pairs).
 
     ``flush_seconds`` > 0 batches INFO and DEBUG lines (see :class:`BufferedStreamHandler`);
     ``repeat_window_seconds`` > 0 holds back repeated identical warnings and errors
-    (:class:`RepeatFilter`, ``log.repeat_window_seconds``).
+    (:class:`RepeatFilter`, ``log.repeat_window_seconds``). ``stream``: where lines go
+    (default ``sys.stderr``). Returns the handler put on the gateway's loggers.
     Records skip the caller, thread and process lookups (the logging HOWTO's "Optimization"
     knobs): no format here prints them, and they cost microseconds on every request line.
     """
@@ -236,7 +359,7 @@ def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: flo
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
-    handler = BufferedStreamHandler(sys.stderr, flush_seconds)
+    handler = BufferedStreamHandler(sys.stderr if stream is None else stream, flush_seconds)
     if repeat_window_seconds:
         handler.addFilter(RepeatFilter(repeat_window_seconds))
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
@@ -247,6 +370,7 @@ def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: flo
         logger.handlers[:] = [handler]
         logger.setLevel(level.upper())
         logger.propagate = False
+    return handler
 
 
 def get_logger() -> logging.Logger:
