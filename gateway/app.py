@@ -31,7 +31,7 @@ from gateway.errors import ConfigError, LedgerError
 from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
 from gateway.observability import access
-from gateway.observability.logging import get_logger
+from gateway.observability.logging import count_drops, get_logger
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import from_config as tracing_from_config
 from gateway.a2a import rest
@@ -293,6 +293,7 @@ def build_app(
     token = read_token(config.admin) if config.admin.enabled else None
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
+    count_drops(metrics.log_dropped)
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks,
                                      window=config.replay_window.limits(),
                                      timeline=config.timeline.limits(config.ledger.retention_seconds),

@@ -525,8 +525,9 @@ def _url_password(url: str) -> bool:
 
 
 class LogConfig(_Frozen):
-    """Logging: level name, ``json`` (default) or ``text`` lines, and how late INFO lines
-    may be written (batched)."""
+    """Logging: level name, ``json`` (default) or ``text`` lines, how late INFO lines may be
+    written (batched), and how many may wait for stderr. Lines are written by a thread of
+    their own, never by the event loop."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     """The lowest level written."""
@@ -540,6 +541,10 @@ class LogConfig(_Frozen):
     """A WARNING-or-worse line identical to one written less than this long ago (the same
     event and fields, ``duration_s`` aside) is held back and counted; the next one after the
     window carries ``repeated`` (how many were held back). 0 writes every line."""
+    max_queued_lines: int = Field(default=10_000, ge=1)
+    """Lines waiting to be written by the log thread (a log call on the event loop only queues
+    its line, it never waits for stderr); past it, while stderr does not take lines (a pipe
+    nobody reads), lines are dropped and counted in ``a2a_gateway_log_dropped_total``."""
 
 
 class BridgeConfig(_Frozen):

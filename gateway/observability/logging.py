@@ -15,13 +15,15 @@ line is at most :data:`MAX_LINE_CHARS` characters (longer values are cut, marked
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
+import logging.handlers
 import os
 import re
 import select
 import sys
 import time
+from queue import Empty, SimpleQueue
 from typing import Any
 
 import orjson
@@ -160,7 +162,9 @@ class _Formatter(logging.Formatter):
     def fields(self, record: logging.LogRecord) -> dict[str, Any]:
         """``pid``, the record's fields, and ``exc`` (the traceback) when there is one."""
         doc = {"pid": self.pid, **record_fields(record)}
-        if record.exc_info:
+        if record.exc_text:  # rendered when the record was queued (QueueingHandler.prepare)
+            doc["exc"] = record.exc_text
+        elif record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         return doc
 
@@ -223,77 +227,187 @@ class TextFormatter(_Formatter):
         return f"{self.stamp(record)} {record.levelname} {event} {pairs}"
 
 
-class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """A ``StreamHandler`` that writes lines in batches, like nginx's ``access_log …
-    buffer= flush=``: one write per batch of whole lines (at most :data:`WRITE_BYTES`) instead
-    of one per request line.
+MAX_QUEUED_LINES = 10_000
+"""The default of ``log.max_queued_lines``: records waiting for the log thread; past it a
+record is dropped and counted (``a2a_gateway_log_dropped_total``)."""
+STOP_SECONDS = 2.0
+"""At exit, how long the log thread may take to write what is queued (a stalled stderr loses it)."""
+
+
+class LineWriter:
+    """The log thread's end: each record (past the :class:`RepeatFilter`, if any) formatted
+    and kept in a batch, written like nginx's ``access_log … buffer= flush=``: one write per
+    batch of whole lines (at most :data:`WRITE_BYTES`) instead of one per request line.
 
     A record at WARNING or above, or a batch of :data:`MAX_BUFFER_BYTES`, is written at once
     (with everything before it, in order); otherwise the batch is written ``flush_seconds``
-    after its first line (a timer on the running event loop; from a thread without one, at
-    once). ``logging.shutdown`` (at exit) writes what is left, so a ``kill -9`` loses at most
-    ``flush_seconds`` of INFO and DEBUG lines. A broken or closed stream loses lines rather
-    than raising into the request that logged them.
+    after its first line (:meth:`due_in` tells :class:`LogThread` when). A broken or closed
+    stream loses lines rather than raising. Writing to the process's stderr goes straight to
+    its file descriptor (``os.write``), so a thread blocked on a stalled pipe holds no Python
+    lock that the interpreter's exit would wait for.
 
     Args:
         stream: a text stream (stderr).
+        formatter: :class:`JsonFormatter` or :class:`TextFormatter`.
         flush_seconds: seconds a line may wait; 0 writes every line at once.
+        repeat: holds back repeated warnings (``log.repeat_window_seconds``), or ``None``.
     """
 
     MAX_BUFFER_BYTES = 64 * 1024
     WRITE_BYTES = select.PIPE_BUF  # 4 096 on Linux (counted in characters: JSON lines are ASCII
     #                                but for non-ASCII text in their values)
 
-    def __init__(self, stream: Any, flush_seconds: float) -> None:
-        super().__init__(stream)
+    def __init__(self, stream: Any, formatter: logging.Formatter, flush_seconds: float,
+                 repeat: RepeatFilter | None = None, clock: Any = time.monotonic) -> None:
+        self.stream = stream
+        self.formatter = formatter
         self.flush_seconds = flush_seconds
+        self.repeat = repeat
+        self._clock = clock
+        self._fd: int | None = None
+        if stream is sys.__stderr__ and stream is not None:
+            with contextlib.suppress(Exception):  # no usable descriptor: write through the stream
+                stream.flush()  # what was printed before goes first
+                self._fd = stream.fileno()
         self._lines: list[str] = []
         self._size = 0
-        self._timer_loop: asyncio.AbstractEventLoop | None = None  # a flush is pending on it
+        self._first = 0.0  # when the batch's first line came
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            line = self.format(record)
-        except Exception:  # noqa: BLE001 - logging's own contract: report, never raise
-            self.handleError(record)
+    def handle(self, record: logging.LogRecord) -> None:
+        """Format ``record`` into the batch (a line that cannot be formatted becomes one that
+        says so, with its event); write the batch when it is due at once."""
+        if self.repeat is not None and not self.repeat.filter(record):
             return
+        try:
+            line = self.formatter.format(record)
+        except Exception as exc:  # noqa: BLE001 - a line is written whatever happened
+            line = encode_fields({"level": record.levelname.lower(), "event": _cut(str(record.msg)),
+                                  "log_error": _cut(repr(exc))})
+        if not self._lines:
+            self._first = self._clock()
         self._lines.append(line)
         self._size += len(line) + 1
         if record.levelno >= logging.WARNING or self._size >= self.MAX_BUFFER_BYTES or not self.flush_seconds:
             self.flush()
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop in this thread: nothing would flush later
-            self.flush()
-            return
-        if self._timer_loop is not loop:  # none pending, or pending on a loop that is gone
-            self._timer_loop = loop
-            loop.call_later(self.flush_seconds, self.flush)
+
+    def due_in(self) -> float | None:
+        """Seconds until the batch must be written (``None``: nothing waits)."""
+        if not self._lines:
+            return None
+        return self._first + self.flush_seconds - self._clock()
 
     def flush(self) -> None:
-        """Write the buffered lines and flush the stream: whole lines, at most
-        :data:`WRITE_BYTES` per write, so lines of processes sharing one pipe
-        (``serve --workers``) never interleave mid-line (POSIX: a pipe write up to
-        ``PIPE_BUF`` is atomic). A broken or closed stream loses the lines and never raises
-        into the caller (a request)."""
-        with self.lock:  # type: ignore[union-attr]
-            self._timer_loop = None  # a timer still pending finds nothing, or newer lines
-            lines, self._lines, self._size = self._lines, [], 0
-            try:
-                piece: list[str] = []
-                size = 0
-                for line in lines:
-                    if piece and size + len(line) + 1 > self.WRITE_BYTES:
-                        self.stream.write("\n".join(piece) + "\n")
-                        piece, size = [], 0
-                    piece.append(line)
-                    size += len(line) + 1
-                if piece:
-                    self.stream.write("\n".join(piece) + "\n")
+        """Write the batch: whole lines, at most :data:`WRITE_BYTES` per write, so lines of
+        processes sharing one pipe (``serve --workers``) never interleave mid-line (POSIX: a
+        pipe write up to ``PIPE_BUF`` is atomic). A broken or closed stream loses the lines."""
+        lines, self._lines, self._size = self._lines, [], 0
+        try:
+            piece: list[str] = []
+            size = 0
+            for line in lines:
+                if piece and size + len(line) + 1 > self.WRITE_BYTES:
+                    self._write("\n".join(piece) + "\n")
+                    piece, size = [], 0
+                piece.append(line)
+                size += len(line) + 1
+            if piece:
+                self._write("\n".join(piece) + "\n")
+            if self._fd is None:
                 self.stream.flush()
-            except Exception:  # noqa: BLE001, S110 - nowhere left to report it
-                pass
+        except Exception:  # noqa: BLE001, S110 - nowhere left to report it
+            pass
+
+    def _write(self, text: str) -> None:
+        if self._fd is None:
+            self.stream.write(text)
+            return
+        data = memoryview(text.encode("utf-8", "backslashreplace"))
+        while data:
+            data = data[os.write(self._fd, data):]
+
+
+class LogThread(logging.handlers.QueueListener):
+    """The stdlib ``QueueListener`` feeding one :class:`LineWriter` on its own thread, which
+    waits for the next record no longer than the batch's :meth:`LineWriter.due_in`."""
+
+    def __init__(self, queue: Any, writer: LineWriter) -> None:
+        super().__init__(queue, writer)  # type: ignore[arg-type]  # any object with handle()
+        self.writer = writer
+
+    def dequeue(self, block: bool) -> logging.LogRecord:
+        while True:
+            wait = self.writer.due_in()
+            if wait is None:
+                return self.queue.get()  # type: ignore[no-any-return]
+            if wait > 0:
+                try:
+                    return self.queue.get(timeout=wait)  # type: ignore[no-any-return]
+                except Empty:
+                    pass
+            self.writer.flush()
+
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
+        """Write what is queued and end the thread, waiting at most ``timeout`` seconds (a
+        thread blocked on a stalled stream is left behind: it is a daemon)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self.queue.put_nowait(self._sentinel)
+        thread.join(timeout)
+        if not thread.is_alive():
+            self.writer.flush()
+
+
+class QueueingHandler(logging.handlers.QueueHandler):
+    """The handler on the gateway's loggers: hands each record to :class:`LogThread`'s queue
+    — the only work a log call does on the event loop — and never waits. With
+    ``max_queued`` records already waiting (stderr stalled, a log shipper stuck), a record is
+    dropped and counted (:attr:`dropped`, and ``a2a_gateway_log_dropped_total`` once
+    :func:`count_drops` gave the counter). A traceback is rendered to text here, so no frame
+    crosses to the log thread; every other value is formatted there, later.
+
+    ``close()`` (``logging.shutdown`` at exit) stops the thread after it wrote what is queued,
+    waiting at most :data:`STOP_SECONDS`.
+    """
+
+    def __init__(self, writer: LineWriter, max_queued: int = MAX_QUEUED_LINES) -> None:
+        queue: SimpleQueue[Any] = SimpleQueue()  # put() never blocks; the bound is max_queued
+        super().__init__(queue)  # type: ignore[arg-type]
+        self.max_queued = max_queued
+        self.dropped = 0
+        self.counter: Any = None
+        self.listener = LogThread(queue, writer)
+        self.listener.start()
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        if record.exc_info:
+            record.exc_text = self.listener.writer.formatter.formatException(record.exc_info)
+            record.exc_info = None
+        return record
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        if self.queue.qsize() >= self.max_queued:
+            self.dropped += 1
+            if self.counter is not None:
+                self.counter.inc()
+            return
+        self.queue.put_nowait(record)
+
+    def close(self) -> None:
+        self.listener.stop()
+        super().close()
+
+
+_installed: QueueingHandler | None = None
+
+
+def count_drops(counter: Any) -> None:
+    """Count the records the installed :class:`QueueingHandler` drops in ``counter`` (a
+    Prometheus counter, ``a2a_gateway_log_dropped_total``), those dropped so far included."""
+    if _installed is not None:
+        _installed.counter = counter
+        if _installed.dropped:
+            counter.inc(_installed.dropped)
 
 
 class RepeatFilter(logging.Filter):
@@ -344,25 +458,32 @@ class RepeatFilter(logging.Filter):
 
 
 def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: float = 0.0,
-                      repeat_window_seconds: float = 0.0, stream: Any = None) -> logging.Handler:
+                      repeat_window_seconds: float = 0.0, stream: Any = None,
+                      max_queued: int = MAX_QUEUED_LINES) -> QueueingHandler:
     """Send gateway logs to stderr as JSON lines (``fmt="json"``) or text lines
-    (``"text"``: :class:`TextFormatter`, the same fields as ``key=value`` pairs).
+    (``"text"``: :class:`TextFormatter`, the same fields as ``key=value`` pairs), written by a
+    thread of their own: a log call only queues its record (:class:`QueueingHandler`, at most
+    ``max_queued`` waiting, ``log.max_queued_lines``), so a stderr nobody reads never stalls
+    the event loop — lines are dropped and counted instead.
 
-    ``flush_seconds`` > 0 batches INFO and DEBUG lines (see :class:`BufferedStreamHandler`);
+    ``flush_seconds`` > 0 batches INFO and DEBUG lines (see :class:`LineWriter`);
     ``repeat_window_seconds`` > 0 holds back repeated identical warnings and errors
     (:class:`RepeatFilter`, ``log.repeat_window_seconds``). ``stream``: where lines go
-    (default ``sys.stderr``). Returns the handler put on the gateway's loggers.
+    (default ``sys.stderr``). Returns the handler put on the gateway's loggers (a second call
+    replaces the first, whose thread is stopped).
     Records skip the caller, thread and process lookups (the logging HOWTO's "Optimization"
     knobs): no format here prints them, and they cost microseconds on every request line.
     """
+    global _installed
     logging._srcfile = None  # no findCaller() stack walk per record
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
-    handler = BufferedStreamHandler(sys.stderr if stream is None else stream, flush_seconds)
-    if repeat_window_seconds:
-        handler.addFilter(RepeatFilter(repeat_window_seconds))
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    writer = LineWriter(sys.stderr if stream is None else stream,
+                        JsonFormatter() if fmt == "json" else TextFormatter(), flush_seconds,
+                        RepeatFilter(repeat_window_seconds) if repeat_window_seconds else None)
+    handler = QueueingHandler(writer, max_queued)
+    previous, _installed = _installed, handler
     # uvicorn's own lines as JSON too, and the OpenTelemetry SDK's (an unreachable collector's
     # "Transient error ... exporting spans" warnings), which would otherwise be plain text
     for name in (LOGGER_NAME, "uvicorn", "uvicorn.error", "opentelemetry"):
@@ -370,6 +491,8 @@ def configure_logging(level: str = "info", fmt: str = "json", flush_seconds: flo
         logger.handlers[:] = [handler]
         logger.setLevel(level.upper())
         logger.propagate = False
+    if previous is not None:
+        previous.close()
     return handler
 
 

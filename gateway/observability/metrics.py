@@ -319,6 +319,12 @@ class Metrics:
         ))
         for reason in ("max_connections", "header_timeout", "header_too_large"):  # every series from the start
             self.connections_refused.labels(reason)
+        self.log_dropped = Counter(
+            "a2a_gateway_log_dropped_total",
+            "Log lines dropped because log.max_queued_lines were already waiting for stderr "
+            "(a pipe nobody reads, a stuck log shipper); the event loop never waits for stderr",
+            registry=registry,
+        )
         # --- the push relay (docs/push.md) ---
         self.push_received = Labelled(Counter(
             "a2a_gateway_push_received_total",
