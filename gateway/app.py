@@ -91,6 +91,9 @@ class ProxyApp:
             line.outcome = "internal_error"
             raise
         finally:  # every request the traffic listener answers or relays: one request line
+            refused = scope.get(access.REFUSED_KEY)  # answered by the connection layer (a bound)
+            if refused is not None:
+                line.status, line.outcome = refused
             self.rt.log.info("request", extra=line.fields())
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:

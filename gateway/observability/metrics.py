@@ -313,11 +313,14 @@ class Metrics:
             "Client connections the traffic port closed at a bound, by reason "
             "(max_connections: answered 503 at accept; header_timeout: no whole request head "
             "within listen.header_timeout_seconds, answered 408; header_too_large: a head past "
-            "listen.max_header_bytes, answered 431)",
+            "listen.max_header_bytes, answered 431; body_too_large: a chunk size past "
+            "limits.max_body_bytes, answered 413; malformed: a request the parser refused, "
+            "answered 400)",
             ["reason"],
             registry=registry,
         ))
-        for reason in ("max_connections", "header_timeout", "header_too_large"):  # every series from the start
+        for reason in ("max_connections", "header_timeout", "header_too_large", "body_too_large",
+                       "malformed"):  # every series from the start
             self.connections_refused.labels(reason)
         self.log_dropped = Counter(
             "a2a_gateway_log_dropped_total",

@@ -252,3 +252,59 @@ def test_chunked_trailers_are_bounded_with_the_whole_request(make_harness: Any) 
     with connect(h) as sock:  # the gateway serves on
         sock.sendall(CARD)
         assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+
+
+CHUNKED_HEAD = (b"POST / HTTP/1.1\r\nHost: gateway\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n")
+
+
+def test_a_chunk_size_past_the_body_bound_is_answered_413_at_once(
+        make_harness: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue #35: a chunk size of ``ffffffffffffffff`` held the connection with no answer for
+    90 s and more (past the header and idle timeouts: a request was in flight), although it
+    announces more than the request may carry. Chunk sizes are read as they arrive: one past
+    what is left of ``limits.max_body_bytes`` is answered 413 and the connection closed at
+    once — in the read of the head, in a later read, after earlier chunks — counted, and the
+    request's line says so; nothing reaches the worker."""
+    h = make_harness(limits={"max_body_bytes": 1000})
+    caplog.set_level(logging.INFO, logger="a2a_gateway")
+    cases = [
+        [CHUNKED_HEAD + b"\r\nffffffffffffffff\r\n{"],  # the head and the size in one read
+        [CHUNKED_HEAD + b"Expect: 100-continue\r\n\r\n", b"3e9\r\n"],  # 1001 bytes, after the head was read
+        [CHUNKED_HEAD + b"Expect: 100-continue\r\n\r\n", b"258\r\n" + b" " * 600 + b"\r\n", b"191\r\n"],  # 600 + 401
+    ]
+    for writes in cases:
+        with connect(h) as sock:
+            sock.sendall(writes[0])
+            if len(writes) > 1:  # the head is parsed and the body asked for: the rest comes in later reads
+                assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+                for data in writes[1:]:
+                    sock.sendall(data)
+            answer = read_until_closed(sock)  # never a wait: the socket times out after WAIT
+        assert answer.startswith(b"HTTP/1.1 413 Content Too Large\r\n"), answer
+        assert b"connection: close" in answer.lower() and b"limits.max_body_bytes" in answer
+    assert h.metric(REFUSED, reason="body_too_large") == 3
+    assert h.rpc_calls() == []
+    wait_until(lambda: len([r for r in caplog.records if r.getMessage() == "request"]) >= 3)
+    lines = [r for r in caplog.records if r.getMessage() == "request"]
+    assert {(r.status, r.outcome) for r in lines} == {(413, "too_large")}  # type: ignore[attr-defined]
+
+
+def test_chunks_within_the_bound_are_served_and_a_malformed_size_is_400(make_harness: Any) -> None:
+    """Chunks that add up to the bound (sizes with extensions, in pieces across reads) reach
+    the worker; a chunk size that is no hex number is answered 400 by the parser and counted."""
+    h = make_harness(limits={"max_body_bytes": 1000})
+    h.worker.on("GetTask", json_result={"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}})
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1"}}).ljust(1000)
+    with connect(h) as sock:
+        sock.sendall(CHUNKED_HEAD + b"Expect: 100-continue\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(b"1f4;x=y\r\n" + body[:500] + b"\r\n1f")
+        sock.sendall(b"4\r\n" + body[500:] + b"\r\n0\r\n\r\n")
+        assert b"t-1" in read_response(sock)
+    assert len(h.rpc_calls()) == 1
+    with connect(h) as sock:
+        sock.sendall(CHUNKED_HEAD + b"\r\nzz\r\n{}\r\n")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 400 ")
+    assert h.metric(REFUSED, reason="malformed") == 1
+    assert h.metric(REFUSED, reason="body_too_large") == 0
