@@ -40,6 +40,7 @@ from gateway.a2a.rest import RestCall
 from gateway.proxy import passthrough
 from gateway.proxy.card import serve_card
 from gateway.errors import BadPathError
+from gateway.proxy.forward import BodyBudget
 from gateway.proxy.forward import Route as ProxyRoute
 from gateway.proxy.auth import AuthFailure, JwtVerifier
 from gateway.proxy.callers import CallerKeys
@@ -308,6 +309,7 @@ def build_app(
                       callers=CallerKeys.from_config(config.callers, log),
                       auth=JwtVerifier(config.auth.jwt, log) if config.auth.jwt is not None else None)
     runtime.apply_config(config)
+    runtime.bodies = BodyBudget(lambda: runtime.config.limits.max_inflight_body_bytes)
     runtime.push = PushRelay(runtime)
     deliverer = Deliverer(runtime, runtime.push)
     ready = {"value": False}

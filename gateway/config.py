@@ -133,6 +133,10 @@ class ListenConfig(_Frozen):
     HTTP 431 and the connection closed."""
     idle_timeout_seconds: Seconds = 60.0
     """A keep-alive connection with no request in flight is closed after this many seconds."""
+    body_timeout_seconds: Seconds = 30.0
+    """A request body must be whole within this many seconds of the end of its head (a
+    body sent slowly, or stopped); else ``HTTP/1.1 408`` (``Connection: close``) and the
+    close. A request whose body came with its head (most) is not timed."""
     probes: bool = False
     """Also answer ``GET /healthz`` and ``/readyz`` on the traffic port (for probes that can
     only reach it); ``/metrics`` is on the admin listener only."""
@@ -372,6 +376,18 @@ class LimitsConfig(_Frozen):
     """Deepest nesting of objects and arrays accepted in a JSON body, from a client (refused
     as -32600 / HTTP 400) or a worker (a transport-class error); checked before any
     recursive code reads the body."""
+    max_inflight_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    """The client request bodies (JSON-RPC and REST) one gateway process holds at once, from
+    the first byte read (a body's ``Content-Length`` at once) to the end of its request; a
+    body that would pass it is answered HTTP 503 with ``Retry-After: 1`` (JSON-RPC -32603,
+    REST ``UNAVAILABLE``). At least ``max_body_bytes``."""
+
+    @model_validator(mode="after")
+    def _budget_holds_a_body(self) -> LimitsConfig:
+        if self.max_inflight_body_bytes < self.max_body_bytes:
+            raise ValueError("max_inflight_body_bytes: must be at least max_body_bytes (else a body of "
+                             "max_body_bytes is never read)")
+        return self
 
 
 STATE_DIR_ENV = "A2A_GATEWAY_STATE_DIR"

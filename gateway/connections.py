@@ -25,6 +25,10 @@ that put it in force on a listener.
   reads into memory and no other bound sees, end there with a 431 and the close.
 * **idle_timeout**: uvicorn's keep-alive timeout: a connection whose response is complete and
   that sends nothing more is closed after this many seconds.
+* **body_timeout**: a request body must be whole within this many seconds of the end of its
+  head, however it is sent (a byte a second, or nothing after the head); else ``HTTP/1.1 408
+  Request Timeout`` (``Connection: close``; only the close when a response has begun) and the
+  close. A body that comes with its head (most requests) starts no timer.
 * **max_body_bytes** (chunked bodies): each chunk size is read as it arrives, beside the
   parser; one announcing more than is left of ``limits.max_body_bytes`` (``ffffffffffffffff``)
   is answered ``HTTP/1.1 413 Content Too Large`` and the connection closed at once, instead of
@@ -66,6 +70,8 @@ def _response(status: bytes, body: bytes, *headers: bytes) -> bytes:
 SERVICE_UNAVAILABLE = _response(b"503 Service Unavailable",
                                 b'{"error":"too many open connections; retry"}', b"retry-after: 1")
 REQUEST_TIMEOUT = _response(b"408 Request Timeout", b'{"error":"request head not received in time"}')
+BODY_TIMEOUT = _response(b"408 Request Timeout",
+                         b'{"error":"request body not received in time (listen.body_timeout_seconds)"}')
 BODY_TOO_LARGE = b"413 Content Too Large"
 HEADERS_TOO_LARGE = _response(b"431 Request Header Fields Too Large",
                               b'{"error":"request head too large (listen.max_header_bytes)"}')
@@ -80,6 +86,7 @@ class ConnectionBounds:
         max_header_bytes: bytes a request head may take (httptools alone keeps reading one).
         max_request_bytes: bytes one request may take on the wire, head, body, chunk framing
             and trailers (which no other bound sees) together; ``None``: unbounded.
+        body_timeout: seconds a request body may take after its head (``None``: unbounded).
         body_limit: the bytes a chunked body to a path may announce in its chunk sizes
             (``limits.max_body_bytes``; called only for a chunked body still coming); ``None``:
             chunk sizes are not read.
@@ -95,8 +102,9 @@ class ConnectionBounds:
     def __init__(self, *, max_connections: int, header_timeout: float, idle_timeout: float,
                  log: logging.Logger, metrics: Metrics | None = None, listener: str = "traffic",
                  max_header_bytes: int = 65536, max_request_bytes: int | None = None,
-                 body_limit: Callable[[str], int] | None = None) -> None:
+                 body_limit: Callable[[str], int] | None = None, body_timeout: float | None = None) -> None:
         self.max_connections = max_connections
+        self.body_timeout = body_timeout
         self.body_limit = body_limit
         self.header_timeout = header_timeout
         self.max_header_bytes = max_header_bytes
@@ -143,6 +151,7 @@ class ConnectionBounds:
                                  else {"max_header_bytes": self.max_header_bytes} if reason == "header_too_large"
                                  else {"bound": "limits.max_body_bytes"} if reason == "body_too_large"
                                  else {} if reason == "malformed"
+                                 else {"body_timeout_s": self.body_timeout} if reason == "body_timeout"
                                  else {"header_timeout_s": self.header_timeout})
         self.log.warning("connections_refused", extra={
             "listener": self.listener, "reason": reason, "connections": held, **bound,
@@ -178,6 +187,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _body_at: int | None = None  # in the current read: where the body of a head that ended in it begins
     _heads_in_read = 0  # request heads completed in the current read
     _chunks: ChunkSizes | None = None  # the chunk sizes of the current request's body, read alongside
+    _body_timer: asyncio.TimerHandle | None = None  # the current request's body deadline
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.bounds.opened():
@@ -195,6 +205,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._counted = False
         self.bounds.closed()
         self._stop_head_timer()
+        self._stop_body_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -208,6 +219,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
         if (self._chunks is not None or self._body_at is not None) and self._body_unbounded(data):
             return
+        if self._heads_in_read and self._body_timer is None and self.bounds.body_timeout is not None \
+                and self.cycle is not None and self.cycle.more_body and not self.transport.is_closing():
+            # a head ended in these bytes and its body is not whole: the body's clock starts
+            self._body_timer = self.loop.call_later(self.bounds.body_timeout, self._body_timed_out, self.cycle)
         self._request_bytes += len(data)  # (after the parse: a request that began in it was reset)
         limit = self.bounds.max_request_bytes
         if limit is not None and self._request_bytes > limit and self.cycle is not None \
@@ -247,7 +262,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._chunks = None
+        self._stop_body_timer()
         super().on_message_complete()
+
+    def _stop_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self, cycle: Any) -> None:
+        """The body of ``cycle``'s request is not whole after ``body_timeout``: 408 (unless a
+        response has begun: then only the close) and the close, counted."""
+        self._body_timer = None
+        if self.transport.is_closing() or cycle is not self.cycle or not cycle.more_body:
+            return
+        self.bounds.refused("body_timeout")
+        if not cycle.response_started:
+            cycle.scope[REFUSED_KEY] = (408, "body_timeout")
+            self.transport.write(BODY_TIMEOUT)
+        self.transport.close()
 
     def _body_unbounded(self, data: bytes) -> bool:
         """After the parser took ``data``: read the chunk sizes of a chunked body still coming

@@ -166,6 +166,7 @@ def listener_bounds(runtime: Runtime, listener: str = "traffic") -> ConnectionBo
         max_header_bytes=listen.max_header_bytes,
         max_request_bytes=2 * (runtime.config.limits.max_body_bytes + listen.max_header_bytes),
         body_limit=(lambda path: body_limit(runtime.config, path)) if listener == "traffic" else None,
+        body_timeout=listen.body_timeout_seconds,
         log=runtime.log, metrics=runtime.metrics if listener == "traffic" else None, listener=listener)
 
 

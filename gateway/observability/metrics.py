@@ -315,12 +315,13 @@ class Metrics:
             "within listen.header_timeout_seconds, answered 408; header_too_large: a head past "
             "listen.max_header_bytes, answered 431; body_too_large: a chunk size past "
             "limits.max_body_bytes, answered 413; malformed: a request the parser refused, "
-            "answered 400)",
+            "answered 400; body_timeout: no whole body within listen.body_timeout_seconds, "
+            "answered 408)",
             ["reason"],
             registry=registry,
         ))
         for reason in ("max_connections", "header_timeout", "header_too_large", "body_too_large",
-                       "malformed"):  # every series from the start
+                       "malformed", "body_timeout"):  # every series from the start
             self.connections_refused.labels(reason)
         self.log_dropped = Counter(
             "a2a_gateway_log_dropped_total",

@@ -11,14 +11,21 @@ from __future__ import annotations
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.version import Binding
-from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, NestingTooDeepError, UpstreamError
+from gateway.errors import (
+    POOL_EXHAUSTED,
+    BodyBudgetError,
+    BodyTooLargeError,
+    ClientGoneError,
+    NestingTooDeepError,
+    UpstreamError,
+)
 from gateway.exchange.bridge import BridgedJsonRpcExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.jsonrpc import JsonRpcExchange, relayed_with_client_id
 from gateway.exchange.request import RequestExchange, error_message, retry_after
 from gateway.proxy.auth import AuthFailure
-from gateway.proxy.endpoint import ExchangeHandler, send_json
-from gateway.proxy.forward import client_response_headers, read_body, upstream_request_headers
+from gateway.proxy.endpoint import AT_CAPACITY, RETRY_AFTER, ExchangeHandler, send_json
+from gateway.proxy.forward import client_response_headers, upstream_request_headers
 from gateway.push.relay import request_config_id
 
 
@@ -30,9 +37,13 @@ class JsonRpcHandler(ExchangeHandler):
     async def handle(self) -> None:
         limits = self.rt.config.limits
         try:
-            body = await read_body(self.receive, self.scope, limits.max_body_bytes)
+            body = await self.read_client_body()
         except ClientGoneError:
             self.summary.outcome = "client_disconnected"
+            return
+        except BodyBudgetError:
+            await send_json(self.send, 503, jsonrpc.error_response(None, jsonrpc.INTERNAL_ERROR, AT_CAPACITY),
+                            headers=RETRY_AFTER)
             return
         except BodyTooLargeError:
             self.summary.outcome = "too_large"

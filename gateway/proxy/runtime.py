@@ -32,7 +32,7 @@ from gateway.observability.tracing import Tracing
 from gateway.proxy.auth import JwtVerifier
 from gateway.proxy.callers import CallerKeys
 from gateway.proxy.card import CardCache
-from gateway.proxy.forward import Router, Signal
+from gateway.proxy.forward import BodyBudget, Router, Signal
 from gateway.proxy.transport import UpstreamClient
 
 if TYPE_CHECKING:
@@ -101,6 +101,9 @@ class Runtime:
     """Bearer JWT checking (``auth.jwt``, docs/callers.md §5); ``None``: off."""
     push: PushRelay | None = None
     """The push relay (docs/push.md; set by :func:`gateway.app.build_app`)."""
+    bodies: BodyBudget | None = None
+    """The client request bodies held at once (``limits.max_inflight_body_bytes``; set by
+    :func:`gateway.app.build_app`); ``None``: unbounded."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
