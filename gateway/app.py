@@ -224,6 +224,23 @@ async def _prune_forever(rt: Runtime) -> None:
                                                 "events_deleted": events})
 
 
+async def _probe_ledger_forever(rt: Runtime) -> None:
+    """Every ``ledger.probe_interval_seconds``, one probe write (:meth:`TaskLedger.probe`):
+    :meth:`Runtime.ledger_call` notes a failure in ``rt.ledger_down`` and a success clears it,
+    so ``/readyz`` follows the ledger with no traffic too (a load balancer that stopped
+    sending requests on a 503 sees the gateway ready again once the ledger is back). A probe
+    that takes longer than the interval counts as failed."""
+    while True:
+        interval = rt.config.ledger.probe_interval_seconds
+        await asyncio.sleep(interval)
+        try:
+            await asyncio.wait_for(rt.ledger_call("probe", rt.ledger.probe), timeout=interval)
+        except LedgerError:
+            continue
+        except TimeoutError:
+            rt.ledger_down = f"probe: no answer within {interval:g} s"
+
+
 async def _reload(rt: Runtime, path: str, load: Callable[[], GatewayConfig] | None = None) -> bool:
     """Re-read the config file and apply it (SIGHUP). An invalid file is refused, logged and
     counted, and the config in force stays. ``load``: how to read it (``serve`` re-applies its
@@ -321,6 +338,7 @@ def build_app(
         refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))  # fetches the cards
         counter = asyncio.ensure_future(refresh_tracked_forever(runtime, config.admin.tracked_refresh_seconds))
         sweeper = asyncio.ensure_future(Sweeper(runtime).run())  # idle while sweep.enabled is false
+        prober = asyncio.ensure_future(_probe_ledger_forever(runtime))  # /readyz follows the ledger
         delivering = asyncio.ensure_future(deliverer.run_forever())  # the push outbox (docs/push.md §3)
         loop = asyncio.get_running_loop()
         # signals reach the main thread only (an app served in a thread, as tests do, has none)
@@ -340,7 +358,7 @@ def build_app(
             if on_hup:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             ready["value"] = False
-            for task in (sweeper, pruner, refresher, counter, delivering):
+            for task in (sweeper, prober, pruner, refresher, counter, delivering):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

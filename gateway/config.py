@@ -475,6 +475,10 @@ class LedgerConfig(_Frozen):
     """How long terminal tasks are kept before they are pruned (default 7 days)."""
     prune_interval_seconds: float = Field(default=300, gt=0)
     """How often terminal tasks past ``retention_seconds`` are pruned."""
+    probe_interval_seconds: float = Field(default=5.0, gt=0, le=3600)
+    """How often the gateway writes a probe to the ledger (one small write that changes
+    nothing anyone reads): while the last probe or ledger call failed, ``/readyz`` answers 503
+    (with ``ledger.on_unavailable: reject``); a write that succeeds makes it ready again."""
     on_unavailable: Literal["reject", "forward"] = "reject"
     """When the ledger cannot be read or written: ``reject`` (fail closed, a transport-class error)
     or ``forward`` (relay unchecked, counted)."""

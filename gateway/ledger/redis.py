@@ -15,6 +15,7 @@ Layout (``prefix`` defaults to ``a2agw``)::
                                              by observed_at (the sweep's page, docs/sweep.md §5)
     {prefix}:acks                      string  a counter the replica-acknowledgement barrier
                                              increments (its write is what ``WAIT`` waits for)
+    {prefix}:probe                     string  the readiness probe's write (its time; expires after 60 s)
 
 The replay window (docs/resume.md §2.3)::
 
@@ -94,6 +95,7 @@ import asyncio
 import hashlib
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -795,6 +797,12 @@ class RedisLedger(RedisPushStore):
                              max(1, round(self.options.replica_ack_timeout * 1000)))
         *versions, _, acked = await pipe.execute()
         return [*versions, int(acked)]
+
+    async def probe(self) -> None:
+        """``SET {prefix}:probe <now> PX 60000``: a write a read-only replica (after a
+        failover), ``min-replicas-to-write``, ``maxmemory`` with ``noeviction`` or a lost
+        connection refuses like any ``put``."""
+        await self._redis.set(f"{self.prefix}:probe", repr(time.time()), px=60_000)
 
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state."""
