@@ -323,7 +323,7 @@ def build_app(
     log = get_logger()
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=log,
                       tracing=tracing_from_config(config.tracing, __version__, log),
-                      callers=CallerKeys.from_config(config.callers, log),
+                      callers=CallerKeys.from_config(config.callers, log, ledger_url=config.ledger.url),
                       auth=JwtVerifier(config.auth.jwt, log) if config.auth.jwt is not None else None)
     runtime.apply_config(config)
     runtime.bodies = BodyBudget(lambda: runtime.config.limits.max_inflight_body_bytes)

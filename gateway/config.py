@@ -690,9 +690,10 @@ class CallersConfig(_Frozen):
     worker. ``identity``: what names a caller — the ``header`` (default ``Authorization``),
     the TLS ``client_cert`` subject, or the ``jwt_subject`` verified by ``auth.jwt``.
     ``secret_file``: the HMAC secrets of the fingerprints, one per line, the first signing
-    (``A2A_GATEWAY_CALLER_SECRET`` wins when set; none: a random secret of this process, with
-    a warning). ``enabled: false`` gives local answers to anyone (one caller per deployment).
-    Read at start only."""
+    (``A2A_GATEWAY_CALLER_SECRET`` wins when set; none: one made once and kept in
+    ``caller-secret`` beside the SQLite ledger or in the state directory, docs/callers.md §4).
+    ``enabled: false`` gives local answers to anyone (one caller per deployment). Read at
+    start only."""
 
     enabled: bool = True
     """Tell callers apart (``false``: local answers go to anyone)."""
