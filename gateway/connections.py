@@ -299,10 +299,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._chunks.feed(data, start):
             return False
         bound, self._chunks = self._chunks.limit, None
-        self.scope[REFUSED_KEY] = (413, "too_large")  # type: ignore[literal-required]
         self._stop_head_timer()
-        self._refuse("body_too_large", _response(
-            BODY_TOO_LARGE, b'{"error":"request body exceeds %d bytes (limits.max_body_bytes)"}' % bound))
+        self._stop_body_timer()
+        self.bounds.refused("body_too_large")
+        if not cycle.response_started:  # else the app answered already: only the close
+            self.scope[REFUSED_KEY] = (413, "too_large")  # type: ignore[literal-required]
+            self.transport.write(_response(
+                BODY_TOO_LARGE, b'{"error":"request body exceeds %d bytes (limits.max_body_bytes)"}' % bound))
+        self.transport.close()
         return True
 
     def send_400_response(self, msg: str) -> None:
@@ -363,6 +367,9 @@ def _chunked(scope: Any) -> bool:
     return any(name == b"transfer-encoding" and b"chunked" in value.lower() for name, value in scope["headers"])
 
 
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+
 class ChunkSizes:
     """The chunk sizes of one chunked request body, read beside the parser (httptools does
     not tell them): :meth:`feed` steps over chunk data without looking at it, so a read costs
@@ -395,17 +402,16 @@ class ChunkSizes:
                     self._state = self._SIZE
                 continue
             newline = data.find(b"\n", pos)
-            if newline < 0:
-                self._line = (self._line + data[pos:])[-self._MAX_LINE:]
+            if newline < 0:  # the size comes first: what follows past _MAX_LINE is an extension
+                self._line = (self._line + data[pos:])[:self._MAX_LINE]
                 return True
-            line, self._line = self._line + data[pos:newline], b""
+            line, self._line = (self._line + data[pos:newline])[:self._MAX_LINE], b""
             pos = newline + 1
             digits = line.split(b";", 1)[0].strip(b" \t\r")
-            try:
-                size = int(digits, 16)
-            except ValueError:  # malformed: the parser answers it (400)
+            if not digits or digits.translate(None, _HEX_DIGITS):  # malformed: the parser answers it (400)
                 self._state = self._DONE
                 return True
+            size = int(digits, 16)
             if size == 0:  # the last chunk; trailers are bounded with the whole request
                 self._state = self._DONE
             elif size > self.left:
