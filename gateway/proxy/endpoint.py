@@ -80,6 +80,9 @@ class ExchangeHandler:
         finally:
             if self.held:
                 self.rt.bodies.give(self.held)  # type: ignore[union-attr]
+            refused = self.scope.get(access.REFUSED_KEY)  # the connection layer answered it (a bound)
+            if refused is not None:
+                self.summary.outcome = refused[1]
             s, line = self.summary, self.line
             self.reporter.request(s, time.perf_counter() - self.started, line.trace_id)
             line.binding, line.method, line.outcome = s.binding.value, s.method, s.outcome

@@ -290,6 +290,7 @@ def test_a_chunk_size_past_the_body_bound_is_answered_413_at_once(
     wait_until(lambda: len([r for r in caplog.records if r.getMessage() == "request"]) >= 3)
     lines = [r for r in caplog.records if r.getMessage() == "request"]
     assert {(r.status, r.outcome) for r in lines} == {(413, "too_large")}  # type: ignore[attr-defined]
+    assert h.metric("a2a_gateway_requests_total", outcome="too_large") == 3
 
 
 def test_chunks_within_the_bound_are_served_and_a_malformed_size_is_400(make_harness: Any) -> None:
@@ -359,6 +360,7 @@ def test_a_body_not_whole_within_the_body_timeout_is_answered_408_and_closed(
     wait_until(lambda: len([r for r in caplog.records if r.getMessage() == "request"]) == 4)
     assert {(r.status, r.outcome) for r in caplog.records  # type: ignore[attr-defined]
             if r.getMessage() == "request"} == {(408, "body_timeout")}
+    assert h.metric("a2a_gateway_requests_total", outcome="body_timeout") == 4
     with connect(h) as sock:  # in pieces, within the time: served
         sock.sendall(_post_head(b"/", len(body), b"Expect: 100-continue"))
         assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
