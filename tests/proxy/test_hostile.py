@@ -1277,3 +1277,19 @@ def test_a_float_id_on_a_relayed_method_comes_back_as_the_client_wrote_it(h: Har
     h.worker.on("NoSuchMethod", raw=(200, {"content-type": "text/plain"}, b"not json"))
     assert h.rpc(body, headers=headers).content == b"not json"
     assert len(h.worker.calls("NoSuchMethod")) == 4
+
+
+@pytest.mark.parametrize(("path", "version"), [("/message:send", "1.0"), ("/v1/message:send", "0.3")])
+def test_a_rest_body_past_orjsons_depth_is_refused_in_its_versions_form(h: Harness, path: str, version: str) -> None:
+    """The REST half of the depth case (REST carries no JSON-RPC id): a send whose metadata
+    nests 1 100 arrays — past orjson's own 1 024 levels — is HTTP 400 in the client's
+    version's error form, counted, nothing forwarded. (This held before issue #35 too.)"""
+    body = b'{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x"}],"metadata":{"x":' + \
+        b"[" * 1100 + b"]" * 1100 + b"}}}"
+    r = h.http.post(h.gateway.url + path, content=body, headers={"A2A-Version": version,
+                                                                 "content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    doc = r.json()
+    message = doc["error"]["message"] if version == "1.0" else doc["message"]
+    assert "limits.max_json_depth" in message
+    assert h.rpc_calls() == [] and h.metric("a2a_gateway_limits_reached_total", limit="max_json_depth") == 1
