@@ -98,7 +98,8 @@ def stored_secret(path: Path) -> bytes:
     read the one that got there first, never a half-written one.
 
     Raises:
-        ConfigError: the file cannot be made or read, or holds no secret of at least
+        OSError: the file is missing and cannot be made (a read-only directory).
+        ConfigError: the file is there but cannot be read, or holds no secret of at least
             :data:`MIN_SECRET_CHARS` characters (the message never shows it).
     """
     where = f"caller secret {path}"
@@ -109,11 +110,7 @@ def stored_secret(path: Path) -> bytes:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{where}: cannot be read ({getattr(exc, 'strerror', None) or type(exc).__name__})"]) from None
     if text is None:
-        try:
-            text = _make_secret(path)
-        except OSError as exc:
-            raise ConfigError([f"{where}: cannot be created ({exc.strerror}); set {SECRET_ENV} or "
-                               "callers.secret_file"]) from None
+        text = _make_secret(path)  # OSError: the caller decides
     found = _tokens(text)
     if not found or len(found[0]) < MIN_SECRET_CHARS:
         raise ConfigError([f"{where}: holds no secret of {MIN_SECRET_CHARS} characters or more; "
@@ -176,8 +173,11 @@ class CallerKeys:
         ``caller_secret_generated`` warning for a Redis ledger only, whose other hosts keep
         secrets of their own (docs/callers.md §4).
 
+        Where the secret cannot be kept (a read-only directory), a random secret of the process
+        is used, with the warning.
+
         Raises:
-            ConfigError: as :func:`read_secrets`, or the kept secret cannot be made or read.
+            ConfigError: as :func:`read_secrets`, or the kept secret's file is unusable.
         """
         secrets = read_secrets(config, os.environ if environ is None else environ)
         if secrets or not config.enabled:
@@ -185,7 +185,17 @@ class CallerKeys:
         path = secret_path(ledger_url)
         if path is None:  # nothing outlives the process: a secret of its own is enough
             return cls(config, [])
-        keys = cls(config, [stored_secret(path)], generated=True, stored=path)
+        try:
+            secret = stored_secret(path)
+        except OSError as exc:  # nowhere to keep it: a secret of the process, as before
+            log.warning("caller_secret_generated", extra={
+                "path": str(path), "error": exc.strerror,
+                "detail": f"no {SECRET_ENV} or callers.secret_file, and the secret cannot be kept in "
+                          "this file: caller fingerprints use a random secret of this process, so "
+                          "after a restart, and in other processes, callers are recognised only once "
+                          "the worker answered them again (docs/callers.md §4)"})
+            return cls(config, [])
+        keys = cls(config, [secret], generated=True, stored=path)
         if not ledger_url.startswith("sqlite:"):
             log.warning("caller_secret_generated", extra={
                 "path": str(path),

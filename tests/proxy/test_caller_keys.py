@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 from pathlib import Path
 
 import pytest
@@ -159,10 +158,25 @@ def test_an_unusable_kept_secret_stops_the_start(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         stored_secret(tmp_path / SECRET_FILE_NAME)
     assert "holds no secret" in info.value.problems[0] and "short" not in info.value.problems[0]
-    (tmp_path / "ro").mkdir(mode=0o500)
-    if os.geteuid() != 0:  # root writes anywhere
-        with pytest.raises(ConfigError, match="cannot be created"):
-            stored_secret(tmp_path / "ro" / SECRET_FILE_NAME)
+
+
+def test_a_secret_that_cannot_be_kept_is_one_of_the_process_with_the_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory the gateway cannot write (a read-only state directory beside a Redis
+    ledger): it still starts, as before issue #35, with a secret of the process and the warning."""
+    import gateway.proxy.callers as callers
+
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(callers.tempfile, "mkstemp", read_only)  # as a directory mode 0500 does (but for root)
+    (tmp_path / "ro").mkdir()
+    log = logging.getLogger("test-callers")
+    with caplog.at_level(logging.WARNING, logger="test-callers"):
+        k = CallerKeys.from_config(CallersConfig(), log, environ={},
+                                   ledger_url=f"sqlite:///{tmp_path}/ro/ledger.db")
+    assert k.generated and k.stored is None
+    assert [r.getMessage() for r in caplog.records] == ["caller_secret_generated"]
 
 
 def _certificate(common_name: str) -> str:
