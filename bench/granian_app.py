@@ -26,7 +26,8 @@ ADMIN_PATHS = frozenset({"/readyz", "/metrics"})
 def _build() -> Any:
     config = load_config(os.environ["A2A_BENCH_GATEWAY_CONFIG"])
     log = config.log
-    configure_logging(log.level, log.format, log.flush_seconds, log.repeat_window_seconds)
+    configure_logging(log.level, log.format, log.flush_seconds, log.repeat_window_seconds,
+                      max_queued=log.max_queued_lines)
     gateway = build_app(config)
     admin = gateway.admin
 

@@ -4,9 +4,13 @@ agentgateway's admin ports are.
 
 * ``/healthz``: 200 ``{"status": "ok"}`` while the process serves (the admin listener starts
   once start-up — the ledger open — is done; Agent Cards are fetched in the background).
-* ``/readyz``: 200 ``{"status": "ready"}`` while the gateway accepts traffic and every
-  upstream's Agent Card has been fetched once (:meth:`Runtime.cards_known`), 503
-  ``{"status": "not ready"}`` before that and from SIGTERM on (the drain); with
+* ``/readyz``: 200 ``{"status": "ready"}`` while the gateway accepts traffic, every
+  upstream's Agent Card has been fetched once (:meth:`Runtime.cards_known`) and the task
+  ledger can be written (``Runtime.ledger_down``: the last ledger call or probe write
+  failed; with ``ledger.on_unavailable: reject`` only, since then every state change is
+  refused), 503 ``{"status": "not ready"}`` before that, from SIGTERM on (the drain) and
+  while the ledger cannot be written (then ``"reason"``, and on the admin listener
+  ``"ledger": {"backend", "error"}``); with
   ``"upstreams": {name: {...}}``, each upstream's card status, where the runtime reports it.
   Once an upstream's card is known, its worker going away does not make the gateway unready
   (the card's own stale / back-off rules apply; the upstream's entry says so).
@@ -111,8 +115,13 @@ def probe_routes(runtime: Runtime, is_ready: Callable[[], bool], *, upstreams: b
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
-        ready = is_ready() and not runtime.draining.is_set() and runtime.cards_known()
+        down = runtime.ledger_down if runtime.config.ledger.on_unavailable == "reject" else None
+        ready = is_ready() and not runtime.draining.is_set() and runtime.cards_known() and down is None
         body: dict[str, object] = {"status": "ready" if ready else "not ready"}
+        if down is not None:  # every state change would be refused (503) now
+            body["reason"] = "the task ledger cannot be written"
+            if upstreams:  # the admin listener: what failed
+                body["ledger"] = {"backend": runtime.ledger.backend, "error": down}
         if upstreams:
             status = runtime.card_status()
             if runtime.draining.is_set():  # shutting down: no upstream admits anything new

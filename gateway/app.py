@@ -31,7 +31,7 @@ from gateway.errors import ConfigError, LedgerError
 from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
 from gateway.observability import access
-from gateway.observability.logging import get_logger
+from gateway.observability.logging import count_drops, get_logger
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import from_config as tracing_from_config
 from gateway.a2a import rest
@@ -40,6 +40,7 @@ from gateway.a2a.rest import RestCall
 from gateway.proxy import passthrough
 from gateway.proxy.card import serve_card
 from gateway.errors import BadPathError
+from gateway.proxy.forward import BodyBudget
 from gateway.proxy.forward import Route as ProxyRoute
 from gateway.proxy.auth import AuthFailure, JwtVerifier
 from gateway.proxy.callers import CallerKeys
@@ -91,6 +92,9 @@ class ProxyApp:
             line.outcome = "internal_error"
             raise
         finally:  # every request the traffic listener answers or relays: one request line
+            refused = scope.get(access.REFUSED_KEY)  # answered by the connection layer (a bound)
+            if refused is not None:
+                line.status, line.outcome = refused
             self.rt.log.info("request", extra=line.fields())
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -220,6 +224,23 @@ async def _prune_forever(rt: Runtime) -> None:
                                                 "events_deleted": events})
 
 
+async def _probe_ledger_forever(rt: Runtime) -> None:
+    """Every ``ledger.probe_interval_seconds``, one probe write (:meth:`TaskLedger.probe`):
+    :meth:`Runtime.ledger_call` notes a failure in ``rt.ledger_down`` and a success clears it,
+    so ``/readyz`` follows the ledger with no traffic too (a load balancer that stopped
+    sending requests on a 503 sees the gateway ready again once the ledger is back). A probe
+    that takes longer than the interval counts as failed."""
+    while True:
+        interval = rt.config.ledger.probe_interval_seconds
+        await asyncio.sleep(interval)
+        try:
+            await asyncio.wait_for(rt.ledger_call("probe", rt.ledger.probe), timeout=interval)
+        except LedgerError:
+            continue
+        except TimeoutError:
+            rt.ledger_down = f"probe: no answer within {interval:g} s"
+
+
 async def _reload(rt: Runtime, path: str, load: Callable[[], GatewayConfig] | None = None) -> bool:
     """Re-read the config file and apply it (SIGHUP). An invalid file is refused, logged and
     counted, and the config in force stays. ``load``: how to read it (``serve`` re-applies its
@@ -293,6 +314,7 @@ def build_app(
     token = read_token(config.admin) if config.admin.enabled else None
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry)
+    count_drops(metrics.log_dropped)
     ledger = ledger or ledger_from_url(config.ledger.url, max_tasks=config.ledger.max_tasks,
                                      window=config.replay_window.limits(),
                                      timeline=config.timeline.limits(config.ledger.retention_seconds),
@@ -301,9 +323,10 @@ def build_app(
     log = get_logger()
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=log,
                       tracing=tracing_from_config(config.tracing, __version__, log),
-                      callers=CallerKeys.from_config(config.callers, log),
+                      callers=CallerKeys.from_config(config.callers, log, ledger_url=config.ledger.url),
                       auth=JwtVerifier(config.auth.jwt, log) if config.auth.jwt is not None else None)
     runtime.apply_config(config)
+    runtime.bodies = BodyBudget(lambda: runtime.config.limits.max_inflight_body_bytes)
     runtime.push = PushRelay(runtime)
     deliverer = Deliverer(runtime, runtime.push)
     ready = {"value": False}
@@ -315,6 +338,7 @@ def build_app(
         refresher = asyncio.ensure_future(_refresh_cards_forever(runtime))  # fetches the cards
         counter = asyncio.ensure_future(refresh_tracked_forever(runtime, config.admin.tracked_refresh_seconds))
         sweeper = asyncio.ensure_future(Sweeper(runtime).run())  # idle while sweep.enabled is false
+        prober = asyncio.ensure_future(_probe_ledger_forever(runtime))  # /readyz follows the ledger
         delivering = asyncio.ensure_future(deliverer.run_forever())  # the push outbox (docs/push.md §3)
         loop = asyncio.get_running_loop()
         # signals reach the main thread only (an app served in a thread, as tests do, has none)
@@ -334,7 +358,7 @@ def build_app(
             if on_hup:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             ready["value"] = False
-            for task in (sweeper, pruner, refresher, counter, delivering):
+            for task in (sweeper, prober, pruner, refresher, counter, delivering):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

@@ -443,7 +443,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     configure_logging(config.log.level, config.log.format, config.log.flush_seconds,
-                      config.log.repeat_window_seconds)
+                      config.log.repeat_window_seconds, max_queued=config.log.max_queued_lines)
     # Taken before the ledger is touched, so a refused start flags no live task for a resync;
     # held until this process exits. A worker of serve --workers N takes none: its supervisor holds it.
     problem = sqlite_directory(config.ledger.url)  # before the pid file beside it is made

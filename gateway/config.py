@@ -133,6 +133,10 @@ class ListenConfig(_Frozen):
     HTTP 431 and the connection closed."""
     idle_timeout_seconds: Seconds = 60.0
     """A keep-alive connection with no request in flight is closed after this many seconds."""
+    body_timeout_seconds: Seconds = 30.0
+    """A request body must be whole within this many seconds of the end of its head (a
+    body sent slowly, or stopped); else ``HTTP/1.1 408`` (``Connection: close``) and the
+    close. A request whose body came with its head (most) is not timed."""
     probes: bool = False
     """Also answer ``GET /healthz`` and ``/readyz`` on the traffic port (for probes that can
     only reach it); ``/metrics`` is on the admin listener only."""
@@ -372,6 +376,18 @@ class LimitsConfig(_Frozen):
     """Deepest nesting of objects and arrays accepted in a JSON body, from a client (refused
     as -32600 / HTTP 400) or a worker (a transport-class error); checked before any
     recursive code reads the body."""
+    max_inflight_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    """The client request bodies (JSON-RPC and REST) one gateway process holds at once, from
+    the first byte read (a body's ``Content-Length`` at once) to the end of its request; a
+    body that would pass it is answered HTTP 503 with ``Retry-After: 1`` (JSON-RPC -32603,
+    REST ``UNAVAILABLE``). At least ``max_body_bytes``."""
+
+    @model_validator(mode="after")
+    def _budget_holds_a_body(self) -> LimitsConfig:
+        if self.max_inflight_body_bytes < self.max_body_bytes:
+            raise ValueError("max_inflight_body_bytes: must be at least max_body_bytes (else a body of "
+                             "max_body_bytes is never read)")
+        return self
 
 
 STATE_DIR_ENV = "A2A_GATEWAY_STATE_DIR"
@@ -459,6 +475,10 @@ class LedgerConfig(_Frozen):
     """How long terminal tasks are kept before they are pruned (default 7 days)."""
     prune_interval_seconds: float = Field(default=300, gt=0)
     """How often terminal tasks past ``retention_seconds`` are pruned."""
+    probe_interval_seconds: float = Field(default=5.0, gt=0, le=3600)
+    """How often the gateway writes a probe to the ledger (one small write that changes
+    nothing anyone reads): while the last probe or ledger call failed, ``/readyz`` answers 503
+    (with ``ledger.on_unavailable: reject``); a write that succeeds makes it ready again."""
     on_unavailable: Literal["reject", "forward"] = "reject"
     """When the ledger cannot be read or written: ``reject`` (fail closed, a transport-class error)
     or ``forward`` (relay unchecked, counted)."""
@@ -525,8 +545,9 @@ def _url_password(url: str) -> bool:
 
 
 class LogConfig(_Frozen):
-    """Logging: level name, ``json`` (default) or ``text`` lines, and how late INFO lines
-    may be written (batched)."""
+    """Logging: level name, ``json`` (default) or ``text`` lines, how late INFO lines may be
+    written (batched), and how many may wait for stderr. Lines are written by a thread of
+    their own, never by the event loop."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     """The lowest level written."""
@@ -540,6 +561,10 @@ class LogConfig(_Frozen):
     """A WARNING-or-worse line identical to one written less than this long ago (the same
     event and fields, ``duration_s`` aside) is held back and counted; the next one after the
     window carries ``repeated`` (how many were held back). 0 writes every line."""
+    max_queued_lines: int = Field(default=10_000, ge=1)
+    """Lines waiting to be written by the log thread (a log call on the event loop only queues
+    its line, it never waits for stderr); past it, while stderr does not take lines (a pipe
+    nobody reads), lines are dropped and counted in ``a2a_gateway_log_dropped_total``."""
 
 
 class BridgeConfig(_Frozen):
@@ -665,9 +690,10 @@ class CallersConfig(_Frozen):
     worker. ``identity``: what names a caller — the ``header`` (default ``Authorization``),
     the TLS ``client_cert`` subject, or the ``jwt_subject`` verified by ``auth.jwt``.
     ``secret_file``: the HMAC secrets of the fingerprints, one per line, the first signing
-    (``A2A_GATEWAY_CALLER_SECRET`` wins when set; none: a random secret of this process, with
-    a warning). ``enabled: false`` gives local answers to anyone (one caller per deployment).
-    Read at start only."""
+    (``A2A_GATEWAY_CALLER_SECRET`` wins when set; none: one made once and kept in
+    ``caller-secret`` beside the SQLite ledger or in the state directory, docs/callers.md §4).
+    ``enabled: false`` gives local answers to anyone (one caller per deployment). Read at
+    start only."""
 
     enabled: bool = True
     """Tell callers apart (``false``: local answers go to anyone)."""

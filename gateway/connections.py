@@ -25,6 +25,16 @@ that put it in force on a listener.
   reads into memory and no other bound sees, end there with a 431 and the close.
 * **idle_timeout**: uvicorn's keep-alive timeout: a connection whose response is complete and
   that sends nothing more is closed after this many seconds.
+* **body_timeout**: a request body must be whole within this many seconds of the end of its
+  head, however it is sent (a byte a second, or nothing after the head); else ``HTTP/1.1 408
+  Request Timeout`` (``Connection: close``; only the close when a response has begun) and the
+  close. A body that comes with its head (most requests) starts no timer.
+* **max_body_bytes** (chunked bodies): each chunk size is read as it arrives, beside the
+  parser; one announcing more than is left of ``limits.max_body_bytes`` (``ffffffffffffffff``)
+  is answered ``HTTP/1.1 413 Content Too Large`` and the connection closed at once, instead of
+  waiting for bytes that may never come. A chunk size the parser cannot read is answered
+  ``HTTP/1.1 400`` by uvicorn and closed (counted here as ``malformed``). A chunked body whose
+  head shares a read with an earlier request (pipelined) is left to the other bounds.
 
 Every connection refused at a bound is counted
 (``a2a_gateway_connections_refused_total{reason}``, when the listener has metrics) and logged
@@ -39,10 +49,12 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.observability.access import REFUSED_KEY
 from gateway.observability.metrics import Metrics
 
 LOG_EVERY_SECONDS = 60.0
@@ -58,6 +70,9 @@ def _response(status: bytes, body: bytes, *headers: bytes) -> bytes:
 SERVICE_UNAVAILABLE = _response(b"503 Service Unavailable",
                                 b'{"error":"too many open connections; retry"}', b"retry-after: 1")
 REQUEST_TIMEOUT = _response(b"408 Request Timeout", b'{"error":"request head not received in time"}')
+BODY_TIMEOUT = _response(b"408 Request Timeout",
+                         b'{"error":"request body not received in time (listen.body_timeout_seconds)"}')
+BODY_TOO_LARGE = b"413 Content Too Large"
 HEADERS_TOO_LARGE = _response(b"431 Request Header Fields Too Large",
                               b'{"error":"request head too large (listen.max_header_bytes)"}')
 
@@ -71,6 +86,10 @@ class ConnectionBounds:
         max_header_bytes: bytes a request head may take (httptools alone keeps reading one).
         max_request_bytes: bytes one request may take on the wire, head, body, chunk framing
             and trailers (which no other bound sees) together; ``None``: unbounded.
+        body_timeout: seconds a request body may take after its head (``None``: unbounded).
+        body_limit: the bytes a chunked body to a path may announce in its chunk sizes
+            (``limits.max_body_bytes``; called only for a chunked body still coming); ``None``:
+            chunk sizes are not read.
         idle_timeout: seconds a keep-alive connection may sit idle (> 0).
         log: where the ``connections_refused`` warnings go.
         metrics: the gateway's metrics, to count connections in
@@ -82,8 +101,11 @@ class ConnectionBounds:
 
     def __init__(self, *, max_connections: int, header_timeout: float, idle_timeout: float,
                  log: logging.Logger, metrics: Metrics | None = None, listener: str = "traffic",
-                 max_header_bytes: int = 65536, max_request_bytes: int | None = None) -> None:
+                 max_header_bytes: int = 65536, max_request_bytes: int | None = None,
+                 body_limit: Callable[[str], int] | None = None, body_timeout: float | None = None) -> None:
         self.max_connections = max_connections
+        self.body_timeout = body_timeout
+        self.body_limit = body_limit
         self.header_timeout = header_timeout
         self.max_header_bytes = max_header_bytes
         self.max_request_bytes = max_request_bytes
@@ -127,6 +149,9 @@ class ConnectionBounds:
         self._last_logged[reason], self._held[reason] = now, 0
         bound: dict[str, Any] = ({"max_connections": self.max_connections} if reason == "max_connections"
                                  else {"max_header_bytes": self.max_header_bytes} if reason == "header_too_large"
+                                 else {"bound": "limits.max_body_bytes"} if reason == "body_too_large"
+                                 else {} if reason == "malformed"
+                                 else {"body_timeout_s": self.body_timeout} if reason == "body_timeout"
                                  else {"header_timeout_s": self.header_timeout})
         self.log.warning("connections_refused", extra={
             "listener": self.listener, "reason": reason, "connections": held, **bound,
@@ -159,6 +184,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _in_head = False  # the parser is inside a request head (from its first byte to its end)
     _request_bytes = 0  # bytes received since the current request began
     _tls: dict[str, Any] | None = None  # the ASGI TLS extension of an https connection
+    _body_at: int | None = None  # in the current read: where the body of a head that ended in it begins
+    _heads_in_read = 0  # request heads completed in the current read
+    _chunks: ChunkSizes | None = None  # the chunk sizes of the current request's body, read alongside
+    _body_timer: asyncio.TimerHandle | None = None  # the current request's body deadline
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.bounds.opened():
@@ -176,16 +205,24 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._counted = False
         self.bounds.closed()
         self._stop_head_timer()
+        self._stop_body_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if not self._counted:
             return
         counting = self._expecting_head()
+        self._body_at, self._heads_in_read = None, 0
         if counting and self._head_too_large(data):
             self._refuse_head()
             return
         super().data_received(data)
+        if (self._chunks is not None or self._body_at is not None) and self._body_unbounded(data):
+            return
+        if self._heads_in_read and self._body_timer is None and self.bounds.body_timeout is not None \
+                and self.cycle is not None and self.cycle.more_body and not self.transport.is_closing():
+            # a head ended in these bytes and its body is not whole: the body's clock starts
+            self._body_timer = self.loop.call_later(self.bounds.body_timeout, self._body_timed_out, self.cycle)
         self._request_bytes += len(data)  # (after the parse: a request that began in it was reset)
         limit = self.bounds.max_request_bytes
         if limit is not None and self._request_bytes > limit and self.cycle is not None \
@@ -218,8 +255,64 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._heads_in_read += 1
+        self._chunks = None
         self._stop_head_timer()
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._chunks = None
+        self._stop_body_timer()
+        super().on_message_complete()
+
+    def _stop_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self, cycle: Any) -> None:
+        """The body of ``cycle``'s request is not whole after ``body_timeout``: 408 (unless a
+        response has begun: then only the close) and the close, counted."""
+        self._body_timer = None
+        if self.transport.is_closing() or cycle is not self.cycle or not cycle.more_body:
+            return
+        self.bounds.refused("body_timeout")
+        if not cycle.response_started:
+            cycle.scope[REFUSED_KEY] = (408, "body_timeout")
+            self.transport.write(BODY_TIMEOUT)
+        self.transport.close()
+
+    def _body_unbounded(self, data: bytes) -> bool:
+        """After the parser took ``data``: read the chunk sizes of a chunked body still coming
+        (its first bytes in ``data`` when its head ended there); one past what is left of
+        ``max_body_bytes`` is refused 413 at once (True: the connection is closing). Costs
+        nothing for a body that came whole with its head, or with a Content-Length."""
+        cycle, limit = self.cycle, self.bounds.body_limit
+        if cycle is None or not cycle.more_body or limit is None or self.transport.is_closing():
+            self._chunks = None
+            return False
+        start = 0
+        if self._chunks is None:
+            if self._body_at is None or self._heads_in_read != 1 or not _chunked(self.scope):
+                return False  # not chunked, or its head was pipelined behind another in this read
+            self._chunks, start = ChunkSizes(limit(self.scope["path"])), self._body_at
+        if self._chunks.feed(data, start):
+            return False
+        bound, self._chunks = self._chunks.limit, None
+        self._stop_head_timer()
+        self._stop_body_timer()
+        self.bounds.refused("body_too_large")
+        if not cycle.response_started:  # else the app answered already: only the close
+            self.scope[REFUSED_KEY] = (413, "too_large")  # type: ignore[literal-required]
+            self.transport.write(_response(
+                BODY_TOO_LARGE, b'{"error":"request body exceeds %d bytes (limits.max_body_bytes)"}' % bound))
+        self.transport.close()
+        return True
+
+    def send_400_response(self, msg: str) -> None:
+        self._stop_head_timer()
+        self.bounds.refused("malformed")  # the parser refused the request (a bad chunk size, …)
+        super().send_400_response(msg)
 
     def _refuse_head(self) -> None:
         self._stop_head_timer()
@@ -242,7 +335,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         seen = self._head_tail + data if self._head_tail else data
         end = seen.find(b"\r\n\r\n")
         if end >= 0:
-            return self._head_bytes + end + 4 - len(self._head_tail) > self.bounds.max_header_bytes
+            self._body_at = end + 4 - len(self._head_tail)  # where the body begins in data
+            return self._head_bytes + self._body_at > self.bounds.max_header_bytes
         self._head_bytes += len(data)
         self._head_tail = seen[-3:]
         return self._head_bytes > self.bounds.max_header_bytes
@@ -266,6 +360,66 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         self._refuse("header_timeout", REQUEST_TIMEOUT)
+
+
+def _chunked(scope: Any) -> bool:
+    """The request's ``Transfer-Encoding`` names ``chunked``."""
+    return any(name == b"transfer-encoding" and b"chunked" in value.lower() for name, value in scope["headers"])
+
+
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+
+class ChunkSizes:
+    """The chunk sizes of one chunked request body, read beside the parser (httptools does
+    not tell them): :meth:`feed` steps over chunk data without looking at it, so a read costs
+    one ``find`` per chunk-size line in it.
+
+    Args:
+        limit: the body's bound in bytes (``limits.max_body_bytes``).
+    """
+
+    __slots__ = ("limit", "left", "_state", "_skip", "_line")
+
+    _SIZE, _DATA, _DONE = 0, 1, 2
+    _MAX_LINE = 4096  # a size line longer than this is the parser's to refuse
+
+    def __init__(self, limit: int) -> None:
+        self.limit = self.left = limit
+        self._state = self._SIZE
+        self._skip = 0  # bytes of chunk data (and its CRLF) still to step over
+        self._line = b""
+
+    def feed(self, data: bytes, pos: int = 0) -> bool:
+        """Read ``data[pos:]``; False when a chunk announces more than is left of the bound."""
+        end = len(data)
+        while pos < end and self._state != self._DONE:
+            if self._state == self._DATA:
+                step = min(self._skip, end - pos)
+                pos += step
+                self._skip -= step
+                if not self._skip:
+                    self._state = self._SIZE
+                continue
+            newline = data.find(b"\n", pos)
+            if newline < 0:  # the size comes first: what follows past _MAX_LINE is an extension
+                self._line = (self._line + data[pos:])[:self._MAX_LINE]
+                return True
+            line, self._line = (self._line + data[pos:newline])[:self._MAX_LINE], b""
+            pos = newline + 1
+            digits = line.split(b";", 1)[0].strip(b" \t\r")
+            if not digits or digits.translate(None, _HEX_DIGITS):  # malformed: the parser answers it (400)
+                self._state = self._DONE
+                return True
+            size = int(digits, 16)
+            if size == 0:  # the last chunk; trailers are bounded with the whole request
+                self._state = self._DONE
+            elif size > self.left:
+                return False
+            else:
+                self.left -= size
+                self._skip, self._state = size + 2, self._DATA  # the data, then its CRLF
+        return True
 
 
 def protocol_class(bounds: ConnectionBounds) -> type[BoundedHttpToolsProtocol]:

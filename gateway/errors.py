@@ -14,6 +14,7 @@ they are :class:`~gateway.invariants.model.Finding` values (docs/architecture.md
     ├── ClientError              a client request the gateway answers itself
     │   ├── BodyTooLargeError    the body passed ``limits.max_body_bytes`` (HTTP 413)
     │   ├── ClientGoneError      the client left before its body was complete
+    │   ├── BodyBudgetError      the bodies in flight passed ``limits.max_inflight_body_bytes`` (HTTP 503)
     │   └── BadPathError         a path that would leave its mount (HTTP 400)
     ├── ProtocolError            a payload that breaks the A2A wire format
     │   ├── UnknownStateError    a taskState outside the spelling table: refused, never guessed
@@ -108,6 +109,11 @@ class ClientError(GatewayError):
 
 class BodyTooLargeError(ClientError):
     """The client's request body passed ``max_body_bytes``; answer HTTP 413."""
+
+
+class BodyBudgetError(ClientError):
+    """The client request bodies this process holds would pass
+    ``limits.max_inflight_body_bytes``; answer HTTP 503 with ``Retry-After``."""
 
 
 class ClientGoneError(ClientError):

@@ -51,6 +51,7 @@ from gateway.connections import ConnectionBounds, uvicorn_options
 from gateway.errors import ConfigError
 from gateway.observability.logging import get_logger
 from gateway.proxy.runtime import Runtime
+from gateway.push.relay import CALLBACK_PATH
 from gateway.tls import client_context, reload_server_context, server_context
 from gateway.workers import ADMIN_FD_ENV, LISTEN_FD_ENV, WORKER_INDEX_ENV, watch_supervisor
 
@@ -164,7 +165,18 @@ def listener_bounds(runtime: Runtime, listener: str = "traffic") -> ConnectionBo
         header_timeout=listen.header_timeout_seconds, idle_timeout=listen.idle_timeout_seconds,
         max_header_bytes=listen.max_header_bytes,
         max_request_bytes=2 * (runtime.config.limits.max_body_bytes + listen.max_header_bytes),
+        body_limit=(lambda path: body_limit(runtime.config, path)) if listener == "traffic" else None,
+        body_timeout=listen.body_timeout_seconds,
         log=runtime.log, metrics=runtime.metrics if listener == "traffic" else None, listener=listener)
+
+
+def body_limit(config: GatewayConfig, path: str) -> int:
+    """The most a request body to ``path`` may carry, as the app reads it: a push
+    notification's ``push.max_notification_bytes``, any other ``limits.max_body_bytes`` (the
+    config in force, after a reload too)."""
+    if path.startswith(CALLBACK_PATH):
+        return config.push.max_notification_bytes
+    return config.limits.max_body_bytes
 
 
 def bind(host: str, port: int) -> socket.socket:

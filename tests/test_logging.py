@@ -1,36 +1,44 @@
-"""JSON log lines and their batched writing (gateway/observability/logging.py).
+"""JSON log lines and their batched writing by the log thread (gateway/observability/logging.py).
 
-A stream that counts its ``write`` calls stands in for stderr; the event loop's timer is real.
+A stream that counts its ``write`` calls stands in for stderr; the log thread is real.
 """
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import logging
 import re
 import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 import pytest
 
-from gateway.observability.logging import BufferedStreamHandler, JsonFormatter
+from gateway.observability.logging import MAX_QUEUED_LINES, JsonFormatter, LineWriter, QueueingHandler
 from tests.support.scripted_worker import ScriptedWorker
-from tests.support.servers import free_port, serve_in_thread, subprocess_server
+from tests.support.servers import free_port, serve_in_thread, subprocess_server, wait_until
 
 
 class CountingStream(io.StringIO):
     def __init__(self) -> None:
         super().__init__()
         self.writes = 0
+        self._lock = threading.Lock()
 
     def write(self, text: str) -> int:
-        self.writes += 1
-        return super().write(text)
+        with self._lock:
+            self.writes += 1
+            return super().write(text)
+
+    def text(self) -> str:
+        with self._lock:
+            return self.getvalue()
 
 
 @pytest.fixture
@@ -41,74 +49,86 @@ def logger() -> logging.Logger:
     return log
 
 
-def _attach(log: logging.Logger, flush_seconds: float) -> tuple[BufferedStreamHandler, CountingStream]:
-    stream = CountingStream()
-    handler = BufferedStreamHandler(stream, flush_seconds)
-    handler.setFormatter(JsonFormatter())
-    log.handlers[:] = [handler]
-    return handler, stream
+@pytest.fixture
+def attach(logger: logging.Logger) -> Iterator[Any]:
+    """``attach(flush_seconds, stream=None, max_queued=…)`` puts a QueueingHandler (and its
+    log thread) writing into ``stream`` (a CountingStream by default) on ``logger``; every
+    thread is stopped at the end."""
+    made: list[QueueingHandler] = []
+
+    def factory(flush_seconds: float, stream: Any = None,
+                max_queued: int = MAX_QUEUED_LINES) -> tuple[QueueingHandler, Any]:
+        stream = CountingStream() if stream is None else stream
+        handler = QueueingHandler(LineWriter(stream, JsonFormatter(), flush_seconds), max_queued)
+        made.append(handler)
+        logger.handlers[:] = [handler]
+        return handler, stream
+
+    yield factory
+    for handler in made:
+        handler.close()
 
 
 def _events(stream: CountingStream) -> list[str]:
-    return [orjson.loads(line)["event"] for line in stream.getvalue().splitlines()]
+    return [orjson.loads(line)["event"] for line in stream.text().splitlines()]
 
 
-async def test_info_lines_are_written_in_one_batch_after_flush_seconds(logger: logging.Logger) -> None:
-    handler, stream = _attach(logger, 0.05)
+def test_info_lines_are_written_in_one_batch_after_flush_seconds(logger: logging.Logger, attach: Any) -> None:
+    handler, stream = attach(0.3)
     for i in range(40):  # 40 lines of ~85 characters: less than one PIPE_BUF write
         logger.info("request", extra={"n": i})
-    assert stream.writes == 0  # still buffered
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while stream.writes == 0 and loop.time() < deadline:
-        await asyncio.sleep(0.01)
+    wait_until(lambda: stream.writes, message="the batch")
     assert stream.writes == 1
-    lines = [orjson.loads(line) for line in stream.getvalue().splitlines()]
+    lines = [orjson.loads(line) for line in stream.text().splitlines()]
     assert [line["n"] for line in lines] == list(range(40))
     assert all(line["event"] == "request" and line["level"] == "info" for line in lines)
 
 
-async def test_a_warning_is_written_at_once_after_the_lines_before_it(logger: logging.Logger) -> None:
-    handler, stream = _attach(logger, 60)
+def test_a_warning_is_written_at_once_after_the_lines_before_it(logger: logging.Logger, attach: Any) -> None:
+    handler, stream = attach(60)
     logger.info("first")
     logger.info("second")
     logger.warning("divergence", extra={"kind": "terminal_regression"})
-    assert _events(stream) == ["first", "second", "divergence"]
+    wait_until(lambda: _events(stream) == ["first", "second", "divergence"])
     assert stream.writes == 1
     logger.info("later")
-    assert _events(stream) == ["first", "second", "divergence"]
-    handler.flush()  # what logging.shutdown() does at exit
+    handler.close()  # what logging.shutdown() does at exit: what is queued is written
     assert _events(stream)[-1] == "later"
 
 
-async def test_a_full_buffer_is_written_without_waiting_in_whole_line_pieces(logger: logging.Logger) -> None:
+def test_a_full_buffer_is_written_without_waiting_in_whole_line_pieces(logger: logging.Logger,
+                                                                       attach: Any) -> None:
     """64 KiB of lines go out at once, in writes of whole lines of at most PIPE_BUF each (so
     the lines of several workers sharing one pipe never interleave mid-line)."""
-    handler, stream = _attach(logger, 60)
     texts: list[str] = []
-    stream.write = lambda text: texts.append(text) or len(text)  # type: ignore[method-assign]
+
+    class Pieces(io.StringIO):
+        def write(self, text: str) -> int:
+            texts.append(text)
+            return len(text)
+
+    handler, stream = attach(60, Pieces())
     big = "x" * 1000
-    count = BufferedStreamHandler.MAX_BUFFER_BYTES // 1000 + 1
+    count = LineWriter.MAX_BUFFER_BYTES // 1000 + 1
     for _ in range(count):
         logger.info("request", extra={"pad": big})
-    assert texts  # the 64 KiB mark was passed: written without waiting for the timer
-    handler.flush()
+    wait_until(lambda: texts, message="written without waiting for flush_seconds")
+    handler.close()
     assert 1 < len(texts) < count  # batched, but never more than PIPE_BUF per write
-    assert all(len(t) <= BufferedStreamHandler.WRITE_BYTES and t.endswith("\n") for t in texts)
+    assert all(len(t) <= LineWriter.WRITE_BYTES and t.endswith("\n") for t in texts)
     assert sum(t.count("\n") for t in texts) == count
 
 
-def test_zero_flush_seconds_or_no_event_loop_writes_each_line(logger: logging.Logger) -> None:
-    handler, stream = _attach(logger, 0)
+def test_zero_flush_seconds_writes_each_line(logger: logging.Logger, attach: Any) -> None:
+    handler, stream = attach(0)
     logger.info("one")
+    wait_until(lambda: _events(stream) == ["one"])
     logger.info("two")
-    assert (_events(stream), stream.writes) == (["one", "two"], 2)
-    handler, stream = _attach(logger, 60)  # no running loop in this thread: nothing can wait
-    logger.info("three")
-    assert _events(stream) == ["three"]
+    wait_until(lambda: _events(stream) == ["one", "two"])
+    assert stream.writes == 2
 
 
-def test_a_broken_stream_never_raises_into_the_caller(logger: logging.Logger) -> None:
+def test_a_broken_stream_never_raises_into_the_caller(logger: logging.Logger, attach: Any) -> None:
     class Broken(io.StringIO):
         def write(self, text: str) -> int:
             raise BrokenPipeError
@@ -116,33 +136,72 @@ def test_a_broken_stream_never_raises_into_the_caller(logger: logging.Logger) ->
         def flush(self) -> None:
             raise ValueError("I/O operation on closed file")
 
-    handler = BufferedStreamHandler(Broken(), 60)
-    handler.setFormatter(JsonFormatter())
-    logger.handlers[:] = [handler]
+    handler, _ = attach(60, Broken())
     logger.warning("divergence")  # written at once: fails inside, not here
     logger.info("request")
-    handler.flush()
+    handler.close()
+    assert not handler.listener.writer.due_in()
 
 
-def test_lines_after_a_closed_event_loop_are_still_flushed_in_time(logger: logging.Logger) -> None:
-    """A timer left pending on a loop that closed does not keep later lines waiting."""
-    handler, stream = _attach(logger, 0.02)
+def test_a_stalled_stream_never_blocks_the_caller_and_drops_are_counted(logger: logging.Logger,
+                                                                         attach: Any) -> None:
+    """Issue #35: a stderr nobody reads stalled the gateway, the log write being on the event
+    loop. A log call now only queues its record: with the stream blocked, at most
+    ``max_queued`` records wait, the rest are dropped and counted, and the caller goes on; once
+    the stream takes lines again, those queued are written, in order."""
+    from prometheus_client import CollectorRegistry, Counter
 
-    async def log_one(event: str) -> None:
-        logger.info(event)
+    release = threading.Event()
 
-    asyncio.run(log_one("first loop"))  # its flush timer dies with the loop, unfired
-    assert _events(stream) == []
+    class Stalled(CountingStream):
+        def write(self, text: str) -> int:
+            release.wait(30)  # a pipe nobody reads
+            return super().write(text)
 
-    async def log_and_wait() -> None:
-        logger.info("second loop")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5
-        while "second loop" not in _events(stream) and loop.time() < deadline:
-            await asyncio.sleep(0.01)
+    handler, stream = attach(0, Stalled(), max_queued=50)
+    counter = Counter("log_dropped", "test", registry=CollectorRegistry())
+    handler.counter = counter
+    for n in range(500):  # returns although nothing can be written
+        logger.warning("divergence", extra={"n": n})
+    assert 400 <= handler.dropped <= 450 and counter._value.get() == handler.dropped
+    release.set()
+    handler.close()
+    written = [orjson.loads(line)["n"] for line in stream.text().splitlines()]
+    assert len(written) == 500 - handler.dropped and written == sorted(written) and written[0] == 0
 
-    asyncio.run(log_and_wait())
-    assert _events(stream) == ["first loop", "second loop"]
+
+def test_configure_logging_counts_drops_in_the_gateway_metric(tmp_path: Path) -> None:
+    """The handler serve installs counts in ``a2a_gateway_log_dropped_total`` of the app built
+    after it (those dropped before included)."""
+    from prometheus_client import CollectorRegistry
+
+    from gateway.observability.logging import configure_logging, count_drops, get_logger
+    from gateway.observability.metrics import Metrics
+
+    release = threading.Event()
+
+    class Stalled(io.StringIO):
+        def write(self, text: str) -> int:
+            release.wait(30)
+            return len(text)
+
+    names = ("a2a_gateway", "uvicorn", "uvicorn.error", "opentelemetry")
+    saved = [(logging.getLogger(n), logging.getLogger(n).handlers[:], logging.getLogger(n).propagate,
+              logging.getLogger(n).level) for n in names]
+    handler = configure_logging("info", "json", 0, 0, stream=Stalled(), max_queued=5)
+    try:
+        for _ in range(20):
+            get_logger().info("request")
+        metrics = Metrics(CollectorRegistry())
+        count_drops(metrics.log_dropped)
+        get_logger().info("request")
+        assert metrics.log_dropped._value.get() == handler.dropped >= 14
+    finally:
+        release.set()
+        handler.close()
+        for log, handlers, propagate, level in saved:
+            log.handlers[:], log.propagate = handlers, propagate
+            log.setLevel(level)
 
 
 def test_repeat_filter_holds_back_identical_warnings_within_the_window_and_counts_them() -> None:
@@ -292,3 +351,36 @@ def test_text_values_read_back_as_the_json_values() -> None:
     assert {k: doc[k] for k in fields if k != "items"} == {k: v for k, v in fields.items() if k != "items"}
     assert json.loads(str(doc["items"])) == ["a b", 1]
     assert doc["level"] == "warning" and doc["event"] == "card_unreachable"
+
+
+def test_a_line_is_written_whatever_its_values_are() -> None:
+    """What orjson cannot write — an integer past 64 bits, a lone surrogate, bytes that are
+    not UTF-8, nesting past its depth, an object whose str() fails — is written by
+    safe_value, and no line passes MAX_LINE_CHARS (issue #35: a client's id of 2**64 broke
+    its request line)."""
+    from gateway.a2a.jsonrpc import ExactNumber
+    from gateway.observability.logging import MAX_LINE_CHARS, TextFormatter
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    deep: list[object] = []
+    node = deep
+    for _ in range(2000):
+        node.append([])
+        node = node[0]  # type: ignore[assignment]
+    fields = {"jsonrpc_id": 2**64, "huge": -(10**150), "lone": "a\udcffb", "raw": b"\xff\xfe", "deep": deep,
+              "odd": Unprintable(), "exact": ExactNumber(b"1E+2"), "nan": float("nan"), "long": "x" * 100_000,
+              "many": list(range(10_000))}
+    for formatter in (JsonFormatter(), TextFormatter()):
+        record = logging.LogRecord("a2a_gateway", logging.INFO, "", 0, "request", (), None)
+        record.__dict__.update(fields)
+        line = formatter.format(record)
+        assert len(line.encode()) <= MAX_LINE_CHARS + 64 and "\n" not in line
+        doc = orjson.loads(line) if isinstance(formatter, JsonFormatter) else parse_text_line(line)
+        assert doc["jsonrpc_id"] == 2**64 and doc["lone"] == "a\\udcffb" and doc["raw"] == "\\xff\\xfe"
+        assert doc["odd"] == "<Unprintable>" and doc["exact"] == 100.0 and doc["nan"] is None
+        assert str(doc["long"]).startswith("xxx") and len(str(doc["long"])) < 100_000  # cut, and says so
+        assert str(doc["long"]).endswith(" chars)") or doc["truncated"] is True
+        assert str(doc["huge"]).startswith("-1000")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,6 +225,125 @@ def _exact_id(body: bytes) -> tuple[int | float, Any] | None:
     return value, (value if dumps(value) == text.encode() else ExactNumber(text.encode()))
 
 
+_WS = re.compile(rb"[ \t\r\n]*")
+_STRING = rb'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrtu])*"'
+_KEY = re.compile(_STRING)
+_SCALAR = re.compile(rb"(" + _STRING + rb")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)|(true|false|null)")
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+ID_SCAN_TOKENS = 100_000
+"""The most strings and brackets :func:`top_level_id` steps over before it gives up (a
+pathological body costs it no more than a few tens of milliseconds)."""
+_NO_ID = (False, None)
+
+
+def top_level_id(body: bytes, max_tokens: int = ID_SCAN_TOKENS) -> tuple[bool, Any]:
+    """The top-level ``id`` member of a JSON object read without parsing the rest: for a body
+    refused as nested too deep (past ``limits.max_json_depth``, or past orjson's own 1 024
+    levels, where no parse gets to the id), so its answer still carries the client's id.
+
+    The object's own members are shallow; a nested member's value is stepped over by its
+    brackets and strings (iteratively, at most ``max_tokens`` of them). The last ``id`` wins,
+    as in every common parser; a number comes back as :func:`_exact_id` gives it (the
+    client's text when an encoder would write it otherwise).
+
+    Returns:
+        ``(True, id)`` for a readable string, number or null id; ``(False, None)`` when the
+        body is no object, has no id or one of another type, or could not be read to its
+        closing brace.
+    """
+    found: tuple[bool, Any] = _NO_ID
+    pos = _WS.match(body, 0).end()  # type: ignore[union-attr]
+    if body[pos:pos + 1] != b"{":
+        return _NO_ID
+    pos = _WS.match(body, pos + 1).end()  # type: ignore[union-attr]
+    budget = [max_tokens]
+    if body[pos:pos + 1] == b"}":
+        return _NO_ID
+    while True:
+        key = _KEY.match(body, pos)
+        if key is None:
+            return _NO_ID
+        pos = _WS.match(body, key.end()).end()  # type: ignore[union-attr]
+        if body[pos:pos + 1] != b":":
+            return _NO_ID
+        pos = _WS.match(body, pos + 1).end()  # type: ignore[union-attr]
+        scalar = _SCALAR.match(body, pos)
+        if scalar is not None:
+            pos = scalar.end()
+            if _key_is_id(key.group()):
+                found = _scalar_id(scalar)
+        elif body[pos:pos + 1] in (b"{", b"["):
+            pos = _skip_container(body, pos, budget)
+            if pos < 0:
+                return _NO_ID
+            if _key_is_id(key.group()):
+                found = _NO_ID  # an object or array is no id
+        else:
+            return _NO_ID
+        pos = _WS.match(body, pos).end()  # type: ignore[union-attr]
+        sep = body[pos:pos + 1]
+        if sep == b"}":
+            return found if _WS.match(body, pos + 1).end() == len(body) else _NO_ID  # type: ignore[union-attr]
+        if sep != b",":
+            return _NO_ID
+        pos = _WS.match(body, pos + 1).end()  # type: ignore[union-attr]
+
+
+def _key_is_id(text: bytes) -> bool:
+    if text == b'"id"':
+        return True
+    if b"\\" not in text:
+        return False
+    try:
+        return bool(orjson.loads(text) == "id")  # "\u0069d" is "id" too
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _scalar_id(match: re.Match[bytes]) -> tuple[bool, Any]:
+    string, number, word = match.groups()
+    if string is not None:
+        try:
+            return True, orjson.loads(string)
+        except orjson.JSONDecodeError:  # a lone surrogate: no id the gateway can write back
+            return _NO_ID
+    if number is not None:
+        return True, _number_reply(number)
+    return (True, None) if word == b"null" else _NO_ID
+
+
+def _number_reply(text: bytes) -> Any:
+    """What an answer carries for a numeric id written as ``text``: the value, or an
+    :class:`ExactNumber` when an encoder would spell it otherwise (``1e5``, ``1.50``)."""
+    try:
+        value: int | float = float(text) if any(c in text for c in b".eE") else int(text)
+    except ValueError:  # more digits than Python converts
+        return ExactNumber(text)
+    try:
+        written = dumps(value)
+    except UnencodableError:
+        return ExactNumber(text)
+    return value if written == text else ExactNumber(text)
+
+
+def _skip_container(body: bytes, pos: int, budget: list[int]) -> int:
+    """The index after the object or array starting at ``body[pos]`` (strings stepped over
+    whole, brackets counted), or -1: unbalanced, or more than ``budget[0]`` tokens."""
+    depth = 0
+    for token in _TOKEN.finditer(body, pos):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return -1
+        first = token.group()[:1]
+        if first in (b"{", b"["):
+            depth += 1
+        elif first in (b"}", b"]"):
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return -1
+
+
 def _valid_id(value: object) -> bool:
     return value is None or (isinstance(value, str | int | float) and not isinstance(value, bool))
 
@@ -242,12 +362,11 @@ def parse_request(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> Request | Par
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        if str(exc).startswith("depth limit exceeded"):
-            return _too_deep_failure(max_depth, None)
+        if str(exc).startswith("depth limit exceeded"):  # past orjson's 1 024 levels
+            return _too_deep_failure(max_depth, top_level_id(body)[1])
         return _fail(PARSE_ERROR, "Parse error: request body is not valid JSON", None)
     if _too_deep(body, doc, max_depth):
-        raw_id = doc.get("id") if isinstance(doc, dict) else None
-        return _too_deep_failure(max_depth, raw_id if _valid_id(raw_id) and not isinstance(raw_id, float) else None)
+        return _too_deep_failure(max_depth, top_level_id(body)[1] if isinstance(doc, dict) else None)
     answer_id: Any = None
     if isinstance(doc, dict) and (isinstance(doc.get("id"), float) or (doc.get("id") == 0 and b"-0" in body)):
         exact = _exact_id(body)  # orjson made a float of it (1e5, or an integer past 64 bits)

@@ -70,6 +70,27 @@ def same_id(doc: dict[str, Any], req: Request) -> bool:
 _MISSING = object()
 
 
+def relayed_with_client_id(content: bytes, req: Request, max_depth: int) -> bytes | None:
+    """A worker's answer to a method no A2A version defines (relayed untouched otherwise)
+    with the client's id put back, as every A2A method's answer has it (F16): a worker that
+    could not read an id such as ``1e5`` answers ``"id": null``, one that read it as
+    ``100000.0`` writes that. ``None``: relay ``content`` as it is (it carries the client's
+    id as the client wrote it, the request was a notification, or it is no JSON-RPC
+    response object)."""
+    if not req.has_id:
+        return None
+    try:
+        doc = jsonrpc.clean_response(jsonrpc.loads(content, max_depth))
+    except (orjson.JSONDecodeError, NestingTooDeepError):
+        return None
+    if doc is None:
+        return None
+    if same_id(doc, req) and (type(req.reply_id) is not jsonrpc.ExactNumber
+                              or jsonrpc.top_level_id(content) == (True, req.reply_id)):
+        return None
+    return jsonrpc.dumps({**doc, "id": req.reply_id})
+
+
 class JsonRpcExchange(RequestExchange):
     """One client JSON-RPC request for an A2A method, from admission to the last byte.
 

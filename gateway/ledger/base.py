@@ -152,6 +152,12 @@ class TaskLedger(Protocol):
         """
         ...
 
+    async def probe(self) -> None:
+        """One small write the ledger takes whenever it can store a record (the readiness
+        probe's, ``/readyz``): it changes nothing anyone reads, and raises as a failed ``put``
+        would (read-only, full, unreachable)."""
+        ...
+
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state value (``TASK_STATE_WORKING`` → n; a state with no
         task is absent), exact. Every backend keeps these counts up to date as records change

@@ -232,6 +232,9 @@ class MemoryLedger(_PushStore):
         else:
             del self._counts[state]
 
+    async def probe(self) -> None:
+        """Memory always takes a write."""
+
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state value (states with none are absent); a copy of the
         counts kept on every change."""

@@ -17,6 +17,7 @@ Layout (``prefix`` defaults to ``a2agw``)::
                                              increments (its write is what ``WAIT`` waits for)
     {prefix}:card:{upstream}           hash    g (the upstream's card generation), e:{variant}
                                              (that card variant's ETag); docs/field-cases.md F20
+    {prefix}:probe                     string  the readiness probe's write (its time; expires after 60 s)
 
 The replay window (docs/resume.md §2.3)::
 
@@ -96,6 +97,7 @@ import asyncio
 import hashlib
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -823,6 +825,12 @@ class RedisLedger(RedisPushStore):
         """See :meth:`TaskLedger.observe_card`: one script on the upstream's card hash (a
         connection of the pool's: once per card fetch, not in the pipeline's order)."""
         return int(await self._observe_card(keys=[self._card_key(upstream)], args=[variant, etag]))
+
+    async def probe(self) -> None:
+        """``SET {prefix}:probe <now> PX 60000``: a write a read-only replica (after a
+        failover), ``min-replicas-to-write``, ``maxmemory`` with ``noeviction`` or a lost
+        connection refuses like any ``put``."""
+        await self._redis.set(f"{self.prefix}:probe", repr(time.time()), px=60_000)
 
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state."""

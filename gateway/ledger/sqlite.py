@@ -734,6 +734,12 @@ class SqliteLedger(SqlitePushStore):
             raise VersionConflictError(f"{record.upstream}/{record.task_id}: version moved")
         return version
 
+    async def probe(self) -> None:
+        """Write the schema version the file already holds (``PRAGMA user_version``, page 1):
+        a real write in a transaction of its own batch, which a read-only or full disk, or a
+        lock held past ``busy_timeout``, refuses like any ``put``."""
+        await self._submit(lambda c: c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}"), write=True)
+
     async def count_by_state(self) -> dict[str, int]:
         """Tracked tasks by canonical state value (states with none are absent), read from
         ``task_counts``: a few rows, whatever the number of tasks."""

@@ -27,6 +27,10 @@ Scope = MutableMapping[str, Any]
 
 SCOPE_KEY = "a2a_gateway.request_line"
 """Where the request's :class:`RequestLine` is kept in the ASGI scope."""
+REFUSED_KEY = "a2a_gateway.refused"
+"""Where the connection layer (gateway/connections.py) notes, in the ASGI scope of a request
+it answered itself at a bound, ``(status, outcome)`` for the request's line: the app only saw
+the client go away."""
 
 
 @dataclass(slots=True)

@@ -313,12 +313,22 @@ class Metrics:
             "Client connections the traffic port closed at a bound, by reason "
             "(max_connections: answered 503 at accept; header_timeout: no whole request head "
             "within listen.header_timeout_seconds, answered 408; header_too_large: a head past "
-            "listen.max_header_bytes, answered 431)",
+            "listen.max_header_bytes, answered 431; body_too_large: a chunk size past "
+            "limits.max_body_bytes, answered 413; malformed: a request the parser refused, "
+            "answered 400; body_timeout: no whole body within listen.body_timeout_seconds, "
+            "answered 408)",
             ["reason"],
             registry=registry,
         ))
-        for reason in ("max_connections", "header_timeout", "header_too_large"):  # every series from the start
+        for reason in ("max_connections", "header_timeout", "header_too_large", "body_too_large",
+                       "malformed", "body_timeout"):  # every series from the start
             self.connections_refused.labels(reason)
+        self.log_dropped = Counter(
+            "a2a_gateway_log_dropped_total",
+            "Log lines dropped because log.max_queued_lines were already waiting for stderr "
+            "(a pipe nobody reads, a stuck log shipper); the event loop never waits for stderr",
+            registry=registry,
+        )
         # --- the push relay (docs/push.md) ---
         self.push_received = Labelled(Counter(
             "a2a_gateway_push_received_total",

@@ -18,7 +18,7 @@ from gateway.a2a.card import is_signed, rewrite_card
 from gateway.a2a.card_bridge import CardBridgeError, bridge_card
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.version import Binding, ProtocolVersion
-from gateway.errors import LedgerError
+from gateway.errors import BodyBudgetError, LedgerError
 from gateway.exchange.bridge import worker_version
 from gateway.exchange.commands import Count
 from gateway.exchange.model import Summary
@@ -30,7 +30,7 @@ from gateway.observability.tracing import Tracing
 from gateway.proxy.auth import AuthFailure
 from gateway.proxy.card import CardCache, public_base
 from gateway.proxy.driver import JSON_HEADERS, Driver
-from gateway.proxy.forward import Route, until_disconnect
+from gateway.proxy.forward import Route, read_body, until_disconnect
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
 from gateway.push.relay import NOTHING, PushStep
@@ -43,6 +43,12 @@ async def send_json(send: Send, status: int, doc: Any, *,
     await send({"type": "http.response.start", "status": status,
                 "headers": [*JSON_HEADERS, *headers, (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+AT_CAPACITY = ("gateway at capacity: the request bodies in flight would pass "
+               "limits.max_inflight_body_bytes; retry")
+"""The message of a body refused for the in-flight budget (HTTP 503)."""
+RETRY_AFTER = ((b"retry-after", b"1"),)
 
 
 class ExchangeHandler:
@@ -62,13 +68,21 @@ class ExchangeHandler:
         """The request line (:mod:`gateway.observability.access`): the binding sets
         ``jsonrpc_id`` and ``version``; :meth:`run` the rest from the exchange's summary."""
         self.line.upstream = self.upstream
+        self.held = 0
+        """Bytes of the request's body held in the process's budget (:meth:`read_client_body`)."""
 
     async def run(self) -> None:
         """Serve the request; always ends with request metrics and the request line's fields
-        filled in (:class:`gateway.app.ProxyApp` logs it)."""
+        filled in (:class:`gateway.app.ProxyApp` logs it), and its body's bytes given back to
+        the in-flight budget."""
         try:
             await self.handle()
         finally:
+            if self.held:
+                self.rt.bodies.give(self.held)  # type: ignore[union-attr]
+            refused = self.scope.get(access.REFUSED_KEY)  # the connection layer answered it (a bound)
+            if refused is not None:
+                self.summary.outcome = refused[1]
             s, line = self.summary, self.line
             self.reporter.request(s, time.perf_counter() - self.started, line.trace_id)
             line.binding, line.method, line.outcome = s.binding.value, s.method, s.outcome
@@ -77,6 +91,24 @@ class ExchangeHandler:
     async def handle(self) -> None:
         """Read, parse and answer the request (the binding's part)."""
         raise NotImplementedError
+
+    async def read_client_body(self) -> bytes:
+        """The request's body, read whole within ``limits.max_body_bytes`` and held in the
+        process's in-flight budget (``limits.max_inflight_body_bytes``) until the request ends.
+
+        Raises:
+            BodyTooLargeError, BodyBudgetError, ClientGoneError: as
+                :func:`~gateway.proxy.forward.read_body` (a budget refusal is counted here).
+        """
+        try:
+            body = await read_body(self.receive, self.scope, self.rt.config.limits.max_body_bytes, self.rt.bodies)
+        except BodyBudgetError:
+            self.summary.outcome = "at_capacity"
+            self.reporter.limit_reached("max_inflight_body_bytes", "client")
+            raise
+        if self.rt.bodies is not None:
+            self.held = len(body)
+        return body
 
     async def identify(self) -> Caller | None:
         """Who is asking (docs/callers.md §2, §5): with ``auth.jwt``, the bearer token is

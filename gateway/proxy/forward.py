@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import httpx
 
 from gateway.config import UpstreamConfig
-from gateway.errors import BadPathError, BodyTooLargeError, ClientGoneError
+from gateway.errors import BadPathError, BodyBudgetError, BodyTooLargeError, ClientGoneError
 from gateway.proxy.types import Receive, Scope
 
 T = TypeVar("T")
@@ -170,21 +170,79 @@ def is_event_stream(headers: httpx.Headers) -> bool:
     return headers.get("content-type", "").split(";")[0].strip().lower() == "text/event-stream"
 
 
-async def read_body(receive: Receive, scope: Scope, limit: int) -> bytes:
-    """Read the whole client request body.
+class BodyBudget:
+    """The bytes of client request bodies this process holds at once (``limits.max_inflight_body_bytes``):
+    a counter, taken as a body is read (its ``Content-Length`` at once, else as its chunks
+    arrive) and given back when the request ends; no lock (one event loop).
+
+    Args:
+        limit: the bound in force (read at each take, so a reload applies).
+    """
+
+    __slots__ = ("used", "_limit")
+
+    def __init__(self, limit: Callable[[], int]) -> None:
+        self.used = 0
+        self._limit = limit
+
+    def take(self, size: int) -> bool:
+        """Hold ``size`` more bytes, unless that passes the bound (then nothing is held)."""
+        if self.used + size > self._limit():
+            return False
+        self.used += size
+        return True
+
+    def give(self, size: int) -> None:
+        """Bytes held by :meth:`take` are free again."""
+        self.used -= size
+
+
+async def read_body(receive: Receive, scope: Scope, limit: int, budget: BodyBudget | None = None) -> bytes:
+    """Read the whole client request body; with ``budget``, the body's bytes are held in it
+    (``len(body)`` of them once it is returned: the caller gives them back when the request
+    ends; on an error nothing stays held).
 
     Raises:
         BodyTooLargeError: ``Content-Length`` or the bytes read exceed ``limit``.
+        BodyBudgetError: the body would take ``budget`` past its bound (by its
+            ``Content-Length`` before anything is read).
+        ClientGoneError: the client left before the body was whole.
     """
-    if declared_length(scope) > limit:
+    declared = declared_length(scope)
+    if declared > limit:
         raise BodyTooLargeError
-    message = await receive()  # usually the whole body in one message
-    if message["type"] == "http.request" and not message.get("more_body", False):
-        body: bytes = message.get("body", b"")
-        if len(body) > limit:
-            raise BodyTooLargeError
-        return body
-    return b"".join([chunk async for chunk in stream_body(receive, limit, first=message)])
+    taken = 0
+    if budget is not None and declared:
+        if not budget.take(declared):
+            raise BodyBudgetError
+        taken = declared
+    try:
+        message = await receive()  # usually the whole body in one message
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body: bytes = message.get("body", b"")
+            if len(body) <= taken or (budget is None and len(body) <= limit):
+                return body
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            if message["type"] == "http.disconnect":
+                raise ClientGoneError
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLargeError
+            if budget is not None and size > taken:
+                if not budget.take(size - taken):
+                    raise BodyBudgetError
+                taken = size
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+            message = await receive()
+    except BaseException:
+        if taken:
+            budget.give(taken)  # type: ignore[union-attr]
+        raise
 
 
 def declared_length(scope: Scope) -> int:

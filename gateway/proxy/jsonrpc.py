@@ -11,14 +11,21 @@ from __future__ import annotations
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.version import Binding
-from gateway.errors import POOL_EXHAUSTED, BodyTooLargeError, ClientGoneError, NestingTooDeepError, UpstreamError
+from gateway.errors import (
+    POOL_EXHAUSTED,
+    BodyBudgetError,
+    BodyTooLargeError,
+    ClientGoneError,
+    NestingTooDeepError,
+    UpstreamError,
+)
 from gateway.exchange.bridge import BridgedJsonRpcExchange
 from gateway.exchange.commands import Count
-from gateway.exchange.jsonrpc import JsonRpcExchange
+from gateway.exchange.jsonrpc import JsonRpcExchange, relayed_with_client_id
 from gateway.exchange.request import RequestExchange, error_message, retry_after
 from gateway.proxy.auth import AuthFailure
-from gateway.proxy.endpoint import ExchangeHandler, send_json
-from gateway.proxy.forward import client_response_headers, read_body, upstream_request_headers
+from gateway.proxy.endpoint import AT_CAPACITY, RETRY_AFTER, ExchangeHandler, send_json
+from gateway.proxy.forward import client_response_headers, upstream_request_headers
 from gateway.push.relay import request_config_id
 
 
@@ -30,9 +37,13 @@ class JsonRpcHandler(ExchangeHandler):
     async def handle(self) -> None:
         limits = self.rt.config.limits
         try:
-            body = await read_body(self.receive, self.scope, limits.max_body_bytes)
+            body = await self.read_client_body()
         except ClientGoneError:
             self.summary.outcome = "client_disconnected"
+            return
+        except BodyBudgetError:
+            await send_json(self.send, 503, jsonrpc.error_response(None, jsonrpc.INTERNAL_ERROR, AT_CAPACITY),
+                            headers=RETRY_AFTER)
             return
         except BodyTooLargeError:
             self.summary.outcome = "too_large"
@@ -60,7 +71,7 @@ class JsonRpcHandler(ExchangeHandler):
             self.line.version = info.version.value
         if info is None:
             self.summary.method = "other"
-            await self._relay_unknown(body, parsed.reply_id)
+            await self._relay_unknown(body, parsed)
             return
         cards = self.rt.card_cache(self.route.upstream)
         card = await cards.current(self.header(b"a2a-version") or "")
@@ -95,8 +106,10 @@ class JsonRpcHandler(ExchangeHandler):
         await send_json(self.send, failure.status,
                         jsonrpc.error_response(self._reply_id, code, str(failure)), headers=headers)
 
-    async def _relay_unknown(self, body: bytes, req_id: jsonrpc.JsonId) -> None:
-        """A method no A2A version defines: relayed untouched (custom extension methods)."""
+    async def _relay_unknown(self, body: bytes, parsed: jsonrpc.Request) -> None:
+        """A method no A2A version defines: relayed untouched (custom extension methods), but
+        for the client's id in a JSON-RPC answer (:func:`relayed_with_client_id`)."""
+        req_id = parsed.reply_id
         url = self.route.url(self.scope.get("query_string", b""))
         headers = upstream_request_headers(self.scope, identity=True,
                                            trusted_proxies=self.rt.config.public.trusted_proxies)
@@ -110,11 +123,14 @@ class JsonRpcHandler(ExchangeHandler):
             doc = jsonrpc.error_response(req_id, jsonrpc.INTERNAL_ERROR, error_message(exc))
             await send_json(self.send, exc.http_status, doc, headers=retry_after(exc))
             return
-        self.summary.outcome = _relayed_outcome(response.status_code, response.content)
+        content = response.content
+        self.summary.outcome = _relayed_outcome(response.status_code, content)
+        if content[:1] == b"{" or content.lstrip()[:1] == b"{":
+            content = relayed_with_client_id(content, parsed, self.rt.config.limits.max_json_depth) or content
         headers_out = client_response_headers(response.headers, drop=("content-length", "content-encoding"))
         await self.send({"type": "http.response.start", "status": response.status_code,
-                         "headers": [*headers_out, (b"content-length", str(len(response.content)).encode())]})
-        await self.send({"type": "http.response.body", "body": response.content})
+                         "headers": [*headers_out, (b"content-length", str(len(content)).encode())]})
+        await self.send({"type": "http.response.body", "body": content})
 
 
 def _relayed_outcome(status: int, content: bytes) -> str:

@@ -20,14 +20,14 @@ from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.rest import RestCall
 from gateway.a2a.card_bridge import card_endpoints
 from gateway.a2a.version import Binding, ProtocolVersion
-from gateway.errors import BodyTooLargeError, ClientGoneError, NestingTooDeepError
+from gateway.errors import BodyBudgetError, BodyTooLargeError, ClientGoneError, NestingTooDeepError
 from gateway.exchange.bridge import BridgedRestExchange
 from gateway.exchange.commands import Count
 from gateway.exchange.request import RequestExchange
 from gateway.exchange.rest import RestExchange
 from gateway.proxy.auth import AuthFailure
-from gateway.proxy.endpoint import ExchangeHandler, send_json
-from gateway.proxy.forward import Route, read_body
+from gateway.proxy.endpoint import AT_CAPACITY, RETRY_AFTER, ExchangeHandler, send_json
+from gateway.proxy.forward import Route
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
 
@@ -82,9 +82,12 @@ class RestHandler(ExchangeHandler):
         if method not in _BODILESS:
             limit = self.rt.config.limits.max_body_bytes
             try:
-                body = await read_body(self.receive, self.scope, limit)
+                body = await self.read_client_body()
             except ClientGoneError:
                 self.summary.outcome = "client_disconnected"
+                return
+            except BodyBudgetError:
+                await self._refuse(503, jsonrpc.INTERNAL_ERROR, AT_CAPACITY, headers=RETRY_AFTER)
                 return
             except BodyTooLargeError:
                 self.summary.outcome = "too_large"
@@ -140,8 +143,10 @@ class RestHandler(ExchangeHandler):
         self.reporter.report(Count("rejections", (self.summary.method, "rest_malformed", "enforced")))
         await self._refuse(400, jsonrpc.INVALID_REQUEST, message)
 
-    async def _refuse(self, status: int, code: int, message: str) -> None:
+    async def _refuse(self, status: int, code: int, message: str, *,
+                      headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         """An error of the gateway's own in the client's version's REST form (docs/protocol.md
         §1.5), with HTTP ``status``."""
         version = self.call.version
-        await send_json(self.send, status, rest.error_body(code, message, status=status, version=version))
+        await send_json(self.send, status, rest.error_body(code, message, status=status, version=version),
+                        headers=headers)

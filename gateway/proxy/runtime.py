@@ -32,7 +32,7 @@ from gateway.observability.tracing import Tracing
 from gateway.proxy.auth import JwtVerifier
 from gateway.proxy.callers import CallerKeys
 from gateway.proxy.card import CardCache
-from gateway.proxy.forward import Router, Signal
+from gateway.proxy.forward import BodyBudget, Router, Signal
 from gateway.proxy.transport import UpstreamClient
 
 if TYPE_CHECKING:
@@ -70,6 +70,11 @@ class OpenStreams:
         return len(self._open)
 
 
+LEDGER_WRITES = frozenset({"put", "put_with_event", "append_event", "append_timeline", "outbox_add",
+                           "put_push_config", "probe"})
+"""The ledger operations that write: one that succeeds shows the ledger can be written."""
+
+
 @dataclass
 class Runtime:
     """Shared state of one gateway process."""
@@ -101,6 +106,14 @@ class Runtime:
     """Bearer JWT checking (``auth.jwt``, docs/callers.md §5); ``None``: off."""
     push: PushRelay | None = None
     """The push relay (docs/push.md; set by :func:`gateway.app.build_app`)."""
+    ledger_down: str | None = None
+    """Why the ledger could not be written at the last write or probe (``None``: it could): a
+    failed ledger call sets it, a write that succeeds clears it (:meth:`ledger_call`, and the
+    probe every ``ledger.probe_interval_seconds``, :func:`gateway.app.build_app`); ``/readyz``
+    is 503 while it is set and ``ledger.on_unavailable`` is ``reject``."""
+    bodies: BodyBudget | None = None
+    """The client request bodies held at once (``limits.max_inflight_body_bytes``; set by
+    :func:`gateway.app.build_app`); ``None``: unbounded."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
@@ -238,17 +251,23 @@ class Runtime:
         backend = self.ledger.backend
         started = time.perf_counter()
         try:
-            return await call()
+            result = await call()
         except (VersionConflictError, PushLimitError):
+            if self.ledger_down is not None and operation in LEDGER_WRITES:
+                self.ledger_down = None  # it answered a write: it can be written
             raise
         except Exception as exc:
             self.metrics.ledger_errors.labels(backend, operation).inc()
-            self.log.error("ledger_error", extra={"backend": backend, "operation": operation,
-                                                  "error": f"{type(exc).__name__}: {exc}"})
+            error = f"{type(exc).__name__}: {exc}"
+            self.log.error("ledger_error", extra={"backend": backend, "operation": operation, "error": error})
+            self.ledger_down = f"{operation}: {error}"[:300]
             raise LedgerError(f"{backend} ledger {operation} failed") from exc
         finally:
             elapsed = time.perf_counter() - started
             self.metrics.ledger_duration.labels(backend, operation).observe(elapsed)
+        if self.ledger_down is not None and operation in LEDGER_WRITES:
+            self.ledger_down = None
+        return result
 
     async def keep_timeline(self, upstream: str, task_id: str, entry: TimelineEntry, *, tenant: str = "") -> None:
         """Keep ``entry`` in the task's timeline, timed now (docs/observability.md §2), unless

@@ -378,3 +378,43 @@ def test_answers_written_by_the_gateway_keep_a_numeric_id_as_written(raw_id: byt
     assert plain.reply_id == 7 and parse_request(b'{"jsonrpc":"2.0","id":1.5,"method":"GetTask"}').reply_id == 1.5
     # the standard library's encoder (integers past 64 bits elsewhere) writes the value instead
     assert dumps({"id": ok.reply_id, "n": 2**70}) == b'{"id":' + orjson.dumps(orjson.loads(raw_id)) + b',"n":1180591620717411303424}'
+
+
+# --- the top-level id of a body nested too deep to parse (issue #35) --------------------------
+
+_DEEP = b"[" * 1100 + b"]" * 1100
+
+
+@pytest.mark.parametrize(("body", "want"), [
+    (b'{"jsonrpc":"2.0","id":5,"params":' + _DEEP + b"}", (True, 5)),
+    (b' {\n"params" : {"s":"}]\\"[{","x":' + _DEEP + b'} ,\t"id" : "abc" } ', (True, "abc")),
+    (b'{"\\u0069d":18446744073709551616,"p":' + _DEEP + b"}", (True, 18446744073709551616)),
+    (b'{"id":1e5,"p":' + _DEEP + b"}", (True, jsonrpc.ExactNumber(b"1e5"))),
+    (b'{"id":1e400,"p":' + _DEEP + b"}", (True, jsonrpc.ExactNumber(b"1e400"))),
+    (b'{"id":-0,"p":' + _DEEP + b"}", (True, jsonrpc.ExactNumber(b"-0"))),
+    (b'{"id":1.0,"p":' + _DEEP + b"}", (True, 1.0)),
+    (b'{"id":null,"p":' + _DEEP + b"}", (True, None)),
+    (b'{"id":1,"id":2,"p":' + _DEEP + b"}", (True, 2)),  # the last one, as every parser reads it
+    (b'{"id":[1],"p":' + _DEEP + b"}", (False, None)),  # no id
+    (b'{"id":true,"p":' + _DEEP + b"}", (False, None)),
+    (b'{"id":"\\ud800","p":' + _DEEP + b"}", (False, None)),  # a lone surrogate: no id to write back
+    (b'{"id":5,"p":' + _DEEP, (False, None)),  # never closes
+    (b'{"id":5,"p":' + _DEEP + b"} x", (False, None)),  # trailing bytes
+    (b'{"id":5 "p":1}', (False, None)),
+    (b"[" + _DEEP + b"]", (False, None)),
+    (b"", (False, None)),
+])
+def test_top_level_id_reads_the_envelope_without_the_nested_members(body: bytes, want: tuple[bool, object]) -> None:
+    assert jsonrpc.top_level_id(body) == want
+
+
+def test_top_level_id_gives_up_past_its_token_budget() -> None:
+    many = b'{"p":[' + b'"a",' * 300 + b'"a"],"id":5}'
+    assert jsonrpc.top_level_id(many) == (True, 5)
+    assert jsonrpc.top_level_id(many, max_tokens=100) == (False, None)
+
+
+def test_a_body_past_orjsons_depth_is_refused_with_its_id() -> None:
+    failure = jsonrpc.parse_request(b'{"jsonrpc":"2.0","id":"x-1","method":"GetTask","params":{"m":' + _DEEP + b"}}")
+    assert isinstance(failure, jsonrpc.ParseFailure) and failure.limit == "max_json_depth"
+    assert failure.error["id"] == "x-1" and failure.code == jsonrpc.INVALID_REQUEST

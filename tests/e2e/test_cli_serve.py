@@ -288,3 +288,52 @@ def test_sighup_without_a_config_file_says_why_nothing_happened(
         stderr = proc.stderr_text()
     (line,) = [orjson.loads(ln) for ln in stderr.splitlines() if "config_reload_skipped" in ln]
     assert line["level"] == "warning" and "--config" in line["reason"]
+
+
+def test_a_stderr_nobody_reads_never_stalls_the_gateway(worker: tuple[ScriptedWorker, str], tmp_path: Path) -> None:
+    """Issue #35 (README Known limits before it): log lines were written on the event loop,
+    so a stderr pipe nobody reads stopped the gateway once the pipe was full. Now a thread
+    writes them: with the pipe full and ``log.max_queued_lines`` waiting, lines are dropped
+    and counted (``a2a_gateway_log_dropped_total``), every request is still answered, and
+    SIGTERM still ends the process (exit 0) with the pipe still full."""
+    w, wurl = worker
+    long_id = "t-" + "x" * 4000  # each request line carries it twice: ~8 KB, the pipe is full in ~8
+    w.on_path("GET", f"/tasks/{long_id}", json_body={"id": long_id, "contextId": "c-1",
+                                                     "status": {"state": "TASK_STATE_WORKING"}}, times=None)
+    port, admin_port = free_port(), free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"listen: {{port: {port}}}\nadmin: {{port: {admin_port}}}\nledger: {{url: memory}}\n"
+                      "log: {flush_seconds: 0, max_queued_lines: 20}\n"
+                      f"upstreams:\n  - {{name: worker, url: '{wurl}/', prefix: /}}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--config", str(config)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:  # nobody reads proc.stderr until the end
+        admin = f"http://127.0.0.1:{admin_port}"
+        wait_until(lambda: _status(admin + "/readyz") == 200, timeout=20, message="the gateway ready")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=10) as http:
+            for _ in range(60):  # about 480 KB of lines: far past the pipe's 64 KiB
+                r = http.get(f"/tasks/{long_id}", headers={"A2A-Version": "1.0"})
+                assert r.status_code == 200 and r.json()["id"] == long_id
+        metrics = httpx.get(admin + "/metrics", trust_env=False, timeout=10).text
+        dropped = [float(line.split()[-1]) for line in metrics.splitlines()
+                   if line.startswith("a2a_gateway_log_dropped_total ")]
+        assert dropped and dropped[0] > 0, dropped
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0  # the log thread, still blocked, does not hold the exit
+        assert proc.stderr is not None
+        *lines, cut = proc.stderr.read().decode().split("\n")  # cut: "", or a line the pipe filled up in
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert lines and all(orjson.loads(line)["event"] for line in lines)  # JSON lines only, never a traceback
+    assert cut == "" or cut.startswith('{"ts"')
+
+
+def _status(url: str) -> int:
+    try:
+        return httpx.get(url, trust_env=False, timeout=2).status_code
+    except httpx.HTTPError:
+        return 0

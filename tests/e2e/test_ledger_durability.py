@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -142,3 +143,70 @@ def test_an_outage_logs_each_kind_of_error_once_per_window_not_per_request(worke
         assert 1 <= len(errors) <= 5, errors  # + the background tracked-task count's own
         metrics = httpx.get(admin + "/metrics", trust_env=False).text
         assert 'a2a_gateway_ledger_errors_total{backend="redis",operation="get"} 40.0' in metrics
+
+
+def _serve_on_state_dir(wurl: str, state: Path, *extra: str) -> Any:
+    """``serve`` with the default ledger (``ledger.db`` in the state directory ``state``) and
+    no caller secret configured; yields ``(url, process)`` once ready."""
+    from tests.support.servers import free_port, subprocess_server
+
+    port, admin_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k != "A2A_GATEWAY_CALLER_SECRET"}
+    env["A2A_GATEWAY_STATE_DIR"] = str(state)
+    cmd = [sys.executable, "-m", "gateway", "serve", "--upstream", wurl, "--port", str(port),
+           "--admin-port", str(admin_port), *extra]
+    return subprocess_server(cmd, f"http://127.0.0.1:{admin_port}/readyz", env=env, inherit_env=False), \
+        f"http://127.0.0.1:{port}"
+
+
+def test_callers_are_recognised_after_a_restart_without_a_configured_secret(worker: Any, tmp_path: Path) -> None:
+    """Issue #35: without a configured caller secret each process made its own, so after a
+    ``kill -9`` every client was a stranger: all follow-ups to completed tasks reached the
+    worker instead of being answered -32004 by the gateway. Now the secret is made once in
+    the state directory and read at every start: after a ``kill -9`` and a restart on the
+    same state directory — and again as ``--workers 2``, whose processes read the same file
+    — the caller who completed the task has its follow-ups answered by the gateway, the
+    worker sees none, and no start warns ``caller_secret_generated``."""
+    w, wurl = worker
+    alice = {**V1, "Authorization": "Bearer alice"}
+    w.on("SendStreamingMessage", sse=[
+        Event(result={"task": {"id": "t-done", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}}),
+        Event(result={"statusUpdate": {"taskId": "t-done", "contextId": "c",
+                                       "status": {"state": "TASK_STATE_COMPLETED"}}}),
+    ])
+    w.on("SendMessage", json_result={"task": {"id": "t-done", "contextId": "c",
+                                              "status": {"state": "TASK_STATE_WORKING"}}}, times=None)
+    state = tmp_path / "state"
+
+    def follow_up(url: str, n: int) -> None:
+        for i in range(n):
+            body = {"jsonrpc": "2.0", "id": i, "method": "SendMessage", "params": {"message": {
+                "messageId": f"f-{i}", "role": "ROLE_USER", "parts": [{"text": "more"}], "taskId": "t-done"}}}
+            with httpx.Client(trust_env=False, timeout=10) as client:  # a new connection each
+                r = client.post(url + "/", content=orjson.dumps(body), headers=alice)
+            assert r.status_code == 200 and r.json()["error"]["code"] == -32004, r.text
+
+    context, url = _serve_on_state_dir(wurl, state)
+    with context as proc:
+        with httpx.Client(trust_env=False, timeout=10) as client:
+            body = {"jsonrpc": "2.0", "id": "s", "method": "SendStreamingMessage", "params": {"message": {
+                "messageId": "m", "role": "ROLE_USER", "parts": [{"text": "go"}]}}}
+            assert b"TASK_STATE_COMPLETED" in client.post(url + "/", content=orjson.dumps(body), headers=alice).content
+        follow_up(url, 2)  # the same process: answered by the gateway
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        first_stderr = proc.stderr_text()
+    context, url = _serve_on_state_dir(wurl, state)
+    with context as proc:
+        follow_up(url, 5)
+    restarted_stderr = proc.stderr_text()
+    secret = (state / "caller-secret").read_text()
+    assert (state / "caller-secret").stat().st_mode & 0o777 == 0o600
+    context, url = _serve_on_state_dir(wurl, state, "--workers", "2")
+    with context as proc:
+        follow_up(url, 10)
+    workers_stderr = proc.stderr_text()
+    assert w.calls("SendMessage") == []  # every follow-up was the gateway's to answer
+    assert (state / "caller-secret").read_text() == secret  # made once, read at every start
+    for text in (first_stderr, restarted_stderr, workers_stderr):
+        assert "caller_secret_generated" not in text

@@ -35,6 +35,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError, UnsupportedOperationError
 
+from tests.fuzz.support import raw_member
 from tests.e2e.conftest import TRACE_HEADER, UPSTREAM_NAME, MetricsScrape, SeenRequest, Stack
 from tests.support.servers import await_until
 from tests.support.sse_frames import parse_sse
@@ -766,3 +767,20 @@ async def test_agent_card_is_served_with_gateway_urls(stack: Stack, http: httpx.
     finally:
         await client.close()
     assert events and events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+@pytest.mark.parametrize("raw_id", [b"1e5", b"1E+2", b"1.0", b"1e308", b"1e-400"])
+async def test_float_id_on_a_relayed_method_comes_back_as_written(
+    stack: Stack, http: httpx.AsyncClient, trace: str, raw_id: bytes
+) -> None:
+    """Issue #35: a method no A2A version defines is relayed to the a2a-sdk worker, which
+    cannot answer a float id as the client wrote it; its answer reached the client with
+    another id (for GetTask the gateway already put the client's back). Now it carries the
+    client's id as written there too, and the worker did get the request."""
+    body = b'{"jsonrpc":"2.0","id":' + raw_id + b',"method":"NoSuchMethod","params":{}}'
+    response = await http.post(stack.gateway_base, content=body,
+                               headers={"content-type": "application/json", "A2A-Version": "1.0"})
+    assert raw_member(response.content, "id") == raw_id, response.text
+    assert response.json()["error"]["code"] == -32600  # "id should be string or integer"
+    seen = [r for r in stack.recorder.requests(trace) if r.rpc_method == "NoSuchMethod"]
+    assert len(seen) == 1 and bytes(seen[0].body) == body

@@ -148,6 +148,25 @@ def raw_member(body: bytes, name: str) -> bytes | None:
     return found
 
 
+def envelope_id(body: bytes) -> ClientId:
+    """The id a body nested too deep to parse must be answered with: the top-level object's
+    ``id`` member as :func:`raw_member` reads it without a parse; null when the body is no
+    object closed at its end, or the id no string (without lone surrogates), number or null."""
+    try:
+        start = _skip_ws(body, 0)
+        if body[start] != 0x7B or _skip_ws(body, _value_end(body, start)) != len(body):
+            return ClientId(None, b"null")
+        raw = raw_member(body, "id")
+        value = json.loads(raw) if raw is not None else None
+    except (IndexError, ValueError):
+        return ClientId(None, b"null")
+    if raw is None or not is_valid_id(value):
+        return ClientId(None, b"null")
+    if isinstance(value, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        return ClientId(None, b"null")  # a lone surrogate: no string a JSON encoder writes back
+    return ClientId(value, raw)
+
+
 def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 

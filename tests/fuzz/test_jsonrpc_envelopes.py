@@ -11,7 +11,8 @@ truncated JSON, invalid UTF-8, a BOM, NaN, lone surrogates, trailing bytes; with
 ``A2A-Version``, plain or asking for SSE.
 
 A body nested deeper than ``limits.max_json_depth`` (128) is -32600 before anything else, with
-the client's id unless it is unreadable or a float. The oracle for "malformed" is docs/field-cases.md F15 (and docs/protocol.md §11 pitfall 17 for
+the client's id as it wrote it, read from the envelope alone (past orjson's 1 024 levels too)
+unless it is unreadable. The oracle for "malformed" is docs/field-cases.md F15 (and docs/protocol.md §11 pitfall 17 for
 batches), applied to the body as a strict JSON parser reads it: -32700 for what is not JSON,
 -32600 for a batch, a non-object, an invalid id (then answered with id null), a wrong
 ``jsonrpc`` or a method that is no non-empty string, -32602 for an A2A method whose params are
@@ -40,6 +41,7 @@ from tests.fuzz.support import (
     ClientId,
     check_jsonrpc_reply,
     client_calls,
+    envelope_id,
     is_valid_id,
     loads_or_invalid,
     too_deep,
@@ -115,10 +117,9 @@ def exchange(h: Harness, body: bytes, version: str | None, sse: bool) -> None:
     doc = loads_or_invalid(body)
     refusal = expected_refusal(doc)
     want = ClientId.of(body, doc)
-    if too_deep(body):  # refused before anything else; an id only when read exactly (no float)
+    if too_deep(body):  # refused before anything else, with the id read from the envelope alone
         refusal = -32600
-        if doc is INVALID or isinstance(want.value, float):
-            want = ClientId(None, b"null")
+        want = envelope_id(body)
     before = len(h.worker.requests)
 
     reply = send(h, "POST", b"/", body, headers)

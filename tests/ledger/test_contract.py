@@ -137,6 +137,17 @@ async def test_count_by_state_follows_transitions(ledger: TaskLedger) -> None:
     assert counts.get("TASK_STATE_WORKING") == 1 and counts.get("TASK_STATE_COMPLETED") == 1
 
 
+async def test_the_readiness_probe_writes_and_changes_nothing_read(ledger: TaskLedger) -> None:
+    """``probe()`` (``/readyz``'s write, issue #35) succeeds on a writable ledger, again and
+    again, and leaves every record and count as they were."""
+    await ledger.put(rec("t-1"), 0)
+    before = (await ledger.get("w", "t-1"), await ledger.count_by_state())
+    assert before[0] is not None
+    for _ in range(3):
+        await ledger.probe()
+    assert (await ledger.get("w", "t-1"), await ledger.count_by_state()) == before
+
+
 async def test_mark_resync_flags_only_live_tasks_of_durable_backends(ledger: TaskLedger) -> None:
     """The flag sits beside the record (the record itself is unchanged), the version does not
     move, and the next put of the record clears it."""

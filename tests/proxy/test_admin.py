@@ -150,3 +150,54 @@ def test_the_admin_listener_answers_while_the_traffic_port_is_full(make_harness:
     finally:
         for sock in held:
             sock.close()
+
+
+SEND = {"jsonrpc": "2.0", "id": "s-1", "method": "SendMessage", "params": {
+    "message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}}
+
+
+def test_readyz_is_503_while_the_ledger_cannot_be_written_and_200_once_it_can(make_harness: Any) -> None:
+    """Issue #35: ``/readyz`` said 200 while the ledger was down, although every state change
+    was answered 503, so a load balancer kept sending traffic to a replica that could not
+    serve it. A Redis ledger that refuses writes but still answers reads
+    (``min-replicas-to-write``, as after a failover to a read-only node): ``/readyz`` turns
+    503 with the reason — on the admin listener with the ledger's error, on the traffic
+    port's probe without it — ``/healthz`` stays 200, a send is refused 503; once Redis
+    takes writes again, the probe write alone (no traffic) makes it 200, and sends pass."""
+    import redis
+
+    from tests.support.redis_server import redis_server
+
+    with redis_server() as url:
+        h = make_harness(ledger={"url": url, "probe_interval_seconds": 0.2}, listen={"probes": True})
+        h.worker.on("SendMessage", json_result={"task": {"id": "t-1", "contextId": "c-1",
+                                                         "status": {"state": "TASK_STATE_WORKING"}}}, times=None)
+        admin, traffic = h.admin.url + "/readyz", h.gateway.url + "/readyz"
+        assert h.http.get(admin).status_code == 200 and h.http.get(traffic).status_code == 200
+        server = redis.Redis.from_url(url)
+        try:
+            server.config_set("min-replicas-to-write", 1)  # every write refused: NOREPLICAS
+            down = wait_until(lambda: (r := h.http.get(admin)).status_code == 503 and r.json(),
+                              message="/readyz 503 while the ledger refuses writes")
+            assert down["status"] == "not ready" and down["reason"] == "the task ledger cannot be written"
+            assert down["ledger"]["backend"] == "redis" and "NOREPLICAS" in down["ledger"]["error"].upper()
+            on_traffic = h.http.get(traffic)
+            assert on_traffic.status_code == 503 and on_traffic.json() == {
+                "status": "not ready", "reason": "the task ledger cannot be written"}
+            assert h.http.get(admin.replace("/readyz", "/healthz")).status_code == 200
+            assert h.rpc(SEND, headers=V1).status_code == 503
+            server.config_set("min-replicas-to-write", 0)
+            wait_until(lambda: h.http.get(admin).status_code == 200, message="/readyz 200 again")
+            assert h.http.get(traffic).json() == {"status": "ready"}
+            r = h.rpc(SEND, headers=V1)
+            assert r.status_code == 200 and r.json()["result"]["task"]["id"] == "t-1"
+        finally:
+            server.close()
+
+
+def test_readyz_ignores_the_ledger_when_it_is_not_needed_to_serve(make_harness: Any) -> None:
+    """With ``ledger.on_unavailable: forward`` a ledger that cannot be written does not stop
+    the traffic (it is relayed unchecked, counted), so ``/readyz`` stays 200."""
+    h = make_harness(ledger={"url": "memory", "on_unavailable": "forward"})
+    h.runtime.ledger_down = "put: ConnectionError: gone"
+    assert h.http.get(h.admin.url + "/readyz").json()["status"] == "ready"

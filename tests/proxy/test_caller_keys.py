@@ -15,7 +15,14 @@ from cryptography.x509.oid import NameOID
 from gateway.config import CallersConfig
 from gateway.errors import ConfigError
 from gateway.invariants.model import NO_CALLER
-from gateway.proxy.callers import SECRET_ENV, CallerKeys, client_cert_subject, read_secrets
+from gateway.proxy.callers import (
+    SECRET_ENV,
+    SECRET_FILE_NAME,
+    CallerKeys,
+    client_cert_subject,
+    read_secrets,
+    stored_secret,
+)
 
 S1, S2 = "first-secret-0123456789", "second-secret-0123456789"
 
@@ -83,13 +90,93 @@ def test_an_unusable_secret_file_stops_the_start(tmp_path: Path, content: str, p
         read_secrets(CallersConfig(secret_file=str(tmp_path / "missing")), {})
 
 
-def test_without_a_secret_a_random_one_is_made_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_without_a_secret_a_memory_ledger_gets_one_of_the_process_and_no_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing outlives a memory ledger: a random secret of the process is enough, and there
+    is nothing to warn about (issue #35: every plain start warned)."""
     log = logging.getLogger("test-callers")
     with caplog.at_level(logging.WARNING, logger="test-callers"):
         one = CallerKeys.from_config(CallersConfig(), log, environ={})
         two = CallerKeys.from_config(CallersConfig(), log, environ={})
-    assert one.generated and [r.getMessage() for r in caplog.records] == ["caller_secret_generated"] * 2
+    assert one.generated and one.stored is None and caplog.records == []
     assert one.caller(b"Bearer alice").fingerprint != two.caller(b"Bearer alice").fingerprint
+
+
+def test_without_a_secret_one_is_made_once_beside_the_sqlite_ledger_and_read_at_every_start(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue #35: without a configured secret each process made its own, so after a restart
+    every client was a stranger. Now the secret is made once, mode 0600, beside the SQLite
+    ledger, and every later start (another process) reads it: the same caller, the same
+    fingerprint; no warning."""
+    log = logging.getLogger("test-callers")
+    url = f"sqlite:///{tmp_path}/gw/ledger.db"
+    with caplog.at_level(logging.WARNING, logger="test-callers"):
+        first = CallerKeys.from_config(CallersConfig(), log, environ={}, ledger_url=url)
+        restarted = CallerKeys.from_config(CallersConfig(), log, environ={}, ledger_url=url)
+    path = tmp_path / "gw" / SECRET_FILE_NAME
+    assert first.stored == restarted.stored == path and first.generated
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    assert len(path.read_text().strip()) == 64
+    assert first.caller(b"Bearer alice") == restarted.caller(b"Bearer alice")
+    assert caplog.records == []
+    configured = CallerKeys.from_config(CallersConfig(), log, environ={SECRET_ENV: S1}, ledger_url=url)
+    assert configured.stored is None and configured.caller(b"Bearer alice") == keys(S1).caller(b"Bearer alice")
+
+
+def test_processes_starting_together_all_read_the_one_secret(tmp_path: Path) -> None:
+    """``serve --workers N`` starts its processes at once: whichever makes the file first,
+    every one reads that secret (made aside, then linked into place: never half-written)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from gateway.proxy.callers import stored_secret; "
+            "print(stored_secret(Path(sys.argv[1])).decode())")
+    path = tmp_path / SECRET_FILE_NAME
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+             for _ in range(8)]
+    secrets = {proc.communicate(timeout=60)[0].strip() for proc in procs}
+    assert secrets == {path.read_text().strip()} and [p.returncode for p in procs] == [0] * 8
+    assert sorted(f.name for f in tmp_path.iterdir()) == [SECRET_FILE_NAME]  # no temporary file left
+
+
+def test_a_redis_ledger_keeps_it_in_the_state_directory_and_warns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A Redis ledger may be shared by other hosts, which keep secrets of their own: the one
+    case where the warning still matters."""
+    monkeypatch.setenv("A2A_GATEWAY_STATE_DIR", str(tmp_path / "state"))
+    log = logging.getLogger("test-callers")
+    with caplog.at_level(logging.WARNING, logger="test-callers"):
+        k = CallerKeys.from_config(CallersConfig(), log, environ={}, ledger_url="redis://127.0.0.1:1/0")
+    assert k.stored == tmp_path / "state" / SECRET_FILE_NAME and k.stored.exists()
+    assert [r.getMessage() for r in caplog.records] == ["caller_secret_generated"]
+    assert CallerKeys.from_config(CallersConfig(enabled=False), log, environ={},
+                                  ledger_url="redis://127.0.0.1:1/0").stored is None
+
+
+def test_an_unusable_kept_secret_stops_the_start(tmp_path: Path) -> None:
+    (tmp_path / SECRET_FILE_NAME).write_text("short\n")
+    with pytest.raises(ConfigError) as info:
+        stored_secret(tmp_path / SECRET_FILE_NAME)
+    assert "holds no secret" in info.value.problems[0] and "short" not in info.value.problems[0]
+
+
+def test_a_secret_that_cannot_be_kept_is_one_of_the_process_with_the_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory the gateway cannot write (a read-only state directory beside a Redis
+    ledger): it still starts, as before issue #35, with a secret of the process and the warning."""
+    import gateway.proxy.callers as callers
+
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(callers.tempfile, "mkstemp", read_only)  # as a directory mode 0500 does (but for root)
+    (tmp_path / "ro").mkdir()
+    log = logging.getLogger("test-callers")
+    with caplog.at_level(logging.WARNING, logger="test-callers"):
+        k = CallerKeys.from_config(CallersConfig(), log, environ={},
+                                   ledger_url=f"sqlite:///{tmp_path}/ro/ledger.db")
+    assert k.generated and k.stored is None
+    assert [r.getMessage() for r in caplog.records] == ["caller_secret_generated"]
 
 
 def _certificate(common_name: str) -> str:

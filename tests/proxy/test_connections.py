@@ -6,8 +6,10 @@ raw sockets: a request head that never completes (slow loris) is answered 408 an
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+import threading
 from typing import Any
 
 import httpx
@@ -252,3 +254,159 @@ def test_chunked_trailers_are_bounded_with_the_whole_request(make_harness: Any) 
     with connect(h) as sock:  # the gateway serves on
         sock.sendall(CARD)
         assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+
+
+CHUNKED_HEAD = (b"POST / HTTP/1.1\r\nHost: gateway\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n")
+
+
+def test_a_chunk_size_past_the_body_bound_is_answered_413_at_once(
+        make_harness: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue #35: a chunk size of ``ffffffffffffffff`` held the connection with no answer for
+    90 s and more (past the header and idle timeouts: a request was in flight), although it
+    announces more than the request may carry. Chunk sizes are read as they arrive: one past
+    what is left of ``limits.max_body_bytes`` is answered 413 and the connection closed at
+    once — in the read of the head, in a later read, after earlier chunks — counted, and the
+    request's line says so; nothing reaches the worker."""
+    h = make_harness(limits={"max_body_bytes": 1000})
+    caplog.set_level(logging.INFO, logger="a2a_gateway")
+    cases = [
+        [CHUNKED_HEAD + b"\r\nffffffffffffffff\r\n{"],  # the head and the size in one read
+        [CHUNKED_HEAD + b"Expect: 100-continue\r\n\r\n", b"3e9\r\n"],  # 1001 bytes, after the head was read
+        [CHUNKED_HEAD + b"Expect: 100-continue\r\n\r\n", b"258\r\n" + b" " * 600 + b"\r\n", b"191\r\n"],  # 600 + 401
+    ]
+    for writes in cases:
+        with connect(h) as sock:
+            sock.sendall(writes[0])
+            if len(writes) > 1:  # the head is parsed and the body asked for: the rest comes in later reads
+                assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+                for data in writes[1:]:
+                    sock.sendall(data)
+            answer = read_until_closed(sock)  # never a wait: the socket times out after WAIT
+        assert answer.startswith(b"HTTP/1.1 413 Content Too Large\r\n"), answer
+        assert b"connection: close" in answer.lower() and b"limits.max_body_bytes" in answer
+    assert h.metric(REFUSED, reason="body_too_large") == 3
+    assert h.rpc_calls() == []
+    wait_until(lambda: len([r for r in caplog.records if r.getMessage() == "request"]) >= 3)
+    lines = [r for r in caplog.records if r.getMessage() == "request"]
+    assert {(r.status, r.outcome) for r in lines} == {(413, "too_large")}  # type: ignore[attr-defined]
+    assert h.metric("a2a_gateway_requests_total", outcome="too_large") == 3
+
+
+def test_chunks_within_the_bound_are_served_and_a_malformed_size_is_400(make_harness: Any) -> None:
+    """Chunks that add up to the bound (sizes with extensions, in pieces across reads) reach
+    the worker; a chunk size that is no hex number is answered 400 by the parser and counted."""
+    h = make_harness(limits={"max_body_bytes": 1000})
+    h.worker.on("GetTask", json_result={"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}})
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1"}}).ljust(1000)
+    with connect(h) as sock:
+        sock.sendall(CHUNKED_HEAD + b"Expect: 100-continue\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(b"1f4;x=y\r\n" + body[:500] + b"\r\n1f")
+        sock.sendall(b"4\r\n" + body[500:] + b"\r\n0\r\n\r\n")
+        assert b"t-1" in read_response(sock)
+    assert len(h.rpc_calls()) == 1
+    with connect(h) as sock:
+        sock.sendall(CHUNKED_HEAD + b"\r\nzz\r\n{}\r\n")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 400 ")
+    assert h.metric(REFUSED, reason="malformed") == 1
+    assert h.metric(REFUSED, reason="body_too_large") == 0
+
+
+def _post_head(path: bytes, length: int, *extra: bytes) -> bytes:
+    return (b"POST " + path + b" HTTP/1.1\r\nHost: gateway\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n" % length + b"".join(h + b"\r\n" for h in extra) + b"\r\n")
+
+
+def test_a_body_not_whole_within_the_body_timeout_is_answered_408_and_closed(
+        make_harness: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue #35: bodies sent at 1 byte/s were all still open after 30 s (README Known limits:
+    only a body's size was bounded, not its pace). Now a body must be whole within
+    ``listen.body_timeout_seconds`` of the end of its head — one that stops, and one dripped
+    a byte at a time (a deadline for the whole body, which a drip never moves) — else 408 and
+    the close, counted, the line says so, nothing reaches the worker. A body sent in pieces
+    within the time is served."""
+    h = make_harness(listen={"body_timeout_seconds": 0.5})
+    caplog.set_level(logging.INFO, logger="a2a_gateway")
+    h.worker.on("GetTask", json_result={"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}},
+                times=None)
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1"}})
+    stopped = [connect(h) for _ in range(3)]
+    for sock in stopped:
+        sock.sendall(_post_head(b"/", len(body)) + body[:10])
+    dripped = connect(h)
+    dripped.sendall(_post_head(b"/message:send", 1000))
+    done = threading.Event()
+
+    def drip() -> None:  # the client's own pace, a byte every 50 ms: no synchronization
+        with contextlib.suppress(OSError):
+            while not done.wait(0.05):
+                dripped.sendall(b" ")
+
+    dripper = threading.Thread(target=drip, daemon=True)
+    dripper.start()
+    try:
+        for sock in [*stopped, dripped]:
+            answer = read_until_closed(sock)
+            assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+            assert b"connection: close" in answer.lower() and b"listen.body_timeout_seconds" in answer
+    finally:
+        done.set()
+        dripper.join()
+        for sock in [*stopped, dripped]:
+            sock.close()
+    assert h.metric(REFUSED, reason="body_timeout") == 4
+    assert h.rpc_calls() == []
+    wait_until(lambda: len([r for r in caplog.records if r.getMessage() == "request"]) == 4)
+    assert {(r.status, r.outcome) for r in caplog.records  # type: ignore[attr-defined]
+            if r.getMessage() == "request"} == {(408, "body_timeout")}
+    assert h.metric("a2a_gateway_requests_total", outcome="body_timeout") == 4
+    with connect(h) as sock:  # in pieces, within the time: served
+        sock.sendall(_post_head(b"/", len(body), b"Expect: 100-continue"))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(body[:10])
+        sock.sendall(body[10:])
+        assert b"t-1" in read_response(sock)
+    assert h.metric(REFUSED, reason="body_timeout") == 4
+
+
+def test_bodies_in_flight_past_the_process_budget_are_answered_503(make_harness: Any) -> None:
+    """Issue #35: the body bound was per request only (8 concurrent 10 MiB bodies took RSS
+    from 64 to 261 MB). ``limits.max_inflight_body_bytes`` bounds what one process holds:
+    with two 1 000-byte bodies in flight (held from their Content-Length on), a third body
+    is answered 503 with ``Retry-After: 1`` before it is read — JSON-RPC -32603, REST in its
+    version's form — as is a chunked body once its chunks pass the budget; counted; and
+    once the two are answered, the budget is free again."""
+    h = make_harness(limits={"max_body_bytes": 1000, "max_inflight_body_bytes": 2000})
+    h.worker.on("GetTask", json_result={"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}},
+                times=None)
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t-1"}}).ljust(1000)
+    held = [connect(h) for _ in range(2)]
+    for sock in held:  # the app asks for the body (100 Continue): its 1 000 bytes are held now
+        sock.sendall(_post_head(b"/", len(body), b"Expect: 100-continue"))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+    small = b'{"jsonrpc":"2.0","id":"s-1","method":"GetTask","params":{"id":"t-1"}}'
+    refused = []
+    for path, data in ((b"/", small), (b"/message:send", b"{}"), (b"/v1/message:send", b"{}")):
+        with connect(h) as sock:
+            sock.sendall(_post_head(path, len(data)) + data)
+            refused.append(read_response(sock))
+    with connect(h) as sock:  # chunked: refused when its chunks pass the budget
+        sock.sendall(CHUNKED_HEAD + b"\r\n3\r\n{} \r\n")
+        sock.sendall(b"3\r\n   \r\n0\r\n\r\n")
+        refused.append(read_response(sock))
+    for answer in refused:
+        head, _, doc = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in head.lower(), answer
+        assert b"max_inflight_body_bytes" in doc
+    assert orjson.loads(refused[0].partition(b"\r\n\r\n")[2])["error"]["code"] == -32603
+    assert orjson.loads(refused[1].partition(b"\r\n\r\n")[2])["error"]["status"] == "UNAVAILABLE"
+    assert h.metric("a2a_gateway_limits_reached_total", limit="max_inflight_body_bytes", side="client") == 4
+    assert h.rpc_calls() == []
+    for sock in held:
+        sock.sendall(body)
+        assert b"t-1" in read_response(sock)
+        sock.close()
+    assert h.runtime.bodies.used == 0
+    r = h.rpc(small, headers={"A2A-Version": "1.0"})  # the budget is free again
+    assert r.status_code == 200 and r.json()["result"]["id"] == "t-1"

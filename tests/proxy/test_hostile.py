@@ -297,7 +297,7 @@ MALFORMED: list[tuple[str, bytes, int, Any]] = [
     # nested past limits.max_json_depth (128): -32600, with the id when it could be read
     ("deep-array", b"[" * 100_000 + b"]" * 100_000, -32600, None),
     ("deep-params", b'{"jsonrpc":"2.0","id":3,"method":"GetTask","params":' + b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"}",
-     -32600, None),
+     -32600, 3),  # past orjson's own 1 024 levels too: the id is read without the parse (issue #35)
     ("deep-params-id", b'{"jsonrpc":"2.0","id":3,"method":"GetTask","params":' + b'{"a":' * 200 + b"1" + b"}" * 200 + b"}",
      -32600, 3),
     ("empty", b"", -32700, None),
@@ -1100,12 +1100,13 @@ standard library's parser cannot re-read: the window where a 500 used to come fr
 
 def test_deeply_nested_client_body_with_a_float_id_is_refused_not_forwarded(h: Harness) -> None:
     """A float id used to make the gateway re-read the body exactly (RecursionError, a 500).
-    Past ``limits.max_json_depth`` the body is refused as -32600 first; its float id is not
-    echoed (orjson may have rounded it), and nothing reaches the worker."""
+    Past ``limits.max_json_depth`` the body is refused as -32600 first, with its float id as
+    the client wrote it (read from the envelope alone, never the parse), and nothing reaches
+    the worker."""
     body = b'{"jsonrpc":"2.0","id":1.5,"method":"GetTask","params":{"id":"t-1","x":' + \
         b"[" * DEEP + b"]" * DEEP + b"}}"
     r = h.rpc(body, headers=V1)
-    assert r.status_code == 200 and r.json()["id"] is None
+    assert r.status_code == 200 and r.content.startswith(b'{"jsonrpc":"2.0","id":1.5,')
     assert r.json()["error"]["code"] == -32600 and "limits.max_json_depth" in r.json()["error"]["message"]
     assert h.rpc_calls() == []
 
@@ -1210,3 +1211,86 @@ def test_a_relayed_redirect_names_the_gateway_not_the_worker(h: Harness) -> None
         h.worker.on_path("GET", "/healthz", raw=(307, {"location": sent, "content-type": "text/plain"}, b""))
         r = h.http.get(h.gateway.url + "/healthz")
         assert (r.status_code, r.headers["location"]) == (307, want), (sent, r.headers)
+
+
+# ------------------------------------------------------------------------------ ids the trial lost (issue #35)
+
+def _envelope(raw_id: bytes, method: str, params: bytes, *, id_last: bool = False) -> bytes:
+    if id_last:
+        return b'{"jsonrpc":"2.0","method":"' + method.encode() + b'","params":' + params + b',"id":' + raw_id + b"}"
+    return b'{"jsonrpc":"2.0","id":' + raw_id + b',"method":"' + method.encode() + b'","params":' + params + b"}"
+
+
+@pytest.mark.parametrize(("method", "version"), [("GetTask", "1.0"), ("tasks/get", "0.3")])
+@pytest.mark.parametrize("raw_id", [b"5", '"d-ü"'.encode(), b"1e5", b"1.0", b"18446744073709551616", b"-0", b"null"])
+def test_an_id_past_the_depth_bound_comes_back_as_the_client_wrote_it(h: Harness, method: str, version: str,
+                                                                      raw_id: bytes) -> None:
+    """README Bounds: a body nested past ``limits.max_json_depth`` is -32600 "with its id".
+    Past orjson's own 1 024 levels no parse reaches the id, so it came back ``null`` (issue
+    #35: a GetTask whose ``params.metadata`` nests 1 100 arrays), and a float id came back
+    ``null`` at any depth. Now the envelope's own members are read without the nested ones:
+    the id comes back as written, before or after the deep member, in both versions."""
+    for depth in (200, 1100, 5000):
+        params = b'{"id":"t-1","metadata":{"x":' + b"[" * depth + b"]" * depth + b"}}"
+        for id_last in (False, True):
+            r = h.rpc(_envelope(raw_id, method, params, id_last=id_last), headers={"A2A-Version": version})
+            assert r.status_code == 200 and r.json()["error"]["code"] == -32600, (depth, r.text[:200])
+            assert r.content.startswith(b'{"jsonrpc":"2.0","id":' + raw_id + b","), (depth, id_last, r.text[:200])
+    assert h.rpc_calls() == []
+    assert h.metric("a2a_gateway_limits_reached_total", limit="max_json_depth") == 6
+
+
+def test_an_unreadable_id_past_the_depth_bound_is_null(h: Harness) -> None:
+    """What is no id — an object, ``true``, a body that never closes — stays ``null``."""
+    deep = b"[" * 1100 + b"]" * 1100
+    for body in (_envelope(b'{"a":1}', "GetTask", deep), _envelope(b"true", "GetTask", deep),
+                 _envelope(b"7", "GetTask", deep)[:-1], b'[{"jsonrpc":"2.0","id":7,"params":' + deep + b"}]"):
+        r = h.rpc(body, headers=V1)
+        assert r.json()["error"]["code"] in (-32600, -32700) and r.json()["id"] is None, r.text[:200]
+
+
+A2A_SDK_REFUSAL = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Request payload validation error"}}
+"""What an a2a-sdk worker answers a request whose float id its model does not take."""
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+@pytest.mark.parametrize("raw_id", [b"1e5", b"1E+2", b"1.0", b"1e308", b"1e-400", b"2.50"])
+def test_a_float_id_on_a_relayed_method_comes_back_as_the_client_wrote_it(h: Harness, version: str,
+                                                                          raw_id: bytes) -> None:
+    """Issue #35: a method no A2A version defines is relayed untouched; an a2a-sdk worker
+    answers a float id with ``"id": null`` (or reads ``1e5`` as ``100000.0``), and that
+    reached the client, while for ``GetTask`` the gateway restores the id. Now a relayed
+    JSON-RPC answer carries the client's id as the client wrote it too, error or result; an
+    answer that already does is relayed byte for byte."""
+    body = b'{"jsonrpc":"2.0","id":' + raw_id + b',"method":"NoSuchMethod","params":{}}'
+    headers = {"A2A-Version": version}
+    h.worker.on("NoSuchMethod", raw=(200, {"content-type": "application/json"}, orjson.dumps(A2A_SDK_REFUSAL)))
+    r = h.rpc(body, headers=headers)
+    assert r.content.startswith(b'{"jsonrpc":"2.0","id":' + raw_id + b","), r.text
+    assert r.json()["error"] == A2A_SDK_REFUSAL["error"]
+    echoed = b'{"jsonrpc":"2.0","id":' + orjson.dumps(float(raw_id)) + b',"result":{"ok":true}}'
+    h.worker.on("NoSuchMethod", raw=(200, {"content-type": "application/json"}, echoed))
+    r = h.rpc(body, headers=headers)
+    assert r.content == b'{"jsonrpc":"2.0","id":' + raw_id + b',"result":{"ok":true}}', r.text
+    exact = b'{"jsonrpc":"2.0","result":{"ok":true},  "id":' + raw_id + b"}"
+    h.worker.on("NoSuchMethod", raw=(200, {"content-type": "application/json"}, exact))
+    assert h.rpc(body, headers=headers).content == exact  # already right: untouched
+    h.worker.on("NoSuchMethod", raw=(200, {"content-type": "text/plain"}, b"not json"))
+    assert h.rpc(body, headers=headers).content == b"not json"
+    assert len(h.worker.calls("NoSuchMethod")) == 4
+
+
+@pytest.mark.parametrize(("path", "version"), [("/message:send", "1.0"), ("/v1/message:send", "0.3")])
+def test_a_rest_body_past_orjsons_depth_is_refused_in_its_versions_form(h: Harness, path: str, version: str) -> None:
+    """The REST half of the depth case (REST carries no JSON-RPC id): a send whose metadata
+    nests 1 100 arrays — past orjson's own 1 024 levels — is HTTP 400 in the client's
+    version's error form, counted, nothing forwarded. (This held before issue #35 too.)"""
+    body = b'{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x"}],"metadata":{"x":' + \
+        b"[" * 1100 + b"]" * 1100 + b"}}}"
+    r = h.http.post(h.gateway.url + path, content=body, headers={"A2A-Version": version,
+                                                                 "content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    doc = r.json()
+    message = doc["error"]["message"] if version == "1.0" else doc["message"]
+    assert "limits.max_json_depth" in message
+    assert h.rpc_calls() == [] and h.metric("a2a_gateway_limits_reached_total", limit="max_json_depth") == 1
