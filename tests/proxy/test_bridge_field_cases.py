@@ -22,26 +22,15 @@ from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.version import ProtocolVersion
 from gateway.invariants.engine import CORRECTED_KEY
 from tests.proxy.conftest import Harness, frames
+from tests.proxy.roads import V03_CARD, V10_CARD
 from tests.support.objects import artifact_update, status_update, task
-from tests.support.scripted_worker import Abort, Data, Event, default_card
+from tests.support.scripted_worker import Abort, Data, Event
 from tests.support.servers import wait_until
 
 V03, V10 = ProtocolVersion.V0_3, ProtocolVersion.V1_0
 V1 = {"A2A-Version": "1.0"}
 PROBE = "a2a-gateway-probe"
 
-V10_CARD = {**default_card(), "supportedInterfaces": [
-    {"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-    {"url": "http://127.0.0.1:1/", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}]}
-V03_CARD = {
-    "protocolVersion": "0.3.0", "name": "scripted", "description": "scripted v0.3 worker", "version": "1.0.0",
-    "url": "http://127.0.0.1:1/", "preferredTransport": "JSONRPC",
-    "additionalInterfaces": [{"url": "http://127.0.0.1:1/", "transport": "JSONRPC"},
-                             {"url": "http://127.0.0.1:1/", "transport": "HTTP+JSON"}],
-    "capabilities": {"streaming": True, "pushNotifications": True},
-    "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
-    "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": ["test"]}],
-}
 
 # the method names, written out (docs/protocol.md §1.2)
 NAMES = {

@@ -217,10 +217,10 @@ def _digest(*parts: bytes) -> str:
 
 
 @contextlib.contextmanager
-def _install_lock() -> Iterator[None]:
-    """One installer at a time across pytest processes sharing this checkout."""
+def install_lock(what: str = "peers") -> Iterator[None]:
+    """One installer of ``what`` at a time across pytest processes sharing this checkout."""
     key = hashlib.sha1(str(REPO).encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"a2a-gateway-peers-{key}.lock"
+    path = Path(tempfile.gettempdir()) / f"a2a-gateway-{what}-{key}.lock"
     with open(path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -250,7 +250,7 @@ def _ensure_venv03() -> Path:
     want = _digest(json.dumps(REQUIREMENTS03).encode(), f"{sys.version_info[:2]}".encode())
     if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
         return python
-    with _install_lock():
+    with install_lock():
         if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
             return python  # another process installed it while we waited
         stamp.unlink(missing_ok=True)
@@ -278,7 +278,7 @@ def _ensure_node_modules() -> Path:
     want = _digest((PEERS_DIR / "package.json").read_bytes(), (PEERS_DIR / "package-lock.json").read_bytes())
     if stamp.exists() and stamp.read_text().strip() == want:
         return Path(node)
-    with _install_lock():
+    with install_lock():
         if stamp.exists() and stamp.read_text().strip() == want:
             return Path(node)
         _run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"], what, command,

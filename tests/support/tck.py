@@ -46,7 +46,6 @@ into a pass, each with its reason); :func:`describe` writes them for an assertio
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -54,7 +53,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -64,7 +62,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.peers import _ci
+from tests.support.peers import _ci, install_lock
 
 __all__ = [
     "LINES",
@@ -141,18 +139,6 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
-@contextlib.contextmanager
-def _install_lock() -> Iterator[None]:
-    key = hashlib.sha1(str(REPO).encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"a2a-gateway-tck-{key}.lock"
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _install(where: Path) -> Path | str:
     """``.venv-tck/bin/python`` with the TCK's requirements (made on first use), or why not."""
     python = VENV / "bin" / "python"
@@ -162,7 +148,7 @@ def _install(where: Path) -> Path | str:
     if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
         return python
     command = f"{sys.executable} -m venv {VENV} && {python} -m pip install -r {requirements}"
-    with _install_lock():
+    with install_lock("tck"):
         if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
             return python  # another process installed it while we waited
         stamp.unlink(missing_ok=True)
