@@ -36,6 +36,7 @@ from gateway.proxy.forward import Router, Signal
 from gateway.proxy.transport import UpstreamClient
 
 if TYPE_CHECKING:
+    from gateway.proxy.signing import CardSigner
     from gateway.push.relay import PushRelay
 
 T = TypeVar("T")
@@ -101,6 +102,9 @@ class Runtime:
     """Bearer JWT checking (``auth.jwt``, docs/callers.md §5); ``None``: off."""
     push: PushRelay | None = None
     """The push relay (docs/push.md; set by :func:`gateway.app.build_app`)."""
+    signer: CardSigner | None = None
+    """The gateway's Agent Card signatures (``card.signing``, docs/protocol.md §4.5); ``None``:
+    served cards are not signed."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
@@ -114,7 +118,7 @@ class Runtime:
         """
         old = getattr(self, "config", None)
         kept_keys = ("listen", "admin", "ledger", "replay_window", "timeline", "tracing", "callers", "auth",
-                     "log")
+                     "log", "card")
         changed = [key for key in kept_keys if old is not None and getattr(old, key) != getattr(config, key)]
         if old is not None and old.limits.max_answer_bytes != config.limits.max_answer_bytes:
             changed.append("limits.max_answer_bytes")  # the upstream clients' read bound, set at start
@@ -194,7 +198,8 @@ class Runtime:
         return CardCache(self.client, self.metrics, self.log, upstream,
                          max_json_depth=self.config.limits.max_json_depth,
                          identity_header=callers.header.lower()
-                         if callers.enabled and callers.identity == "header" else None)
+                         if callers.enabled and callers.identity == "header" else None,
+                         signer=self.signer)
 
     def begin_drain(self) -> None:
         """Shutdown has begun: readiness turns 503 at once; after
