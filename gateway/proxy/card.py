@@ -263,6 +263,17 @@ class CardCache:
                 "reason": problem.reason,
                 "retry_in_s": round(max(0.0, self._retry_at - now), 3)}
 
+    def worker_signature(self) -> str:
+        """The state of the worker's card signatures as the status page shows it
+        (docs/protocol.md §4.5): ``invalid`` when the last fetch was refused for them, else
+        the held card's (``verified``, ``unsigned``, ``unverified``, ``unchecked``), or
+        ``unchecked`` with no card."""
+        problem = self._problem
+        if problem is not None and problem.cause in ("bad_signature", "unknown_kid", "key_fetch_failed", "unsigned"):
+            return "invalid"
+        card = self._cards.get("")
+        return card.signature if card is not None else "unchecked"
+
     def holds_card(self) -> bool:
         """Whether a good card was ever fetched (for any variant): ``False`` from start-up (or
         from a reload that added the upstream) until the first good fetch. For ``/readyz``."""
