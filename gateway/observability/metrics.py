@@ -27,7 +27,7 @@ metric                                                 labels
 ``a2a_gateway_card_signatures_stripped_total``         upstream
 ``a2a_gateway_card_served_verbatim``                   upstream
 ``a2a_gateway_card_unguarded_interfaces``              upstream, binding
-``a2a_gateway_card_worker_signature``                  upstream, state
+``a2a_gateway_card_worker_signature``                  upstream, signature
 ``a2a_gateway_card_signature_checks_total``            upstream, result
 ``a2a_gateway_card_jwks_fetches_total``                upstream, outcome
 ``a2a_gateway_card_signing_key_info``                  kid, algorithm, role
@@ -245,7 +245,7 @@ class Metrics:
             "1 for the state of the signatures on an upstream's last fetched card: verified, "
             "unverified (card.trust.signatures: optional accepted it unverified), unsigned, "
             "invalid (refused), unchecked (no verification configured); 0 for the others",
-            ["upstream", "state"],
+            ["upstream", "signature"],
             registry=registry,
             multiprocess_mode="livemax",  # serve --workers: as a2a_gateway_upstream_degraded
         ))

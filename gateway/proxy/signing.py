@@ -44,6 +44,7 @@ from gateway.a2a.card_signing import (
 )
 from gateway.config import CardSigningConfig, CardTrustConfig, SigningKeyConfig, UpstreamConfig
 from gateway.errors import ConfigError, UpstreamError
+from gateway.ledger import redact
 
 if TYPE_CHECKING:
     from gateway.observability.metrics import Metrics
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 
 REFETCH_SECONDS = 30.0
 """The least time between two fetches of one JWKS made for a key it does not hold."""
+MAX_SIGNATURES = 8
+"""The most signatures of one card that are checked (the first ones): each may name a key to
+fetch, and the card is the worker's to write."""
 MAX_JKU_SETS = 8
 """The most JWKS URLs (``jku``) kept per upstream; the oldest is forgotten first."""
 
@@ -102,7 +106,7 @@ def _signer_for(algorithm: str) -> Any:
     try:
         probe = ec.generate_private_key(ec.SECP256R1())
         probe.sign(b"probe", ec.ECDSA(algo.hash_alg(), deterministic_signing=True))
-    except (TypeError, Exception):  # noqa: BLE001 - older cryptography / OpenSSL: randomized
+    except Exception:  # noqa: BLE001 - cryptography < 44 (TypeError) or OpenSSL < 3.2: randomized
         return algo
 
     class Deterministic(type(algo)):  # type: ignore[misc]
@@ -299,7 +303,7 @@ class CardTrust:
         except ValueError as exc:
             return Verdict("invalid", "bad_signature", str(exc))
         reasons: list[tuple[str, str]] = []
-        for signature in card_signatures(doc):
+        for signature in card_signatures(doc)[:MAX_SIGNATURES]:
             reasons.append(await self._check(signature, payload))
             if reasons[-1][0] == "verified":
                 return Verdict("verified", kid=reasons[-1][1])
@@ -321,7 +325,7 @@ class CardTrust:
         except ValueError as exc:
             return Verdict("invalid", "bad_signature", str(exc))
         reason = ("unknown_kid", "no signature names a held key")
-        for signature in card_signatures(doc):
+        for signature in card_signatures(doc)[:MAX_SIGNATURES]:
             header = protected_header(signature)
             kid = header.get("kid") if header else None
             key = self._held(kid) if isinstance(kid, str) else None
@@ -429,7 +433,7 @@ class CardTrust:
             keys = _jwks_keys(answer.content, "the answer")
         except (UpstreamError, ValueError) as exc:
             self.metrics.card_jwks_fetches.labels(name, "failed").inc()
-            self.log.warning("card_jwks_fetch_failed", extra={"upstream": name, "url": url, "error": str(exc)})
-            raise _KeyFetchFailed(f"JWKS {url}: {exc}") from None
+            self.log.warning("card_jwks_fetch_failed", extra={"upstream": name, "url": redact(url), "error": str(exc)})
+            raise _KeyFetchFailed(f"JWKS {redact(url)}: {exc}") from None
         self.metrics.card_jwks_fetches.labels(name, "ok").inc()
         return keys

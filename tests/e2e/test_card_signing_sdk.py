@@ -120,7 +120,7 @@ async def test_sdk_clients_verifying_signatures_accept_the_gateways_card_and_sta
                   - before.value("a2a_gateway_requests_total", upstream=mount, method=m)
                   for m in ("SendMessage", "GetTask"))
     assert counted == 2
-    assert after.value("a2a_gateway_card_worker_signature", upstream=mount, state="verified") == 1
+    assert after.value("a2a_gateway_card_worker_signature", upstream=mount, signature="verified") == 1
 
 
 @pytest.mark.parametrize("peer", ["py13", "js13"])

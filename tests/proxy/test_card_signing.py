@@ -76,7 +76,7 @@ def refused_as_invalid(h: Harness, gateway_warnings: Any, cause: str) -> None:
     assert h.rpc_calls() == []
     assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") >= 1
     assert h.metric("a2a_gateway_card_signature_checks_total", result=cause) >= 1
-    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", state="invalid") == 1
+    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", signature="invalid") == 1
     warned = gateway_warnings("card_invalid")
     assert warned and warned[0].cause == cause and warned[0].reason.startswith(f"signature {cause}:")
     status = h.runtime.card_status()["worker"]
@@ -102,7 +102,7 @@ def test_an_unsigned_worker_card_is_served_signed_and_verifies_with_the_gateways
     sdk_verify(card, jwks)  # a2a-sdk 1.3's verifier, on the card as its client reads it
     with pytest.raises(InvalidSignaturesError):  # and it does cover what a client follows
         sdk_verify({**card, "supportedInterfaces": TOCK_CARD["supportedInterfaces"]}, jwks)
-    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", state="unsigned") == 1
+    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", signature="unsigned") == 1
     assert h.metric("a2a_gateway_card_signing_key_info", kid="gw-2", algorithm="ES256", role="current") == 1
     assert h.metric("a2a_gateway_card_served_verbatim", upstream="worker") == 0
 
@@ -166,7 +166,7 @@ def test_a_worker_card_signed_by_the_sdk_is_verified_and_signed_again(make_harne
     assert card["supportedInterfaces"][0]["url"] == h.gateway.url + "/"
     sdk_verify(card, gateway_jwks(h))
     assert h.metric("a2a_gateway_card_signature_checks_total", result="verified") == 1
-    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", state="verified") == 1
+    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", signature="verified") == 1
     admitted(h)
 
 
@@ -225,7 +225,7 @@ def test_a_jwks_url_is_fetched_cached_and_its_failure_is_a_reason(make_harness: 
     trusting = make_harness(card=signed, upstream={"card": {"trust": {"jwks_url": _base(host) + "/keys.json"}}},
                             **signing(keys["gateway"]))
     served(trusting)
-    assert trusting.metric("a2a_gateway_card_worker_signature", upstream="worker", state="verified") == 1
+    assert trusting.metric("a2a_gateway_card_worker_signature", upstream="worker", signature="verified") == 1
     assert trusting.metric("a2a_gateway_card_jwks_fetches_total", outcome="ok") == 1
     trusting.worker.on_path("GET", CARD_PATH, json_body={**signed, "signatures": signed["signatures"]}, times=1)
     trusting.runtime.cards["worker"].mark_stale()
@@ -253,7 +253,7 @@ def test_a_jku_is_followed_only_when_allowed(make_harness: Any, keys: dict[str, 
     trust = {"jku_allowed": [_base(host) + "/jwks/"] if allowed else []}
     h = make_harness(card=signed, upstream={"card": {"trust": trust}}, **signing(keys["gateway"]))
     state = "verified" if allowed else "invalid"
-    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", state=state) == 1
+    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", signature=state) == 1
     fetched = [r for r in host.worker.requests if r.path == "/jwks/worker.json"]
     assert len(fetched) == (1 if allowed else 0)
 
@@ -271,7 +271,7 @@ def test_optional_accepts_a_card_whose_signatures_fail_as_unsigned(make_harness:
                      **signing(keys["gateway"]))
     _, card = served(h)
     assert [s["kid"] for s in headers_of(card)] == ["gw-2"]  # sign_unsigned: signed as an unsigned one
-    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", state="unverified") == 1
+    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", signature="unverified") == 1
     assert gateway_warnings("card_signature_unverified")
     admitted(h)
 
@@ -284,7 +284,7 @@ def test_trust_without_a_gateway_key_verifies_and_keeps_todays_serving(make_harn
     h = make_harness(card=signed, upstream={"card": {"trust": trust}})
     _, card = served(h)
     assert card == signed  # card.signed: verbatim, as without verification
-    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", state="verified") == 1
+    assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", signature="verified") == 1
 
 
 # ------------------------------------------------------------------------------ rotation
