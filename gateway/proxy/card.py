@@ -30,6 +30,14 @@ docs/field-cases.md F10, F11):
   same card whatever its card GET carries: with ``bridge.enabled`` a card of one version also
   lists the other one's interfaces and members
   (:func:`gateway.a2a.card_bridge.served_card`; docs/bridge.md §2.2).
+* Signed cards (docs/protocol.md §4.5): with ``card.signing`` (a :class:`CardSigner`) or an
+  upstream's ``card.trust``, a fetched card's signatures are checked first
+  (:class:`~gateway.proxy.signing.CardTrust`, inside the fetch: a JWKS it needs is fetched
+  within the same flight, so a request never waits for it beyond ``card.fetch_wait_seconds``);
+  a card whose signatures are refused is ``invalid`` with the reason as its ``cause``. With a
+  key, :func:`serve_card` signs the final served document (kept per request shape, so the
+  bytes and the ETag are stable), :meth:`CardCache.extended` the extended card, and
+  :func:`serve_jwks` publishes the keys under each mount.
 * Whenever a new card is stored (at start and when it changes, never per request) the cache
   says what clients will be told that bypasses the gateway: a warning ``card_served_verbatim``
   and the gauge ``a2a_gateway_card_served_verbatim`` for a signed card served verbatim; a
@@ -163,7 +171,7 @@ class _FetchProblem:
     content_type: str | None = None
     cause: str = "invalid_card"
     """For people: ``dns``, ``connection_refused``, ``timeout``, ``tls``, ``connection_reset``
-    (:func:`~gateway.proxy.transport.failure_cause`), ``http_status``, ``answer_too_large``
+    (:func:`~gateway.proxy.transport.failure_cause`), ``http_status``, ``answer_too_large``,
     ``invalid_card``, or why the card's signatures were refused: ``bad_signature``,
     ``unknown_kid``, ``key_fetch_failed``, ``unsigned`` (docs/protocol.md §4.5)."""
     url: str | None = None
