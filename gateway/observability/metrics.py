@@ -31,6 +31,7 @@ metric                                                 labels
 ``a2a_gateway_card_signature_checks_total``            upstream, result
 ``a2a_gateway_card_jwks_fetches_total``                upstream, outcome
 ``a2a_gateway_card_signing_key_info``                  kid, algorithm, role
+``a2a_gateway_card_served_signed``                     upstream, kid
 ``a2a_gateway_stream_resubscribes_total``              upstream, outcome
 ``a2a_gateway_resumes_total``                          upstream, outcome
 ``a2a_gateway_replayed_events_total``                  upstream
@@ -267,6 +268,14 @@ class Metrics:
             "1 for each key the gateway signs served Agent Cards with (role current, or previous "
             "during a rotation) or publishes only (role published)",
             ["kid", "algorithm", "role"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        ))
+        self.card_served_signed = Labelled(Gauge(
+            "a2a_gateway_card_served_signed",
+            "1 while an upstream's served card is signed by the gateway with the key kid "
+            "(card.signing; two during a rotation), 0 when it is served unsigned",
+            ["upstream", "kid"],
             registry=registry,
             multiprocess_mode="livemax",
         ))

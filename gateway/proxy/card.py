@@ -561,6 +561,10 @@ class CardCache:
             for binding, count in unguarded_interfaces(_advertised(variant.doc, settings, signing)).items():
                 totals[binding] = max(totals.get(binding, 0), count)
         self.metrics.card_served_verbatim.labels(name).set(int(any_verbatim))
+        if self.signer is not None:  # the kids the served card is signed with (docs/protocol.md §4.5)
+            signed = card.signature == "verified" or self.signer.config.sign_unsigned
+            for key in self.signer.keys:
+                self.metrics.card_served_signed.labels(name, key.kid).set(int(signed and key.signs))
         self.metrics.set_card_unguarded(name, totals)
 
     def signed_body(self, key: tuple[Any, ...], build: Callable[[], dict[str, Any]], jku: str) -> bytes:

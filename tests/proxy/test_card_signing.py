@@ -104,6 +104,7 @@ def test_an_unsigned_worker_card_is_served_signed_and_verifies_with_the_gateways
         sdk_verify({**card, "supportedInterfaces": TOCK_CARD["supportedInterfaces"]}, jwks)
     assert h.metric("a2a_gateway_card_worker_signature", upstream="worker", signature="unsigned") == 1
     assert h.metric("a2a_gateway_card_signing_key_info", kid="gw-2", algorithm="ES256", role="current") == 1
+    assert h.metric("a2a_gateway_card_served_signed", upstream="worker", kid="gw-2") == 1
     assert h.metric("a2a_gateway_card_served_verbatim", upstream="worker") == 0
 
 
@@ -127,6 +128,7 @@ def test_sign_unsigned_false_serves_an_unsigned_card_unsigned(make_harness: Any,
     h = make_harness(card={**TOCK_CARD, "signatures": []}, **signing(keys["gateway"], sign_unsigned=False))
     _, card = served(h)
     assert card["signatures"] == []
+    assert h.metric("a2a_gateway_card_served_signed", upstream="worker", kid="gw-2") == 0
 
 
 @pytest.mark.parametrize("kind", ["ec", "ed25519", "rsa"])
