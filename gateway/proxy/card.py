@@ -238,7 +238,9 @@ class CardCache:
         """What admission and freshness need, from the cache as it is (no I/O)."""
         card = self._cards.get(self._variant(a2a_version))
         if card is None:
-            return CardView(None, False, self.reachable, None)
+            problem = self._problem
+            return CardView(None, False, self.reachable, None,
+                            f"{problem.outcome} ({problem.cause})" if problem is not None else None)
         fresh = card.fresh(time.monotonic()) and not self._stale
         return CardView(card.doc, fresh, self.reachable, card.etag)
 

@@ -73,6 +73,7 @@ def refused_as_invalid(h: Harness, gateway_warnings: Any, cause: str) -> None:
     reaches the worker; counted, logged, shown by the readiness status."""
     r = send(h, "new")
     assert r.status_code == 503 and r.json()["error"]["code"] == -32603
+    assert f"is invalid ({cause})" in r.json()["error"]["message"]
     assert h.rpc_calls() == []
     assert h.metric("a2a_gateway_card_fetches_total", outcome="invalid") >= 1
     assert h.metric("a2a_gateway_card_signature_checks_total", result=cause) >= 1
