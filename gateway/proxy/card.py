@@ -192,7 +192,8 @@ class CardCache:
 
     def __init__(self, client: UpstreamClient, metrics: Metrics, log: logging.Logger,
                  upstream: UpstreamConfig, *, max_json_depth: int = MAX_JSON_DEPTH,
-                 identity_header: str | None = None, signer: CardSigner | None = None) -> None:
+                 identity_header: str | None = None, signer: CardSigner | None = None,
+                 where: str | None = None) -> None:
         self.client = client
         self.signer = signer
         """The gateway's card signatures (``card.signing``); ``None``: served cards are not signed."""
@@ -201,7 +202,7 @@ class CardCache:
         if signer is not None or upstream.card.trust.configured():
             from gateway.proxy.signing import CardTrust
 
-            self.trust = CardTrust(upstream, client, metrics, log)
+            self.trust = CardTrust(upstream, client, metrics, log, where=where)
         self._signed: dict[tuple[Any, ...], bytes] = {}  # served card bodies signed, by request shape
         self.identity_header = identity_header  # callers.header when it names callers, else None
         self.max_json_depth = max_json_depth

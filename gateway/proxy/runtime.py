@@ -129,7 +129,7 @@ class Runtime:
                                                "limits": limits})
         kept: set[str] = set()
         fresh: dict[str, CardCache] = {}
-        for upstream in config.upstreams:
+        for index, upstream in enumerate(config.upstreams):
             current = self.cards.get(upstream.name)
             same = current is not None and (current.upstream.url, current.upstream.card) == (
                 upstream.url, upstream.card)
@@ -138,7 +138,7 @@ class Runtime:
                 fresh[upstream.name] = current
                 kept.add(upstream.name)
             else:
-                fresh[upstream.name] = self._new_card_cache(upstream)
+                fresh[upstream.name] = self._new_card_cache(upstream, f"upstreams[{index}]")
         self.config = config
         self._policies, self._reporters = {}, {}
         self.cards = fresh
@@ -193,13 +193,19 @@ class Runtime:
                 recent=self.divergences, tenants=frozenset(self.config.admin.metric_tenants))
         return reporter
 
-    def _new_card_cache(self, upstream: UpstreamConfig) -> CardCache:
+    def _new_card_cache(self, upstream: UpstreamConfig, where: str | None = None) -> CardCache:
+        """A card cache for ``upstream``; ``where``: its YAML path (``upstreams[0]``), for the
+        config errors of its trusted card keys.
+
+        Raises:
+            ConfigError: a trusted card key file (``card.trust``) does not load.
+        """
         callers = self.config.callers
         return CardCache(self.client, self.metrics, self.log, upstream,
                          max_json_depth=self.config.limits.max_json_depth,
                          identity_header=callers.header.lower()
                          if callers.enabled and callers.identity == "header" else None,
-                         signer=self.signer)
+                         signer=self.signer, where=where)
 
     def begin_drain(self) -> None:
         """Shutdown has begun: readiness turns 503 at once; after

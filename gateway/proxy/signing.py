@@ -254,7 +254,7 @@ class CardTrust:
     """
 
     def __init__(self, upstream: UpstreamConfig, client: UpstreamClient, metrics: Metrics,
-                 log: logging.Logger) -> None:
+                 log: logging.Logger, *, where: str | None = None) -> None:
         from cryptography.hazmat.primitives import serialization
 
         self.upstream = upstream
@@ -263,7 +263,7 @@ class CardTrust:
         self.metrics = metrics
         self.log = log
         self._static: dict[str, Any] = {}
-        at = f"upstreams[{upstream.name}].card.trust"
+        at = f"{where or f'upstreams[{upstream.name}]'}.card.trust"  # its YAML path
         if self.config.jwks_file is not None:
             try:
                 self._static.update(_jwks_keys(Path(self.config.jwks_file).read_bytes(), self.config.jwks_file))

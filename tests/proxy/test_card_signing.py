@@ -350,7 +350,22 @@ def test_a_key_file_that_does_not_load_is_a_config_error_at_its_path(tmp_path: P
         "jwks_file": str(tmp_path / "none.json")}}}], "ledger": {"url": "memory"}})
     with pytest.raises(ConfigError) as err:
         build_app(missing)
-    assert err.value.problems[0].startswith("upstreams[w].card.trust.jwks_file: ")
+    assert err.value.problems[0].startswith("upstreams[0].card.trust.jwks_file: ")
+    from gateway.cli import missing_on_this_host
+
+    assert missing_on_this_host(missing) == [
+        f"upstreams[0].card.trust.jwks_file: {tmp_path / 'none.json'}: not found on this host"]
+
+
+def test_a_configured_algorithm_and_jku_are_what_the_signature_says(make_harness: Any, tmp_path: Path) -> None:
+    key = make_key(tmp_path, "gw-pss", "rsa")
+    key.alg = "PS256"
+    h = make_harness(card=TOCK_CARD, **signing(key, algorithm="PS256", jku="https://keys.example.net/gw.json"))
+    _, card = served(h)
+    assert headers_of(card) == [{"alg": "PS256", "kid": "gw-pss", "typ": "JOSE", "jku": "https://keys.example.net/gw.json"}]
+    jwks = gateway_jwks(h)
+    assert jwks["keys"][0]["alg"] == "PS256" and jwks["keys"][0]["kty"] == "RSA"
+    sdk_verify(card, jwks)
 
 
 def test_an_algorithm_the_key_cannot_make_is_a_config_error(tmp_path: Path) -> None:
