@@ -174,3 +174,26 @@ async def test_a_card_signed_by_the_js_sdk_verifies_with_the_gateways_reading(tm
         sig = card["signatures"][-1]
         token = f"{sig['protected']}.{_b64(verification_input(card))}.{sig['signature']}"
         jwt.api_jws.PyJWS().decode(token, key.private.public_key(), algorithms=["ES256"])  # raises if not
+
+
+def test_during_a_rotation_the_js_sdk_verifies_with_the_old_jwks_and_the_new(tmp_path: Path) -> None:
+    """The rotation rule with @a2a-js/sdk 1.3's verifier: the card carries a signature of each
+    key, so a client holding the JWKS from before the rotation (the old key only) and one holding
+    the new (both) accept it; without the old key's signature the old JWKS no longer does."""
+    from gateway.config import CardSigningConfig
+    from gateway.proxy.signing import CardSigner
+
+    new, old = make_key(tmp_path, "gw-new", "ec"), make_key(tmp_path, "gw-old", "ed25519")
+    card = served_card(rewrite_card(FULL_V10, upstream_url="http://w/", public_base="https://gw/"), bridge=True)
+
+    def signer(sign_old: bool) -> CardSigner:
+        return CardSigner(CardSigningConfig(key_file=str(new.private_pem), kid=new.kid, previous={
+            "key_file": str(old.private_pem), "kid": old.kid, "sign": sign_old}))
+
+    during, after = signer(True), signer(False)
+    old_jwks, new_jwks = {"keys": [old.jwk()]}, json.loads(during.jwks_body)
+    cards = {"during": during.sign(card, "https://gw/jwks"), "after": after.sign(card, "https://gw/jwks")}
+    assert [k["kid"] for k in new_jwks["keys"]] == ["gw-new", "gw-old"]
+    with_old = js_sig({"cards": cards, "jwks": old_jwks})["verified"]
+    assert with_old["during"] is True and with_old["after"] is not True
+    assert js_sig({"cards": cards, "jwks": new_jwks})["verified"] == {"during": True, "after": True}
