@@ -192,7 +192,9 @@ def upstream_status(runtime: Runtime) -> list[dict[str, Any]]:
                     "etag": cached.etag if cached is not None else None,
                     "age_s": now - cached.fetched_at if cached is not None else None,
                     "signed": bool(doc) and is_signed(doc), "interfaces": interfaces,
-                    "admitting": status["admitting_new_tasks"]})
+                    "admitting": status["admitting_new_tasks"], "signature": cache.worker_signature(),
+                    "signing_kids": [k.kid for k in runtime.signer.keys if k.signs]
+                    if runtime.signer is not None else []})
     return out
 
 

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse
 
 from gateway import __version__
 from gateway.admin import PROBE_PATHS, build_admin, probe_routes, read_token
-from gateway.config import GatewayConfig, load_config
+from gateway.config import JWKS_PATH, GatewayConfig, load_config
 from gateway.errors import ConfigError, LedgerError
 from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
@@ -38,7 +38,7 @@ from gateway.a2a import rest
 from gateway.a2a.card import WELL_KNOWN_PATHS
 from gateway.a2a.rest import RestCall
 from gateway.proxy import passthrough
-from gateway.proxy.card import serve_card
+from gateway.proxy.card import serve_card, serve_jwks
 from gateway.errors import BadPathError
 from gateway.proxy.forward import BodyBudget
 from gateway.proxy.forward import Route as ProxyRoute
@@ -47,6 +47,7 @@ from gateway.proxy.callers import CallerKeys
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.rest import RestHandler, refuse_rest_auth
 from gateway.proxy.runtime import Runtime
+from gateway.proxy.signing import CardSigner
 from gateway.proxy.sweep import Sweeper
 from gateway.proxy.tracked import refresh_tracked_forever
 from gateway.proxy.transport import UpstreamClient
@@ -112,6 +113,9 @@ class ProxyApp:
         if scope["method"] in ("GET", "HEAD") and route.path in WELL_KNOWN_PATHS:
             await serve_card(self.rt.card_cache(route.upstream), self.rt.config.public, route,
                              scope, receive, send, bridge=self.rt.config.bridge)
+            return
+        if scope["method"] in ("GET", "HEAD") and route.path == JWKS_PATH and self.rt.signer is not None:
+            await serve_jwks(self.rt.signer, self.rt.metrics, route, scope, send)
             return
         method = scope["method"]
         if method == "POST" and self._is_jsonrpc(route):
@@ -254,7 +258,12 @@ async def _reload(rt: Runtime, path: str, load: Callable[[], GatewayConfig] | No
         return False
     for hook in rt.reload_hooks:  # e.g. the listener's TLS certificate (gateway.server)
         hook(new)
-    kept = rt.apply_config(new)
+    try:
+        kept = rt.apply_config(new)
+    except ConfigError as err:  # a trust key file of a new or changed upstream that does not load
+        rt.metrics.config_reloads.labels("refused").inc()
+        rt.log.error("config_reload_refused", extra={"path": path, "problems": err.problems})
+        return False
     await asyncio.gather(*(rt.cards[name].refresh() for name in rt.cards if name not in kept))
     rt.metrics.config_reloads.labels("applied").inc()
     rt.log.info("config_reloaded", extra={"path": path, "upstreams": [u.name for u in new.upstreams]})
@@ -274,6 +283,21 @@ async def _refresh_cards_forever(rt: Runtime, every: float = 5.0, unknown_every:
         for cache in list(rt.cards.values()):
             cache.revalidate()
         await asyncio.sleep(every if rt.cards_known() else unknown_every)
+
+
+def _card_signer(config: GatewayConfig, metrics: Metrics) -> CardSigner | None:
+    """The gateway's card signatures when ``card.signing`` is configured (docs/protocol.md
+    §4.5), its keys shown by ``a2a_gateway_card_signing_key_info``; raises ConfigError for a
+    key that does not load."""
+    if config.card.signing is None:
+        return None
+    from gateway.proxy.signing import CardSigner
+
+    signer = CardSigner(config.card.signing)
+    for i, key in enumerate(signer.keys):
+        role = "current" if i == 0 else "previous" if key.signs else "published"
+        metrics.card_signing_key.labels(key.kid, key.algorithm, role).set(1)
+    return signer
 
 
 def build_app(
@@ -309,7 +333,8 @@ def build_app(
     Raises:
         ConfigError: ``admin.token_file`` cannot be read or is empty; a caller secret
             (``A2A_GATEWAY_CALLER_SECRET``, ``callers.secret_file``) or ``auth.jwt.jwks_file``
-            is unusable (docs/callers.md §4, §5).
+            is unusable (docs/callers.md §4, §5); a card-signing key (``card.signing``) or a
+            trusted key of ``upstreams[].card.trust`` does not load (docs/protocol.md §4.5).
     """
     token = read_token(config.admin) if config.admin.enabled else None
     registry = registry or CollectorRegistry()
@@ -324,7 +349,8 @@ def build_app(
     runtime = Runtime(config=config, ledger=ledger, client=http, metrics=metrics, log=log,
                       tracing=tracing_from_config(config.tracing, __version__, log),
                       callers=CallerKeys.from_config(config.callers, log, ledger_url=config.ledger.url),
-                      auth=JwtVerifier(config.auth.jwt, log) if config.auth.jwt is not None else None)
+                      auth=JwtVerifier(config.auth.jwt, log) if config.auth.jwt is not None else None,
+                      signer=_card_signer(config, metrics))
     runtime.apply_config(config)
     runtime.bodies = BodyBudget(lambda: runtime.config.limits.max_inflight_body_bytes)
     runtime.push = PushRelay(runtime)

@@ -348,7 +348,8 @@ def _check_config(path: str) -> int:
 
 
 def missing_on_this_host(config: GatewayConfig) -> list[str]:
-    """The files the config names (certificates, keys, token, secret, JWKS and password files)
+    """The files the config names (certificates, keys, token, secret, JWKS and password files,
+    card-signing and trusted card keys)
     that this host does not have, and a SQLite ledger's directory when missing (other than the
     state directory, which ``serve`` creates): one ``yaml.path: problem`` line each. Warnings
     of ``check-config`` (exit 0), since a file is often checked away from the host it is for;
@@ -370,6 +371,16 @@ def missing_on_this_host(config: GatewayConfig) -> list[str]:
                   for key in ("ca_file", "cert_file", "key_file")]
     if config.auth.jwt is not None:
         named.append(("auth.jwt.jwks_file", config.auth.jwt.jwks_file))
+    for i, upstream in enumerate(config.upstreams):
+        trust = upstream.card.trust
+        named.append((f"upstreams[{i}].card.trust.jwks_file", trust.jwks_file))
+        named += [(f"upstreams[{i}].card.trust.keys[{j}].public_key_file", key.public_key_file)
+                  for j, key in enumerate(trust.keys)]
+    signing = config.card.signing
+    if signing is not None:
+        named.append(("card.signing.key_file", signing.key_file))
+        if signing.previous is not None:
+            named.append(("card.signing.previous.key_file", signing.previous.key_file))
     lines = [f"{where}: {path}: not found on this host" for where, path in named
              if path and not os.path.isfile(path)]
     url = config.ledger.url

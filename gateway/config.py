@@ -239,6 +239,84 @@ class PoolConfig(_Frozen):
     ``Retry-After``)."""
 
 
+CARD_SIGNATURE_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+                             "ES256", "ES384", "ES512", "EdDSA")
+"""The JWS algorithms of Agent Card signatures, the worker's and the gateway's: asymmetric only
+(``none`` and the HMAC family are refused; docs/protocol.md §4.2)."""
+
+
+class PinnedKeyConfig(_Frozen):
+    """One public key trusted for a worker's card signatures, pinned by file."""
+
+    kid: str = Field(min_length=1)
+    """The key id a signature's protected header names (``kid``)."""
+    public_key_file: str
+    """The public key, PEM (``-----BEGIN PUBLIC KEY-----``; EC, Ed25519 or RSA)."""
+
+
+class CardTrustConfig(_Frozen):
+    """Which keys a worker's signed Agent Card is verified against (docs/protocol.md §4.5).
+
+    Keys come from ``jwks_url`` (fetched through the upstream's client: its timeouts, TLS
+    settings and ``limits.max_answer_bytes``; kept ``cache_seconds``, fetched again sooner — at
+    most every 30 s — when a signature names a key it lacks), ``jwks_file`` (read at start),
+    ``keys`` (pinned PEM files), and a signature's own ``jku`` only when that URL begins with one
+    of ``jku_allowed``. ``signatures``: ``if_signed`` (the default) verifies a signed card and
+    accepts an unsigned one; ``required`` refuses an unsigned card too; ``optional`` treats a
+    card whose signatures do not verify as unsigned (accepted, counted and warned). A card
+    refused is ``invalid``: new tasks are not admitted on it, existing tasks are untouched, the
+    last good card stays (docs/protocol.md §4.1). Verification runs when the gateway signs cards
+    (``card.signing``) or when this upstream names a key source or ``signatures: required``."""
+
+    jwks_url: str | None = None
+    """A JWKS URL trusted for this worker's card signatures (``http://`` or ``https://``)."""
+    jwks_file: str | None = None
+    """A JWKS file trusted for this worker's card signatures (read at start)."""
+    keys: list[PinnedKeyConfig] = Field(default_factory=list)
+    """Pinned public keys trusted for this worker's card signatures."""
+    jku_allowed: list[str] = Field(default_factory=list)
+    """URL prefixes (``https://keys.example.net/a2a/``) a signature's ``jku`` must begin with to
+    be fetched for its keys; empty (the default): a ``jku`` is never followed."""
+    algorithms: list[str] = Field(default_factory=lambda: list(CARD_SIGNATURE_ALGORITHMS), min_length=1)
+    """The signature algorithms accepted (asymmetric only)."""
+    signatures: Literal["if_signed", "required", "optional"] = "if_signed"
+    """``if_signed``: a signed card must verify, an unsigned one is accepted; ``required``: an
+    unsigned card is refused too; ``optional``: signatures that do not verify are treated as
+    none (the card is accepted as unsigned)."""
+    cache_seconds: Seconds = 300.0
+    """Seconds a fetched JWKS (``jwks_url`` or an allowed ``jku``) is used before it is fetched again."""
+
+    @field_validator("algorithms")
+    @classmethod
+    def _asymmetric(cls, value: list[str]) -> list[str]:
+        bad = [a for a in value if a not in CARD_SIGNATURE_ALGORITHMS]
+        if bad:
+            raise ValueError(f"not allowed: {', '.join(bad)} (one of {', '.join(CARD_SIGNATURE_ALGORITHMS)})")
+        return value
+
+    @field_validator("jwks_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and (urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("jku_allowed")
+    @classmethod
+    def _prefixes(cls, value: list[str]) -> list[str]:
+        for item in value:
+            parts = urlsplit(item)
+            if parts.scheme not in ("http", "https") or not parts.hostname or not parts.path.startswith("/"):
+                raise ValueError(f"{item!r}: an http:// or https:// URL prefix with a path "
+                                 "(https://keys.example.net/ at least)")
+        return value
+
+    def configured(self) -> bool:
+        """Whether this upstream names a key source or requires signatures."""
+        return bool(self.jwks_url or self.jwks_file or self.keys or self.jku_allowed
+                    or self.signatures == "required")
+
+
 class CardConfig(_Frozen):
     """How the gateway treats one upstream's Agent Card (it governs admission of new tasks).
 
@@ -249,7 +327,8 @@ class CardConfig(_Frozen):
     non-empty ``signatures`` list; absent, ``null`` or ``[]`` is unsigned and always rewritten)
     is served ``verbatim`` (it still names the worker's URLs, so clients bypass the gateway:
     warned once per card and shown by ``a2a_gateway_card_served_verbatim``) or ``strip``ped
-    and rewritten. ``unguarded_interfaces``: interfaces whose binding the gateway does not
+    and rewritten — when the gateway has no signing key (``card.signing``); with one, a signed
+    card is verified (``trust``), rewritten and signed again. ``unguarded_interfaces``: interfaces whose binding the gateway does not
     guard (anything but ``JSONRPC`` and ``HTTP+JSON``, e.g. gRPC or a custom binding URI) are
     left out of the served card (``drop``), or passed on as the worker wrote them, URLs
     untouched (``keep``: warned once per card and counted in
@@ -275,8 +354,11 @@ class CardConfig(_Frozen):
     """While the card cannot be fetched: ``reject`` new tasks, or ``allow_stale`` (admit against
     the last good card)."""
     signed: Literal["verbatim", "strip"] = "verbatim"
-    """A signed card (non-empty ``signatures``): served ``verbatim`` (its URLs name the worker;
-    warned) or ``strip``ped and rewritten."""
+    """Without ``card.signing``: a signed card (non-empty ``signatures``) is served ``verbatim``
+    (its URLs name the worker; warned) or ``strip``ped and rewritten. With a gateway key it is
+    verified, rewritten and signed again whatever this says."""
+    trust: CardTrustConfig = CardTrustConfig()
+    """The keys the worker's card signatures are verified against, and whether it must be signed."""
     unguarded_interfaces: Literal["drop", "keep"] = "drop"
     """Interfaces of bindings the gateway does not guard (gRPC, custom): ``drop`` them from the
     served card, or ``keep`` them as written (warned)."""
@@ -289,6 +371,75 @@ class CardConfig(_Frozen):
     fetch_wait_seconds: Seconds = 5.0
     """The longest a request waits for a card fetch in flight before it is answered from the cache
     as it is."""
+
+
+JWKS_PATH = "/.well-known/a2a-gateway-jwks.json"
+"""Where below every mount the gateway publishes its card-signing keys (``card.signing``)."""
+
+
+class SigningKeyConfig(_Frozen):
+    """A private key the gateway signs served Agent Cards with (docs/protocol.md §4.5)."""
+
+    key_file: str
+    """The private key, PEM (PKCS#8 or traditional, unencrypted): EC P-256 / P-384 / P-521,
+    Ed25519, or RSA of 2048 bits or more. Read at start; a key that does not load is a config
+    error."""
+    kid: str = Field(min_length=1, max_length=128)
+    """The key id written in each signature's protected header and in the published JWKS."""
+    algorithm: Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+                       "ES256", "ES384", "ES512", "EdDSA"] | None = None
+    """The JWS algorithm; ``None``: from the key (EC P-256 ``ES256``, P-384 ``ES384``, P-521
+    ``ES512``, Ed25519 ``EdDSA``, RSA ``RS256``)."""
+
+
+class PreviousKeyConfig(SigningKeyConfig):
+    """The key being retired during a rotation: published beside the new one and, with
+    ``sign`` (the default), still signing — a second signature — so a client that holds a JWKS
+    from before the rotation verifies the card too."""
+
+    sign: bool = True
+    """Also sign with this key (``false``: only publish it)."""
+
+
+class CardSigningConfig(SigningKeyConfig):
+    """The gateway's own Agent Card signatures (docs/protocol.md §4.5). With a key, the card
+    served for every upstream — rewritten to the gateway's URLs, unguarded interfaces left out,
+    both versions listed (docs/bridge.md §2.2) — is signed (JWS, RFC 8785 canonical form, as
+    a2a-sdk 1.3 and @a2a-js/sdk 1.3 verify it), a worker's signed card first verified against
+    ``upstreams[].card.trust``; the extended card likewise. The public keys are published on
+    the traffic listener at ``<mount>/.well-known/a2a-gateway-jwks.json`` (and named by
+    ``jku``). Read at start: changing it needs a restart."""
+
+    jku: str | None = None
+    """The JWKS URL written in the protected header; ``None``: the gateway's own, under the
+    mount the card is served from (``<public base of the mount>.well-known/a2a-gateway-jwks.json``)."""
+    previous: PreviousKeyConfig | None = None
+    """During a key rotation, the key being retired (published, and signing too unless
+    ``sign: false``)."""
+    sign_unsigned: bool = True
+    """Also sign the card of a worker that sends it unsigned (``false``: served unsigned, as
+    without a key)."""
+
+    @field_validator("jku")
+    @classmethod
+    def _jku_url(cls, value: str | None) -> str | None:
+        if value is not None and (urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct_kids(self) -> CardSigningConfig:
+        if self.previous is not None and self.previous.kid == self.kid:
+            raise ValueError("previous.kid: must differ from kid")
+        return self
+
+
+class GatewayCardConfig(_Frozen):
+    """Agent Card settings of the gateway as a whole (each upstream's are ``upstreams[].card``)."""
+
+    signing: CardSigningConfig | None = None
+    """The gateway's card-signing key (``null``: served cards are not signed; a worker's signed
+    card follows ``upstreams[].card.signed``)."""
 
 
 class UpstreamConfig(_Frozen):
@@ -707,8 +858,7 @@ class CallersConfig(_Frozen):
 
 #: The signature algorithms ``auth.jwt.algorithms`` may name: asymmetric ones only (a JWKS
 #: holds public keys; ``none`` and the HMAC family are refused).
-JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
-                  "ES256", "ES384", "ES512", "EdDSA")
+JWT_ALGORITHMS = CARD_SIGNATURE_ALGORITHMS
 
 
 class JwtConfig(_Frozen):
@@ -865,6 +1015,8 @@ class GatewayConfig(_Frozen):
     """Caller authentication at the gateway (bearer JWTs)."""
     push: PushConfig = PushConfig()
     """The push-notification relay: callbacks, the outbox, webhook address checks."""
+    card: GatewayCardConfig = GatewayCardConfig()
+    """The gateway's own Agent Card signatures (per-upstream card settings: ``upstreams[].card``)."""
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

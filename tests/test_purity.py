@@ -1,8 +1,8 @@
 """The pure core stays pure (docs/architecture.md, conventions 2 and 4).
 
 gateway/a2a, gateway/invariants, the exchange layer gateway/exchange and the error tree
-gateway/errors.py may use the standard library (minus I/O and concurrency) and
-orjson, never a network, storage, metrics or web library, nor the proxy shell, the ledger or the
+gateway/errors.py may use the standard library (minus I/O and concurrency),
+orjson and rfc8785 (canonical JSON, gateway/a2a/card_signing.py), never a network, storage, metrics or web library, nor the proxy shell, the ledger or the
 a2a SDK. Checked on the source with ``ast`` (so an import inside a function is caught too) and on
 a fresh interpreter's ``sys.modules``.
 """

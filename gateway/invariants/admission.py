@@ -31,7 +31,9 @@ class CardView:
     ``doc`` is the last good card (``None`` if none was ever fetched); ``fresh`` is True when
     it was fetched or revalidated within its TTL; ``reachable`` is False after the last fetch
     attempt failed; ``etag`` identifies the card version; ``generation`` counts the card
-    changes the ledger observed for the upstream (docs/field-cases.md F20; ``None``: not known).
+    changes the ledger observed for the upstream (docs/field-cases.md F20; ``None``: not known);
+    ``problem``: why the last fetch gave no card, when it did not (``invalid (bad_signature)``,
+    ``unreachable (timeout)``), for the refusal's message.
     """
 
     doc: dict[str, Any] | None
@@ -39,6 +41,7 @@ class CardView:
     reachable: bool
     etag: str | None
     generation: int | None = None
+    problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,10 @@ def admit(
     new_task = ex.operation in (Operation.SEND, Operation.STREAM) and ex.task_id is None
     doc = card.doc
     if new_task and (doc is None or not (card.fresh or allow_stale)):
-        why = "never fetched" if doc is None else "unreachable and stale"
+        if doc is None:
+            why = f"is {card.problem}" if card.problem else "never fetched"
+        else:
+            why = "unreachable and stale"
         return Refusal(jsonrpc.INTERNAL_ERROR,
                        f"agent card of upstream {ex.upstream} {why}; new tasks are not admitted",
                        CARD_UNAVAILABLE)

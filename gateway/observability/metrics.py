@@ -27,6 +27,11 @@ metric                                                 labels
 ``a2a_gateway_card_signatures_stripped_total``         upstream
 ``a2a_gateway_card_served_verbatim``                   upstream
 ``a2a_gateway_card_unguarded_interfaces``              upstream, binding
+``a2a_gateway_card_worker_signature``                  upstream, signature
+``a2a_gateway_card_signature_checks_total``            upstream, result
+``a2a_gateway_card_jwks_fetches_total``                upstream, outcome
+``a2a_gateway_card_signing_key_info``                  kid, algorithm, role
+``a2a_gateway_card_served_signed``                     upstream, kid
 ``a2a_gateway_stream_resubscribes_total``              upstream, outcome
 ``a2a_gateway_resumes_total``                          upstream, outcome
 ``a2a_gateway_replayed_events_total``                  upstream
@@ -58,6 +63,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway import __version__
 from gateway.a2a.states import TaskState
+
+WORKER_SIGNATURE_STATES = ("verified", "unverified", "unsigned", "invalid", "unchecked")
+"""The states of ``a2a_gateway_card_worker_signature``."""
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 
@@ -233,6 +241,44 @@ class Metrics:
             registry=registry,
             multiprocess_mode="livemax",  # serve --workers: as a2a_gateway_upstream_degraded
         ))
+        self.card_worker_signature = Labelled(Gauge(
+            "a2a_gateway_card_worker_signature",
+            "1 for the state of the signatures on an upstream's last fetched card: verified, "
+            "unverified (card.trust.signatures: optional accepted it unverified), unsigned, "
+            "invalid (refused), unchecked (no verification configured); 0 for the others",
+            ["upstream", "signature"],
+            registry=registry,
+            multiprocess_mode="livemax",  # serve --workers: as a2a_gateway_upstream_degraded
+        ))
+        self.card_signature_checks = Labelled(Counter(
+            "a2a_gateway_card_signature_checks_total",
+            "Worker card signature checks, by result (verified, unsigned, bad_signature, "
+            "unknown_kid, key_fetch_failed)",
+            ["upstream", "result"],
+            registry=registry,
+        ))
+        self.card_jwks_fetches = Labelled(Counter(
+            "a2a_gateway_card_jwks_fetches_total",
+            "Fetches of a JWKS trusted for an upstream's card signatures, by outcome (ok, failed)",
+            ["upstream", "outcome"],
+            registry=registry,
+        ))
+        self.card_signing_key = Labelled(Gauge(
+            "a2a_gateway_card_signing_key_info",
+            "1 for each key the gateway signs served Agent Cards with (role current, or previous "
+            "during a rotation) or publishes only (role published)",
+            ["kid", "algorithm", "role"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        ))
+        self.card_served_signed = Labelled(Gauge(
+            "a2a_gateway_card_served_signed",
+            "1 while an upstream's served card is signed by the gateway with the key kid "
+            "(card.signing; two during a rotation), 0 when it is served unsigned",
+            ["upstream", "kid"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        ))
         self.resubscribes = Labelled(Counter(
             "a2a_gateway_stream_resubscribes_total",
             "Upstream streams cut before their task ended, by what the gateway did "
@@ -376,6 +422,12 @@ class Metrics:
                 self.card_unguarded.labels(*values).set(0)
         for binding, count in counts.items():
             self.card_unguarded.labels(upstream, binding).set(count)
+
+    def set_worker_signature(self, upstream: str, state: str) -> None:
+        """Set ``a2a_gateway_card_worker_signature`` of ``upstream``: 1 for ``state``, 0 for the
+        other states."""
+        for each in WORKER_SIGNATURE_STATES:
+            self.card_worker_signature.labels(upstream, each).set(int(each == state))
 
     def set_tracked(self, counts: dict[str, int]) -> None:
         """Set ``a2a_gateway_tracked_tasks`` for every state (absent states read 0)."""

@@ -92,6 +92,16 @@ th{background:#eef1f7}.fresh{color:#11772d}.stale{color:#9a6700}.unreachable,.in
 """
 
 
+def _signature(u: Mapping[str, Any]) -> str:
+    """The worker-signature cell: the verification's outcome (``verified``, ``unverified``,
+    ``unsigned``, ``invalid``), or — when signatures are not checked — ``yes`` / ``no`` for
+    whether the card carries any."""
+    state = u.get("signature") or "unchecked"
+    if state == "unchecked":
+        return "yes" if u["signed"] else "no"
+    return str(state)
+
+
 def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, int] | None,
                   divergences: list[Mapping[str, Any]], mode: str, version: str,
                   now: float | None = None) -> str:
@@ -100,7 +110,10 @@ def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, 
     Args:
         upstreams: one mapping per upstream: ``name``, ``url``, ``card`` (``fresh``, ``stale``,
             ``pending``, ``unreachable``, ``invalid``), ``reason``, ``etag``, ``age_s``,
-            ``signed``, ``interfaces`` (``[(binding, version, url)]``), ``admitting``.
+            ``signed``, ``interfaces`` (``[(binding, version, url)]``), ``admitting``,
+            ``signature`` (the worker's card signatures: ``verified``, ``unverified``,
+            ``unsigned``, ``invalid``, ``unchecked``; docs/protocol.md §4.5) and
+            ``signing_kids`` (the ``kid`` of each key the gateway signs served cards with).
         by_state: tracked tasks by canonical state (``None``: the ledger did not answer).
         divergences: the latest divergences, newest first (``at``, ``upstream``, ``kind``,
             ``task_id``, ``tenant``, ``detail``, ``action``).
@@ -117,8 +130,9 @@ def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, 
             f'<span class="muted">{e(str(u["url"]))}</span></td>'
             f'<td class="card-state {e(state)}">{e(state)}{reason}</td>'
             f'<td><code>{e(str(u["etag"] or "-"))}</code></td><td>{e(_age(u["age_s"]))}</td>'
-            f'<td>{"yes" if u["signed"] else "no"}</td><td>{"yes" if u["admitting"] else "no"}</td>'
-            f"<td>{interfaces}</td></tr>")
+            f'<td class="signature {e(_signature(u))}">{e(_signature(u))}</td>'
+            f'<td>{"yes" if u["admitting"] else "no"}</td>'
+            f'<td>{interfaces}</td><td class="signing-kid">{e(", ".join(u.get("signing_kids") or ())) or "-"}</td></tr>')
     if by_state is None:
         tasks = '<p class="unreachable" id="tasks-unavailable">the task ledger did not answer</p>'
     elif not by_state:
@@ -147,8 +161,8 @@ def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, 
 <body><h1>a2a-gateway status</h1>
 <p class="muted">version {e(version)} · mode {e(mode)} · {e(iso(now))} · this process only</p>
 <h2>Upstreams</h2>
-<table id="upstreams"><tr><th>upstream</th><th>Agent Card</th><th>ETag</th><th>age</th><th>signed</th>
-<th>admitting new tasks</th><th>advertised interfaces</th></tr>{"".join(rows)}</table>
+<table id="upstreams"><tr><th>upstream</th><th>Agent Card</th><th>ETag</th><th>age</th><th>worker signature</th>
+<th>admitting new tasks</th><th>advertised interfaces</th><th>served card signed by (kid)</th></tr>{"".join(rows)}</table>
 <h2>Tracked tasks</h2>{tasks}
 <h2>Latest divergences</h2>{found}
 </body></html>

@@ -33,6 +33,14 @@ docs/field-cases.md F10, F11):
   same card whatever its card GET carries: with ``bridge.enabled`` a card of one version also
   lists the other one's interfaces and members
   (:func:`gateway.a2a.card_bridge.served_card`; docs/bridge.md §2.2).
+* Signed cards (docs/protocol.md §4.5): with ``card.signing`` (a :class:`CardSigner`) or an
+  upstream's ``card.trust``, a fetched card's signatures are checked first
+  (:class:`~gateway.proxy.signing.CardTrust`, inside the fetch: a JWKS it needs is fetched
+  within the same flight, so a request never waits for it beyond ``card.fetch_wait_seconds``);
+  a card whose signatures are refused is ``invalid`` with the reason as its ``cause``. With a
+  key, :func:`serve_card` signs the final served document (kept per request shape, so the
+  bytes and the ETag are stable), :meth:`CardCache.extended` the extended card, and
+  :func:`serve_jwks` publishes the keys under each mount.
 * Whenever a new card is stored (at start and when it changes, never per request) the cache
   says what clients will be told that bypasses the gateway: a warning ``card_served_verbatim``
   and the gauge ``a2a_gateway_card_served_verbatim`` for a signed card served verbatim; a
@@ -49,7 +57,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -81,6 +89,12 @@ from gateway.observability.metrics import Metrics
 from gateway.proxy.transport import UpstreamAnswer, UpstreamClient, failure_cause
 from gateway.proxy.types import Receive, Scope, Send
 
+if TYPE_CHECKING:
+    from gateway.proxy.signing import CardSigner, CardTrust
+
+SIGNED_CACHE_ENTRIES = 32
+"""Signed served cards kept per upstream (one per public base and bridge setting seen)."""
+
 
 @dataclass(frozen=True, slots=True)
 class CachedCard:
@@ -95,6 +109,10 @@ class CachedCard:
     vary: str | None
     fetched_at: float
     max_age: float
+    signature: str = "unchecked"
+    """What its signatures came to (docs/protocol.md §4.5): ``verified``, ``unsigned``,
+    ``unverified`` (``card.trust.signatures: optional`` accepted it although they did not
+    verify) or ``unchecked`` (no verification configured)."""
 
     def fresh(self, now: float) -> bool:
         """Fetched or revalidated within its max-age."""
@@ -111,19 +129,20 @@ def _max_age(cache_control: str | None, default: float) -> float:
     return default
 
 
-def _verbatim(doc: dict[str, Any], settings: CardConfig) -> bool:
-    """Whether ``doc`` is served as the worker sent it: signed, and ``card.signed: verbatim``."""
-    return settings.signed == "verbatim" and is_signed(doc)
+def _verbatim(doc: dict[str, Any], settings: CardConfig, signing: bool = False) -> bool:
+    """Whether ``doc`` is served as the worker sent it: signed, ``card.signed: verbatim``, and
+    the gateway has no signing key (``signing``; with one, every card is signed again)."""
+    return not signing and settings.signed == "verbatim" and is_signed(doc)
 
 
 def _keep_unguarded(settings: CardConfig) -> bool:
     return settings.unguarded_interfaces == "keep"
 
 
-def _advertised(doc: dict[str, Any], settings: CardConfig) -> dict[str, Any]:
+def _advertised(doc: dict[str, Any], settings: CardConfig, signing: bool) -> dict[str, Any]:
     """The served card's interfaces, as far as they do not depend on the request (the URLs of
     guarded interfaces are not rewritten here; unguarded ones never are)."""
-    if _verbatim(doc, settings) or _keep_unguarded(settings):
+    if _verbatim(doc, settings, signing) or _keep_unguarded(settings):
         return doc
     return drop_unguarded(doc)
 
@@ -156,8 +175,9 @@ class _FetchProblem:
     content_type: str | None = None
     cause: str = "invalid_card"
     """For people: ``dns``, ``connection_refused``, ``timeout``, ``tls``, ``connection_reset``
-    (:func:`~gateway.proxy.transport.failure_cause`), ``http_status``, ``answer_too_large``
-    or ``invalid_card``."""
+    (:func:`~gateway.proxy.transport.failure_cause`), ``http_status``, ``answer_too_large``,
+    ``invalid_card``, or why the card's signatures were refused: ``bad_signature``,
+    ``unknown_kid``, ``key_fetch_failed``, ``unsigned`` (docs/protocol.md §4.5)."""
     url: str | None = None
     """The card URL fetched last."""
 
@@ -177,10 +197,20 @@ class CardCache:
     def __init__(self, client: UpstreamClient, metrics: Metrics, log: logging.Logger,
                  upstream: UpstreamConfig, *, max_json_depth: int = MAX_JSON_DEPTH,
                  identity_header: str | None = None,
-                 observe: Callable[[str, str], Awaitable[int]] | None = None) -> None:
+                 observe: Callable[[str, str], Awaitable[int]] | None = None,
+                 signer: CardSigner | None = None, where: str | None = None) -> None:
         self.client = client
         self.observe = observe  # (variant, ETag) -> the ledger's card generation (docs/field-cases.md F20)
         self._generation: int | None = None
+        self.signer = signer
+        """The gateway's card signatures (``card.signing``); ``None``: served cards are not signed."""
+        self.trust: CardTrust | None = None
+        """The keys the worker's card signatures are checked against; ``None``: not checked."""
+        if signer is not None or upstream.card.trust.configured():
+            from gateway.proxy.signing import CardTrust
+
+            self.trust = CardTrust(upstream, client, metrics, log, where=where)
+        self._signed: dict[tuple[Any, ...], bytes] = {}  # served card bodies signed, by request shape
         self.identity_header = identity_header  # callers.header when it names callers, else None
         self.max_json_depth = max_json_depth
         self.metrics = metrics
@@ -216,9 +246,11 @@ class CardCache:
         """What admission and freshness need, from the cache as it is (no I/O)."""
         card = self._cards.get(self._variant(a2a_version))
         if card is None:
-            return CardView(None, False, self.reachable, None)
+            problem = self._problem
+            return CardView(None, False, self.reachable, None,
+                            problem=f"{problem.outcome} ({problem.cause})" if problem is not None else None)
         fresh = card.fresh(time.monotonic()) and not self._stale
-        return CardView(card.doc, fresh, self.reachable, card.etag, self._generation)
+        return CardView(card.doc, fresh, self.reachable, card.etag, generation=self._generation)
 
     @property
     def generation(self) -> int | None:
@@ -254,6 +286,17 @@ class CardCache:
                 "admitting_new_tasks": bool(cards) and (fresh or allow_stale),
                 "reason": problem.reason,
                 "retry_in_s": round(max(0.0, self._retry_at - now), 3)}
+
+    def worker_signature(self) -> str:
+        """The state of the worker's card signatures as the status page shows it
+        (docs/protocol.md §4.5): ``invalid`` when the last fetch was refused for them, else
+        the held card's (``verified``, ``unsigned``, ``unverified``, ``unchecked``), or
+        ``unchecked`` with no card."""
+        problem = self._problem
+        if problem is not None and problem.cause in ("bad_signature", "unknown_kid", "key_fetch_failed", "unsigned"):
+            return "invalid"
+        card = self._cards.get("")
+        return card.signature if card is not None else "unchecked"
 
     def holds_card(self) -> bool:
         """Whether a good card was ever fetched (for any variant): ``False`` from start-up (or
@@ -457,7 +500,12 @@ class CardCache:
         problem = card_problem(doc)
         if problem is not None:
             return _FetchProblem("invalid", f"not an Agent Card: {problem}", status, content_type, url=url)
-        card = self._build(doc, response, now)
+        signature, refusal = await self._check_signatures(doc)
+        if refusal is not None:
+            cause, detail = refusal
+            return _FetchProblem("invalid", f"signature {cause}: {detail}", status, content_type, cause, url)
+        card = self._build(doc, response, now, signature)
+        self._signed.clear()
         self._varies = "a2a-version" in (card.vary or "").lower()
         self._cards[self._variant(a2a_version)] = card
         self._jsonrpc_paths = frozenset().union(
@@ -474,7 +522,38 @@ class CardCache:
         return await self.client.fetch("GET", url, headers=headers,
                                        timeout=self.upstream.timeouts, upstream=self.upstream)
 
-    def _build(self, doc: dict[str, Any], response: UpstreamAnswer, now: float) -> CachedCard:
+    async def _check_signatures(self, doc: dict[str, Any]) -> tuple[str, tuple[str, str] | None]:
+        """Check the signatures of a card just fetched (docs/protocol.md §4.5), counted in
+        ``a2a_gateway_card_signature_checks_total`` and shown by
+        ``a2a_gateway_card_worker_signature``: the card's signature state (``verified``,
+        ``unsigned``, ``unverified`` — refused signatures accepted by ``card.trust.signatures:
+        optional``, warned —, ``unchecked`` without verification, ``invalid``) and, for a card
+        refused, ``(reason, detail)`` (one of :data:`gateway.proxy.signing.REASONS`)."""
+        name = self.upstream.name
+        if self.trust is None:
+            self.metrics.set_worker_signature(name, "unchecked")
+            return "unchecked", None
+        verdict = await self.trust.verify(doc)
+        self.metrics.card_signature_checks.labels(name, verdict.state if verdict.state == "verified"
+                                                  else str(verdict.reason)).inc()
+        mode = self.upstream.card.trust.signatures
+        state = verdict.state
+        if state == "unsigned" and mode == "required":
+            state = "invalid"
+        elif state == "invalid" and mode == "optional":
+            self.log.warning("card_signature_unverified", extra={
+                "upstream": name, "cause": verdict.reason, "reason": verdict.detail,
+                "hint": "accepted as unsigned (card.trust.signatures: optional)"})
+            state = "unverified"
+        self.metrics.set_worker_signature(name, state)
+        if state == "invalid":
+            detail = verdict.detail if verdict.state == "invalid" else \
+                "the card is unsigned (card.trust.signatures: required)"
+            return state, (str(verdict.reason), str(detail))
+        return state, None
+
+    def _build(self, doc: dict[str, Any], response: UpstreamAnswer, now: float,
+               signature: str = "unchecked") -> CachedCard:
         worker_etag = response.headers.get("etag")
         cc = response.headers.get("cache-control")
         return CachedCard(
@@ -482,15 +561,15 @@ class CardCache:
             etag=worker_etag or canonical_etag(doc), worker_etag=worker_etag,
             cache_control=cc, last_modified=response.headers.get("last-modified"),
             vary=response.headers.get("vary"), fetched_at=now,
-            max_age=_max_age(cc, self.upstream.card.ttl_seconds),
+            max_age=_max_age(cc, self.upstream.card.ttl_seconds), signature=signature,
         )
 
     def _report_served(self, card: CachedCard) -> None:
         """Say what the served form of a newly stored ``card`` tells clients that bypasses the
         gateway: one warning per new card, and gauges over every cached variant."""
-        name, settings = self.upstream.name, self.upstream.card
-        verbatim = _verbatim(card.doc, settings)
-        unguarded = unguarded_interfaces(_advertised(card.doc, settings))
+        name, settings, signing = self.upstream.name, self.upstream.card, self.signer is not None
+        verbatim = _verbatim(card.doc, settings, signing)
+        unguarded = unguarded_interfaces(_advertised(card.doc, settings, signing))
         if verbatim:
             self.log.warning("card_served_verbatim", extra={
                 "upstream": name, "urls": advertised_urls(card.doc),
@@ -512,11 +591,67 @@ class CardCache:
         totals: dict[str, int] = {}
         any_verbatim = False
         for variant in self._cards.values():
-            any_verbatim = any_verbatim or _verbatim(variant.doc, settings)
-            for binding, count in unguarded_interfaces(_advertised(variant.doc, settings)).items():
+            any_verbatim = any_verbatim or _verbatim(variant.doc, settings, signing)
+            for binding, count in unguarded_interfaces(_advertised(variant.doc, settings, signing)).items():
                 totals[binding] = max(totals.get(binding, 0), count)
         self.metrics.card_served_verbatim.labels(name).set(int(any_verbatim))
+        if self.signer is not None:  # the kids the served card is signed with (docs/protocol.md §4.5)
+            signed = card.signature == "verified" or self.signer.config.sign_unsigned
+            for key in self.signer.keys:
+                self.metrics.card_served_signed.labels(name, key.kid).set(int(signed and key.signs))
         self.metrics.set_card_unguarded(name, totals)
+
+    def signed_body(self, key: tuple[Any, ...], build: Callable[[], dict[str, Any]], jku: str) -> bytes:
+        """The served card built by ``build``, signed by the gateway (:class:`CardSigner`), as
+        bytes; kept under ``key`` (the card's ETag and what else shapes the served document)
+        until the next card is stored. A card with no canonical form is served unsigned
+        (warned)."""
+        body = self._signed.get(key)
+        if body is not None:
+            return body
+        assert self.signer is not None
+        doc = build()
+        try:
+            body = orjson.dumps(self.signer.sign(doc, jku))
+        except ValueError as exc:
+            self.log.warning("card_not_signed", extra={"upstream": self.upstream.name, "reason": str(exc)})
+            return orjson.dumps(doc)
+        while len(self._signed) >= SIGNED_CACHE_ENTRIES:
+            self._signed.pop(next(iter(self._signed)))
+        self._signed[key] = body
+        return body
+
+    def extended(self, doc: dict[str, Any], rewrite: Callable[[dict[str, Any]], dict[str, Any]],
+                 jku: str) -> dict[str, Any]:
+        """An extended Agent Card answer as served with a gateway key (docs/protocol.md §4.4,
+        §4.5): the worker's signatures checked with the keys held now (no fetch: it is rewritten
+        inside an exchange), then ``rewrite`` (which drops them), then signed by the gateway —
+        when they verified, or the card came unsigned and ``sign_unsigned``. One whose
+        signatures are refused (as :meth:`_check_signatures` would refuse them) is served
+        rewritten and unsigned, counted and warned (``extended_card_signature_invalid``)."""
+        assert self.signer is not None
+        name = self.upstream.name
+        verdict = self.trust.verify_held(doc) if self.trust is not None else None
+        state = verdict.state if verdict is not None else "unsigned"
+        if verdict is not None:
+            self.metrics.card_signature_checks.labels(
+                name, state if state == "verified" else str(verdict.reason)).inc()
+        mode = self.upstream.card.trust.signatures
+        refused = (state == "invalid" and mode != "optional") or (state == "unsigned" and mode == "required")
+        out = rewrite(doc)
+        if refused:
+            assert verdict is not None
+            self.log.warning("extended_card_signature_invalid", extra={
+                "upstream": name, "cause": verdict.reason, "reason": verdict.detail,
+                "hint": "served rewritten and unsigned"})
+            return out
+        if state != "verified" and not self.signer.config.sign_unsigned:
+            return out
+        try:
+            return self.signer.sign(out, jku)
+        except ValueError as exc:
+            self.log.warning("card_not_signed", extra={"upstream": name, "reason": str(exc)})
+            return out
 
     def _count_local_urls(self, doc: dict[str, Any]) -> None:
         urls = [doc.get("url")] + [i.get("url") for i in doc.get("supportedInterfaces", []) or []
@@ -534,7 +669,7 @@ def _status_reason(status: int) -> str:
 
 def _replace_time(card: CachedCard, now: float, max_age: float) -> CachedCard:
     return CachedCard(card.doc, card.body, card.etag, card.worker_etag, card.cache_control,
-                      card.last_modified, card.vary, now, max_age)
+                      card.last_modified, card.vary, now, max_age, card.signature)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -625,17 +760,28 @@ async def _serve_card(cache: CardCache, public: PublicConfig, route: Route, scop
         await _respond(send, scope, 502, [(b"content-type", b"application/json")], body)
         return 502
     settings = route.upstream.card
-    if _verbatim(card.doc, settings):
+    signer = cache.signer
+    if _verbatim(card.doc, settings, signer is not None):
         served = card.body  # a signed card served verbatim is never bridged: it is the signed one
     else:
-        if is_signed(card.doc):
+        if signer is None and is_signed(card.doc):
             cache.metrics.card_signatures_stripped.labels(route.upstream.name).inc()
-        doc = rewrite_card(card.doc, upstream_url=route.upstream.url,
-                           public_base=public_base(public, route, scope),
-                           keep_unguarded=_keep_unguarded(settings))
-        # rewrite first, then list both versions: the bridge copies the rewritten URLs
-        # (docs/bridge.md §2.2); one card for every client, whatever its card GET carries
-        served = orjson.dumps(served_card(doc, bridge=bridge.enabled))
+        base = public_base(public, route, scope)
+
+        def build() -> dict[str, Any]:
+            doc = rewrite_card(card.doc, upstream_url=route.upstream.url, public_base=base,
+                               keep_unguarded=_keep_unguarded(settings))
+            # rewrite first, then list both versions: the bridge copies the rewritten URLs
+            # (docs/bridge.md §2.2); one card for every client, whatever its card GET carries
+            return served_card(doc, bridge=bridge.enabled)
+
+        if signer is not None and (card.signature == "verified" or signer.config.sign_unsigned):
+            # the final document is signed, so a client's verifier canonicalizes exactly what
+            # was signed (docs/protocol.md §4.5); kept per request shape: signing is CPU work
+            served = cache.signed_body((card.etag, base, bridge.enabled, settings.unguarded_interfaces),
+                                       build, signer.jku(base))
+        else:
+            served = orjson.dumps(build())
     etag = content_etag(served)
     headers = [(b"etag", etag.encode()),
                (b"cache-control", (card.cache_control or f"max-age={int(card.max_age)}").encode())]
@@ -655,3 +801,24 @@ async def _respond(send: Send, scope: Scope, status: int, headers: list[tuple[by
     await send({"type": "http.response.start", "status": status,
                 "headers": [*headers, (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+
+async def serve_jwks(signer: CardSigner, metrics: Metrics, route: Route, scope: Scope, send: Send) -> None:
+    """Answer ``GET {mount}/.well-known/a2a-gateway-jwks.json``: the public keys the gateway
+    signs served Agent Cards with (``card.signing``; the retiring key too during a rotation),
+    the URL its signatures' ``jku`` names (docs/protocol.md §4.5). Counted as
+    ``a2a_gateway_requests_total{binding="http", method="jwks"}``; an ETag and ``304``, cached
+    by clients for ``max-age=300``."""
+    started = time.perf_counter()
+    body = signer.jwks_body
+    etag = content_etag(body)
+    headers = [(b"etag", etag.encode()), (b"cache-control", b"max-age=300")]
+    if etag in (_header(scope, b"if-none-match") or "").replace("W/", "").split(", "):
+        await _respond(send, scope, 304, headers, b"")
+    else:
+        await _respond(send, scope, 200, [*headers, (b"content-type", b"application/json")], body)
+    name = route.upstream.name
+    metrics.requests.labels(name, "http", "jwks", "ok").inc()
+    metrics.duration.labels(name, "http", "jwks").observe(time.perf_counter() - started)
+    line = access.line_of(scope)
+    line.upstream, line.binding, line.method, line.outcome = name, "http", "jwks", "ok"

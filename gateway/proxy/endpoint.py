@@ -153,9 +153,21 @@ class ExchangeHandler:
             rewrite_card, upstream_url=upstream.url,
             public_base=public_base(self.rt.config.public, self.route, self.scope),
             keep_unguarded=upstream.card.unguarded_interfaces == "keep")
-        if upstream.card.signed != "verbatim":
+        if upstream.card.signed != "verbatim" or self.rt.signer is not None:
             return rewrite
         return lambda doc: doc if is_signed(doc) else rewrite(doc)
+
+    def signed_card_rewrite(self, rewrite: CardRewrite | None) -> CardRewrite | None:
+        """With a gateway key (``card.signing``), ``rewrite`` of an extended Agent Card answer
+        framed by the signature rules (docs/protocol.md §4.5): the worker's signatures checked
+        on the card as it came, then the rewrite (bridged or not), then the gateway's signature
+        (:meth:`gateway.proxy.card.CardCache.extended`). Without one, ``rewrite`` itself."""
+        signer = self.rt.signer
+        if rewrite is None or signer is None:
+            return rewrite
+        cache = self.rt.card_cache(self.route.upstream)
+        jku = signer.jku(public_base(self.rt.config.public, self.route, self.scope))
+        return lambda doc: cache.extended(doc, rewrite, jku)
 
     def bridge_to(self, client: ProtocolVersion, binding: Binding, cards: CardCache) -> ProtocolVersion | None:
         """The worker version to bridge this request to (docs/bridge.md §3.1), or ``None`` to

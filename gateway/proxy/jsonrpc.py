@@ -81,9 +81,11 @@ class JsonRpcHandler(ExchangeHandler):
 
         def build(parsed: jsonrpc.Request, body: bytes) -> RequestExchange:
             if worker is None:
-                return JsonRpcExchange(parsed, body, info, card, policy, rewrite, caller=caller)
-            return BridgedJsonRpcExchange(parsed, body, info, card, policy, worker,
-                                          self.bridged_card_rewrite(rewrite, info.version), caller=caller)
+                return JsonRpcExchange(parsed, body, info, card, policy, self.signed_card_rewrite(rewrite),
+                                       caller=caller)
+            return BridgedJsonRpcExchange(
+                parsed, body, info, card, policy, worker,
+                self.signed_card_rewrite(self.bridged_card_rewrite(rewrite, info.version)), caller=caller)
 
         exchange = build(parsed, body)
         push = await self.push_step(exchange, card, parsed.params,

@@ -117,11 +117,12 @@ class RestHandler(ExchangeHandler):
         def build(doc: object, body: bytes) -> RequestExchange:
             params = rest.request_params(call, doc)
             if worker is None:
-                return RestExchange(call, method, body, params, card, policy, rewrite,
+                return RestExchange(call, method, body, params, card, policy, self.signed_card_rewrite(rewrite),
                                     tenant=tenant, caller=caller)
             query = self.scope.get("query_string", b"").decode("latin-1")
             return BridgedRestExchange(call, method, body, params, card, policy, worker, query=query,
-                                       doc=doc, rewrite_card=self.bridged_card_rewrite(rewrite, call.version),
+                                       doc=doc, rewrite_card=self.signed_card_rewrite(
+                                           self.bridged_card_rewrite(rewrite, call.version)),
                                        tenant=tenant, caller=caller)
 
         exchange = build(doc, body)

@@ -36,6 +36,7 @@ from gateway.proxy.forward import BodyBudget, Router, Signal
 from gateway.proxy.transport import UpstreamClient
 
 if TYPE_CHECKING:
+    from gateway.proxy.signing import CardSigner
     from gateway.push.relay import PushRelay
 
 T = TypeVar("T")
@@ -114,6 +115,9 @@ class Runtime:
     bodies: BodyBudget | None = None
     """The client request bodies held at once (``limits.max_inflight_body_bytes``; set by
     :func:`gateway.app.build_app`); ``None``: unbounded."""
+    signer: CardSigner | None = None
+    """The gateway's Agent Card signatures (``card.signing``, docs/protocol.md §4.5); ``None``:
+    served cards are not signed."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
@@ -127,7 +131,7 @@ class Runtime:
         """
         old = getattr(self, "config", None)
         kept_keys = ("listen", "admin", "ledger", "replay_window", "timeline", "tracing", "callers", "auth",
-                     "log")
+                     "log", "card")
         changed = [key for key in kept_keys if old is not None and getattr(old, key) != getattr(config, key)]
         if old is not None and old.limits.max_answer_bytes != config.limits.max_answer_bytes:
             changed.append("limits.max_answer_bytes")  # the upstream clients' read bound, set at start
@@ -138,7 +142,7 @@ class Runtime:
                                                "limits": limits})
         kept: set[str] = set()
         fresh: dict[str, CardCache] = {}
-        for upstream in config.upstreams:
+        for index, upstream in enumerate(config.upstreams):
             current = self.cards.get(upstream.name)
             same = current is not None and (current.upstream.url, current.upstream.card) == (
                 upstream.url, upstream.card)
@@ -147,7 +151,7 @@ class Runtime:
                 fresh[upstream.name] = current
                 kept.add(upstream.name)
             else:
-                fresh[upstream.name] = self._new_card_cache(upstream)
+                fresh[upstream.name] = self._new_card_cache(upstream, f"upstreams[{index}]")
         self.config = config
         self._policies, self._reporters = {}, {}
         self.cards = fresh
@@ -202,7 +206,13 @@ class Runtime:
                 recent=self.divergences, tenants=frozenset(self.config.admin.metric_tenants))
         return reporter
 
-    def _new_card_cache(self, upstream: UpstreamConfig) -> CardCache:
+    def _new_card_cache(self, upstream: UpstreamConfig, where: str | None = None) -> CardCache:
+        """A card cache for ``upstream``; ``where``: its YAML path (``upstreams[0]``), for the
+        config errors of its trusted card keys.
+
+        Raises:
+            ConfigError: a trusted card key file (``card.trust``) does not load.
+        """
         callers = self.config.callers
         ledger, name = self.ledger, upstream.name
 
@@ -214,7 +224,7 @@ class Runtime:
                          max_json_depth=self.config.limits.max_json_depth,
                          identity_header=callers.header.lower()
                          if callers.enabled and callers.identity == "header" else None,
-                         observe=observe)
+                         observe=observe, signer=self.signer, where=where)
 
     def begin_drain(self) -> None:
         """Shutdown has begun: readiness turns 503 at once; after

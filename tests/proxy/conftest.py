@@ -131,9 +131,13 @@ def make_harness() -> Iterator[Any]:
     """``make_harness(mode=..., limits=..., upstream=...)`` → a running :class:`Harness`."""
     stack: list[Any] = []
 
-    def factory(*, upstream_path: str = "/", card: dict[str, Any] | None = None, **overrides: Any) -> Harness:
+    def factory(*, upstream_path: str = "/", card: dict[str, Any] | None = None,
+                gateway_card: dict[str, Any] | None = None, **overrides: Any) -> Harness:
         """``upstream_path``: the path of the worker URL the mount points at; ``card``: the
-        worker's Agent Card (served at that path's well-known URL before the gateway starts)."""
+        worker's Agent Card (served at that path's well-known URL before the gateway starts);
+        ``gateway_card``: the config's top-level ``card`` section (``card.signing``)."""
+        if gateway_card is not None:
+            overrides["card"] = gateway_card
         worker = ScriptedWorker()
         if card is not None:
             worker.default_card = None

@@ -972,6 +972,7 @@ ALLOWED_LABELS: dict[str, Callable[[str], bool]] = {
     "from_code": lambda v: re.fullmatch(r"-?\d{1,6}|other", v) is not None,
     "to_code": lambda v: re.fullmatch(r"-?\d{1,6}|other", v) is not None,
     "state": lambda v: v.startswith("TASK_STATE_"),
+    "signature": lambda v: v in ("verified", "unverified", "unsigned", "invalid", "unchecked"),
     "backend": lambda v: v == "memory",
     "operation": lambda v: v in ("get", "put", "count", "prune", "append_timeline", "outbox_claim",
                                  "outbox_depth",  # the push loop's

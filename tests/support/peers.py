@@ -98,6 +98,9 @@ prints one JSON object per line:
     step's ``until``) or ``error``.
 ``{"type": "done"}``
     every step ran.
+``{"type": "card_refused", "name", "text", ...}``
+    (``py13``, ``js13`` with ``verify``) the SDK's signature verifier refused the card; the
+    client exits without a ``client`` line.
 
 A scenario is ``{"steps": [...], "timeout": seconds, "headers": {...}, "transport": binding,
 "resolveFirst": bool}`` (``resolveFirst``: py13 resolves the card first, :func:`run_peer`);
@@ -379,10 +382,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def _worker(interpreter: Path, script: str, host: str, timeout: float) -> Iterator[str]:
-    """Run ``interpreter peers/script --port 0 --host host``; yield the URL of its ready line;
-    stop it on exit (see :func:`_stop`)."""
-    cmd = [str(interpreter), str(PEERS_DIR / script), "--port", "0", "--host", host]
+def _worker(interpreter: Path, script: str, host: str, timeout: float, extra: tuple[str, ...] = ()) -> Iterator[str]:
+    """Run ``interpreter peers/script --port 0 --host host [extra…]``; yield the URL of its
+    ready line; stop it on exit (see :func:`_stop`)."""
+    cmd = [str(interpreter), str(PEERS_DIR / script), "--port", "0", "--host", host, *extra]
     with tempfile.TemporaryFile() as stderr:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                                 cwd=str(REPO), env=_peer_env())
@@ -396,14 +399,18 @@ def _worker(interpreter: Path, script: str, host: str, timeout: float) -> Iterat
 
 
 @contextlib.contextmanager
-def js_worker(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT) -> Iterator[str]:
+def js_worker(*, host: str = "127.0.0.1", timeout: float = WORKER_READY_TIMEOUT,
+              sign_jwk: Path | None = None) -> Iterator[str]:
     """Run the genuine @a2a-js/sdk 1.3 worker (``peers/worker13.mjs``) on ``host`` and an
     ephemeral port; yield its base URL once it is listening; terminate it on exit.
+    ``sign_jwk``: a private JWK file (with ``kid`` and ``alg``) the worker signs its card with,
+    using the SDK's own signer.
 
     Installs the node modules on first use like :func:`require_peer` (skipping the test when
     that fails, failing it under CI); raises RuntimeError if the worker exits or prints no ready
     line within ``timeout`` seconds. See the module docstring for what it serves."""
-    with _worker(_require("node"), WORKER_SCRIPT, host, timeout) as base:
+    extra = ("--sign-jwk", str(sign_jwk)) if sign_jwk is not None else ()
+    with _worker(_require("node"), WORKER_SCRIPT, host, timeout, extra) as base:
         yield base
 
 
@@ -494,13 +501,15 @@ class PeerRun:
 
 async def run_peer(name: str, card_url: str, steps: list[dict[str, Any]], *, timeout: float = 20.0,
                    headers: dict[str, str] | None = None, transport: str | None = None,
-                   resolve_first: bool = False) -> PeerRun:
+                   resolve_first: bool = False, verify_jwks: str | None = None) -> PeerRun:
     """Run peer ``name`` against ``card_url`` and return what it printed.
 
     ``transport`` (``"JSONRPC"`` / ``"HTTP+JSON"``) goes into the scenario: the binding a v1.0
     peer's factory prefers. ``resolve_first`` (py13 only): the card is fetched with the SDK's
     ``A2ACardResolver`` first (no ``A2A-Version`` on that GET), then the clients are built from
-    it, as the SDK's samples build them. The peer's own deadline is ``timeout`` seconds; the process is
+    it, as the SDK's samples build them. ``verify_jwks`` (py13, js13): the card's signatures are
+    checked with the SDK's own verifier against the JWKS at that URL before the client is built
+    (``card_refused`` line and exit when they do not hold). The peer's own deadline is ``timeout`` seconds; the process is
     killed 5 s after that. Does not block the event loop (the servers under test may share it)."""
     cmd = require_peer(name)
     scenario: dict[str, Any] = {"steps": steps, "timeout": timeout, "headers": headers or {}}
@@ -508,6 +517,8 @@ async def run_peer(name: str, card_url: str, steps: list[dict[str, Any]], *, tim
         scenario["transport"] = transport
     if resolve_first:
         scenario["resolveFirst"] = True
+    if verify_jwks is not None:
+        scenario["verify"] = {"jwksUrl": verify_jwks}
     proc = await asyncio.create_subprocess_exec(
         *cmd, card_url, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, cwd=str(REPO), env=_peer_env())

@@ -9,8 +9,9 @@ import {
 } from "a2a-js-13/client";
 import {
   CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest, StreamResponse, taskStateToJSON,
+  verifyAgentCardSignature,
 } from "a2a-js-13";
-import { newMessageId, runScenario } from "./common.mjs";
+import { describeError, emit, newMessageId, runScenario } from "./common.mjs";
 
 const { version } = JSON.parse(readFileSync(new URL("./node_modules/a2a-js-13/package.json", import.meta.url), "utf8"));
 
@@ -33,10 +34,33 @@ await runScenario({
       preferredTransports: scenario.transport ? [scenario.transport] : undefined,
       cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
     });
-    const client = await factory.createFromUrl(cardUrl, "");
+    let client;
+    let verified = null;
+    if (scenario.verify) {
+      // as the SDK's docs show it: resolve the card, check its signatures with the SDK's own
+      // verifier (keys from the JWKS the scenario names, by kid), then build the client from it
+      const card = await new DefaultAgentCardResolver({ fetchImpl }).resolve(cardUrl, "");
+      const jwks = await (await fetch(scenario.verify.jwksUrl)).json();
+      const kids = [];
+      try {
+        await verifyAgentCardSignature(async (kid) => {
+          const jwk = jwks.keys.find((k) => k.kid === kid);
+          if (!jwk) throw new Error(`unknown kid ${kid}`);
+          kids.push(kid);
+          return jwk; // the SDK hands a JWK straight to jose
+        })(card);
+      } catch (err) {
+        emit({ type: "card_refused", ...describeError(err) });
+        throw err;
+      }
+      verified = { kids };
+      client = await factory.createFromAgentCard(card);
+    } else {
+      client = await factory.createFromUrl(cardUrl, "");
+    }
     return { client, info: { sdk: "@a2a-js/sdk", version, requestedTransport: scenario.transport ?? null,
                              transport: client.transport.protocolName, endpoint: client.transport.endpoint,
-                             protocolVersion: client.protocolVersion } };
+                             protocolVersion: client.protocolVersion, verified } };
   },
   ops: {
     // A non-streaming send answers a Task or a Message; shaped here like a stream event.

@@ -8,7 +8,10 @@ supportedInterfaces and talks to whatever URL it names: JSON-RPC only by default
 scenario names a ``transport`` (``JSONRPC`` / ``HTTP+JSON``), that binding first and the other
 one as a fallback (``supported_protocol_bindings`` + ``use_client_preference``). The scenario
 format and the JSON lines printed on stdout are shared by every peer client; they are described
-in ``tests/support/peers.py``.
+in ``tests/support/peers.py``. With the scenario's ``verify`` (``{"jwksUrl"}``) both clients are
+built with the SDK's own signature verifier (``create_signature_verifier``, keys of that JWKS by
+``kid``): a card whose signatures do not verify prints ``{"type": "card_refused", ...}`` and the
+client exits; the ``client`` line's ``verified`` lists the kids asked for.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import jwt
 from wire import WireRecorder  # tests/support/peers/wire.py (this script's folder)
 from google.protobuf.json_format import MessageToDict
 
@@ -44,6 +48,7 @@ from a2a.types import (
 )
 from a2a.utils.constants import TransportProtocol
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP
+from a2a.utils.signing import SignatureVerificationError, create_signature_verifier
 
 SDK = "a2a-sdk"
 _KINDS = {"task": "task", "message": "message", "status_update": "statusUpdate", "artifact_update": "artifactUpdate"}
@@ -143,6 +148,22 @@ async def _unary(client: Client, op: str, step: dict[str, Any]) -> AsyncIterator
         raise ValueError(f"unknown op {op!r}")
 
 
+async def card_verifier(http: httpx.AsyncClient, jwks_url: str) -> tuple[Any, dict[str, Any]]:
+    """The SDK's own signature verifier (``create_signature_verifier``) with the keys of the
+    JWKS at ``jwks_url`` by ``kid``, and the record of the kids it was asked for."""
+    keys = {k["kid"]: jwt.PyJWK(k) for k in (await http.get(jwks_url)).json()["keys"]}
+    verified: dict[str, Any] = {"kids": []}
+
+    def key_provider(kid: str | None, jku: str | None) -> Any:
+        if kid not in keys:
+            raise jwt.PyJWKError(f"unknown kid {kid}")
+        verified["kids"].append(kid)
+        return keys[kid]
+
+    algorithms = ["ES256", "ES384", "ES512", "EdDSA", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512"]
+    return create_signature_verifier(key_provider, algorithms), verified
+
+
 async def run(card_url: str, scenario: dict[str, Any]) -> None:
     recorder = WireRecorder()
     timeout = httpx.Timeout(float(scenario.get("httpTimeout", 30)), connect=5.0)
@@ -155,12 +176,19 @@ async def run(card_url: str, scenario: dict[str, Any]) -> None:
             # as the SDK's samples do: resolve the card with the resolver (its GET carries no
             # A2A-Version), then build the clients from it on the same httpx client
             agent = await A2ACardResolver(http, origin).get_agent_card(relative_card_path=parts.path)
-        streaming = await create_client(agent, client_config=client_config(scenario, http, streaming=True),
-                                        relative_card_path=parts.path)
+        verifier, verified = None, None
+        if scenario.get("verify"):
+            verifier, verified = await card_verifier(http, scenario["verify"]["jwksUrl"])
+        try:
+            streaming = await create_client(agent, client_config=client_config(scenario, http, streaming=True),
+                                            relative_card_path=parts.path, signature_verifier=verifier)
+        except SignatureVerificationError as exc:
+            emit(type="card_refused", **describe_error(exc))
+            raise
         blocking = await create_client(agent, client_config=client_config(scenario, http, streaming=False),
-                                       relative_card_path=parts.path)
+                                       relative_card_path=parts.path, signature_verifier=verifier)
         emit(type="client", sdk=SDK, version=version(SDK), cardUrl=card_url,
-             requestedTransport=scenario.get("transport"), **chosen(streaming))
+             requestedTransport=scenario.get("transport"), verified=verified, **chosen(streaming))
         emit_wire(recorder)
         task_id = context_id = None
         try:

@@ -171,15 +171,21 @@ function exitWhenParentGoes() {
   }
 }
 
+/** The worker's parsed command line (`port`, `host`, `sign-jwk`), once listenWorker ran. */
+export const workerArgs = {};
+
 /**
- * Parse `--port` (default 0: ephemeral) and `--host` (default 127.0.0.1), arrange the exit
+ * Parse `--port` (default 0: ephemeral), `--host` (default 127.0.0.1) and `--sign-jwk` (a private
+ * JWK file the worker signs its card with, worker13.mjs only; kept in `workerArgs`), arrange the exit
  * rules, and listen with `app` (an express app); resolves to BASE (`http://HOST:PORT`, the port
  * actually bound) once listening. Call `announceReady(base)` after mounting the routes.
  */
 export async function listenWorker(app) {
   const { values: args } = parseArgs({
-    options: { port: { type: "string", default: "0" }, host: { type: "string", default: "127.0.0.1" } },
+    options: { port: { type: "string", default: "0" }, host: { type: "string", default: "127.0.0.1" },
+               "sign-jwk": { type: "string" } },
   });
+  Object.assign(workerArgs, args);
   exitWhenParentGoes();
   const server = createServer(app);
   await new Promise((resolve, reject) => server.once("error", reject).listen(Number(args.port), args.host, resolve));

@@ -14,6 +14,8 @@
 // The card advertises exactly those two interfaces, both protocolVersion "1.0", built from the
 // port actually bound (--port 0 picks an ephemeral one); streaming true, pushNotifications
 // false. No v0.3 compat is enabled, so a request without `A2A-Version: 1.0` is refused.
+// With --sign-jwk FILE (a private JWK with "kid" and "alg") the card is signed with the SDK's own
+// signer (generateAgentCardSignature; protected header alg, kid, typ "JOSE") before it is served.
 //
 // Once listening it prints one line on stdout, {"type":"ready","url":"BASE"}. It exits on
 // SIGTERM / SIGINT and, when its stdin is a pipe or socket, as soon as that closes — so a
@@ -28,15 +30,17 @@
 //   "fail..."      Task -> WORKING, then execute() throws; the SDK marks the task FAILED
 //   "direct"       a direct Message reply "direct reply", no task
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
 import express from "express";
 import {
   AGENT_CARD_PATH, AgentCard, Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent,
+  generateAgentCardSignature,
 } from "a2a-js-13";
 import {
   AgentEvent, DefaultExecutionEventBusManager, DefaultRequestHandler, InMemoryTaskStore,
 } from "a2a-js-13/server";
 import { UserBuilder, agentCardHandler, jsonRpcHandler, restHandler } from "a2a-js-13/server/express";
-import { DEMO, announceReady, demoCardBasics, listenWorker } from "./common.mjs";
+import { DEMO, announceReady, demoCardBasics, listenWorker, workerArgs } from "./common.mjs";
 
 const { artifactName: ARTIFACT_NAME, askQuestion: ASK_QUESTION, directReply: DIRECT_REPLY,
         failMessage: FAIL_MESSAGE, restPath: REST_PATH } = DEMO;
@@ -143,8 +147,12 @@ class CountingEventBusManager extends DefaultExecutionEventBusManager {
 const app = express();
 const base = await listenWorker(app);
 const buses = new CountingEventBusManager();
-const requestHandler = new DefaultRequestHandler(buildAgentCard(base), new InMemoryTaskStore(), new DemoAgentExecutor(),
-                                                 buses);
+let card = buildAgentCard(base);
+if (workerArgs["sign-jwk"]) {
+  const jwk = JSON.parse(readFileSync(workerArgs["sign-jwk"], "utf8"));
+  card = await generateAgentCardSignature(jwk, { alg: jwk.alg, kid: jwk.kid, typ: "JOSE" })(card);
+}
+const requestHandler = new DefaultRequestHandler(card, new InMemoryTaskStore(), new DemoAgentExecutor(), buses);
 app.get("/_peer/joins/:taskId", (req, res) => {
   res.json({ taskId: req.params.taskId, joins: buses.joins.get(req.params.taskId) ?? 0 });
 });
