@@ -3,7 +3,7 @@ it against a base URL, and read back the outcome of every TCK test.
 
 Where the TCK is
 ----------------
-Two plain checkouts and a pinned requirements file, in ``<repo>/../shared/tck`` (or the
+Two plain checkouts and a pinned requirements file, in ``shared/tck`` beside the repository (or the
 directory named by ``A2A_GATEWAY_TCK_DIR``)::
 
     1.0/                  branch 1.0-dev: A2A 1.0, JSON-RPC and HTTP+JSON
@@ -118,7 +118,7 @@ LINES: dict[str, Line] = {
 
 
 def tck_dir() -> Path:
-    """Where the TCK checkouts are: ``$A2A_GATEWAY_TCK_DIR``, else ``<repo>/../shared/tck``."""
+    """Where the TCK checkouts are: ``$A2A_GATEWAY_TCK_DIR``, else ``shared/tck`` beside the repository."""
     named = os.environ.get(TCK_DIR_ENV, "").strip()
     return Path(named).expanduser().resolve() if named else (REPO.parent / "shared" / "tck").resolve()
 
