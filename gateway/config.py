@@ -245,6 +245,14 @@ CARD_SIGNATURE_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512
 (``none`` and the HMAC family are refused; docs/protocol.md §4.2)."""
 
 
+def _asymmetric_algorithms(cls: type, value: list[str]) -> list[str]:
+    """The ``algorithms`` validator of the card trust and JWT settings: asymmetric ones only."""
+    bad = [a for a in value if a not in CARD_SIGNATURE_ALGORITHMS]
+    if bad:
+        raise ValueError(f"not allowed: {', '.join(bad)} (one of {', '.join(CARD_SIGNATURE_ALGORITHMS)})")
+    return value
+
+
 class PinnedKeyConfig(_Frozen):
     """One public key trusted for a worker's card signatures, pinned by file."""
 
@@ -286,13 +294,7 @@ class CardTrustConfig(_Frozen):
     cache_seconds: Seconds = 300.0
     """Seconds a fetched JWKS (``jwks_url`` or an allowed ``jku``) is used before it is fetched again."""
 
-    @field_validator("algorithms")
-    @classmethod
-    def _asymmetric(cls, value: list[str]) -> list[str]:
-        bad = [a for a in value if a not in CARD_SIGNATURE_ALGORITHMS]
-        if bad:
-            raise ValueError(f"not allowed: {', '.join(bad)} (one of {', '.join(CARD_SIGNATURE_ALGORITHMS)})")
-        return value
+    _asymmetric = field_validator("algorithms")(_asymmetric_algorithms)
 
     @field_validator("jwks_url")
     @classmethod
@@ -885,13 +887,7 @@ class JwtConfig(_Frozen):
     fetch_timeout_seconds: Seconds = 5.0
     """Timeout of one JWKS fetch."""
 
-    @field_validator("algorithms")
-    @classmethod
-    def _asymmetric(cls, value: list[str]) -> list[str]:
-        bad = [a for a in value if a not in JWT_ALGORITHMS]
-        if bad:
-            raise ValueError(f"not allowed: {', '.join(bad)} (one of {', '.join(JWT_ALGORITHMS)})")
-        return value
+    _asymmetric = field_validator("algorithms")(_asymmetric_algorithms)
 
     @field_validator("jwks_url")
     @classmethod

@@ -66,6 +66,17 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+def _payload(doc: dict[str, Any]) -> str | Verdict:
+    """The JWS payload a signature of ``doc`` covers (base64url of its canonical v1.0 bytes), or
+    the verdict when there is nothing to check: ``unsigned``, or a card that has no such bytes."""
+    if not is_signed(doc):
+        return Verdict("unsigned", "unsigned", "the card carries no signature")
+    try:
+        return _b64(verification_input(doc))
+    except ValueError as exc:
+        return Verdict("invalid", "bad_signature", str(exc))
+
+
 def _algorithm_of(key: Any) -> str:
     """The JWS algorithm a private or public key signs with by default."""
     from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
@@ -296,12 +307,9 @@ class CardTrust:
         source could not be fetched and no key was found), ``unknown_kid`` (no trusted key has
         the named ``kid``). Fetches keys (bounded by the upstream's timeouts) only when the
         signature names a key not held. Never raises."""
-        if not is_signed(doc):
-            return Verdict("unsigned", "unsigned", "the card carries no signature")
-        try:
-            payload = _b64(verification_input(doc))
-        except ValueError as exc:
-            return Verdict("invalid", "bad_signature", str(exc))
+        payload = _payload(doc)
+        if isinstance(payload, Verdict):
+            return payload
         reasons: list[tuple[str, str]] = []
         for signature in card_signatures(doc)[:MAX_SIGNATURES]:
             reasons.append(await self._check(signature, payload))
@@ -318,12 +326,9 @@ class CardTrust:
     def verify_held(self, doc: dict[str, Any]) -> Verdict:
         """:meth:`verify` with the keys held now only (no fetch): for the extended card, which
         is rewritten inside an exchange."""
-        if not is_signed(doc):
-            return Verdict("unsigned", "unsigned", "the card carries no signature")
-        try:
-            payload = _b64(verification_input(doc))
-        except ValueError as exc:
-            return Verdict("invalid", "bad_signature", str(exc))
+        payload = _payload(doc)
+        if isinstance(payload, Verdict):
+            return payload
         reason = ("unknown_kid", "no signature names a held key")
         for signature in card_signatures(doc)[:MAX_SIGNATURES]:
             header = protected_header(signature)
