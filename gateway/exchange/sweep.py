@@ -19,9 +19,9 @@ arguments).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Generator, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from gateway.a2a import jsonrpc
@@ -30,7 +30,7 @@ from gateway.a2a.rest import RestCall
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import LedgerError, UpstreamError, VersionConflictError
 from gateway.exchange.bridge import BridgedJsonRpcExchange, BridgedRestExchange
-from gateway.exchange.commands import Count, Load, Loaded, Log, Post, Store
+from gateway.exchange.commands import CommandGenerator, Count, Load, Loaded, Log, Post, Store
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.judge import judge
 from gateway.exchange.model import Policy
@@ -38,6 +38,8 @@ from gateway.exchange.request import RequestExchange, caught_up
 from gateway.exchange.rest import RestExchange
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import Action, TaskRecord
+
+T = TypeVar("T")
 
 REASON = "sweep"
 """The ``reason`` label of ``a2a_gateway_forced_get_total`` for a sweep's ``GetTask``."""
@@ -241,7 +243,7 @@ class SweepExchange:
         version = post.a2a_version if post.a2a_version is not None else _a2a_version(worker)
         return dataclasses.replace(post, target=target, a2a_version=version)
 
-    def run(self) -> Generator[Any, Any, SweepResult]:
+    def run(self) -> CommandGenerator[SweepResult]:
         """The whole sweep of the task; returns (and keeps in :attr:`result`) its outcome.
         Never raises for the worker's or the ledger's failures: they are the ``error``
         outcome, counted and logged, the record untouched."""
@@ -310,7 +312,7 @@ class _Stores:
     def __init__(self) -> None:
         self.stored: tuple[TaskRecord | None, TaskRecord] | None = None
 
-    def watch(self, gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+    def watch(self, gen: CommandGenerator[T]) -> CommandGenerator[T]:
         """Run ``gen``, passing its commands and their replies (or exceptions) through."""
         loaded: TaskRecord | None = None
         reply: Any = None
@@ -319,7 +321,8 @@ class _Stores:
             try:
                 cmd = gen.throw(error) if error is not None else gen.send(reply)
             except StopIteration as stop:
-                return stop.value
+                result: T = stop.value
+                return result
             error = None
             try:
                 reply = yield cmd
