@@ -99,7 +99,8 @@ class _Bridged:
             self.summary.outcome = "not_bridged"
             yield self.error(200, self.refusal.code, self.refusal.message)  # type: ignore[attr-defined]
             return self.summary
-        return (yield from super().run())  # type: ignore[misc]
+        summary: Summary = yield from super().run()  # type: ignore[misc]
+        return summary
 
     def _params(self, params: Any) -> Any:
         """``params`` in the worker's version; a :class:`BridgeError` is kept as the refusal."""
@@ -302,8 +303,9 @@ def _message(body: Any) -> str:
     """The message of a REST error body of either version."""
     if isinstance(body, dict):
         inner = body.get("error")
-        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return inner["message"]
-        if isinstance(body.get("message"), str):
-            return body["message"]
+        message = inner.get("message") if isinstance(inner, dict) else None
+        if not isinstance(message, str):
+            message = body.get("message")
+        if isinstance(message, str):
+            return message
     return "worker error"

@@ -48,7 +48,7 @@ from gateway.a2a import jsonrpc
 from gateway.a2a.bridge import dialect_of
 from gateway.a2a.payloads import Item, Kind, generation_of, locate
 from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment
-from gateway.a2a.states import TaskState, UnknownStateError, normalize_state
+from gateway.a2a.states import TaskState, normalize_state
 from gateway.a2a.version import ProtocolVersion
 from gateway.errors import (
     POOL_EXHAUSTED,
@@ -56,6 +56,7 @@ from gateway.errors import (
     LedgerError,
     NestingTooDeepError,
     UnencodableError,
+    UnknownStateError,
     UpstreamError,
 )
 from gateway.exchange import window
