@@ -16,12 +16,12 @@ import sys
 import tomllib
 from pathlib import Path
 
-from tests.test_purity import PURE_DIRS
+from tests.test_purity import PURE_FILES
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 CONTRACTS = {c["id"]: c for c in PYPROJECT["tool"]["importlinter"]["contracts"]}
-CORE = {"gateway." + d.name for d in PURE_DIRS} | {"gateway.errors"}
+CORE = {"gateway." + p.relative_to(ROOT / "gateway").parts[0].removesuffix(".py") for p in PURE_FILES}
 
 
 def _layers() -> list[list[str]]:

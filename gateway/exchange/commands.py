@@ -123,7 +123,7 @@ class StoreAndAppend(Command):
 @command
 class ReadWindow(Command):
     """The replay window of ``task_id`` in ``tenant`` after the event ``after`` (a client's
-    ``Last-Event-ID``). Reply: :class:`~gateway.ledger.base.Replay`. Throws
+    ``Last-Event-ID``). Reply: :class:`~gateway.records.Replay`. Throws
     :class:`~gateway.errors.LedgerError`."""
 
     task_id: str

@@ -56,7 +56,7 @@ from gateway.exchange.commands import (
 )
 from gateway.invariants.model import Clock, Finding, TaskRecord
 from gateway.invariants.timeline import TimelineEntry
-from gateway.exchange.window import Replay, WindowEvent
+from gateway.records import Replay, WindowEvent
 
 
 Key = tuple[str, str, str]

@@ -81,8 +81,8 @@ from gateway.exchange.commands import (
 )
 from gateway.exchange.judge import judge, load, touch
 from gateway.exchange.model import Policy, Summary
-from gateway.exchange.window import Replay
 from gateway.invariants.model import Action, Exchange, Mode, Outcome, StreamState, TaskRecord
+from gateway.records import Replay
 
 
 class RequestSide(Protocol):

@@ -4,7 +4,7 @@ that asks the worker and records its answer (docs/sweep.md §1-§3).
 A live task the gateway has not observed for longer than its upstream's heartbeat interval
 may have moved on without anyone asking (a worker restarted and rehydrated it as ``failed``;
 a push-only client waits forever). The shell's loop (:mod:`gateway.proxy.sweep`) pages through
-the ledger's live tasks observed before ``now - heartbeat`` (:class:`LiveTask`), keeps the due
+the ledger's live tasks observed before ``now - heartbeat`` (:class:`~gateway.records.LiveTask`), keeps the due
 ones (:func:`due`), and runs one :class:`SweepExchange` per due task through a driver:
 
 ``Load → (still due?) → Post(GetTask) → judge → Store`` — the same probe, in the worker's
@@ -38,6 +38,7 @@ from gateway.exchange.request import RequestExchange, caught_up
 from gateway.exchange.rest import RestExchange
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import Action, TaskRecord
+from gateway.records import Key, LiveTask
 
 T = TypeVar("T")
 
@@ -52,25 +53,6 @@ client stream (docs/sweep.md §3)."""
 SKIPS = ("open_stream", "recently_swept", "not_due")
 """Why :func:`due` passes over a listed task (``a2a_gateway_sweep_skipped_total{reason}``)."""
 
-Key = tuple[str, str, str]
-"""A task's key: ``(upstream, tenant, task_id)``."""
-
-
-@dataclass(frozen=True, slots=True)
-class LiveTask:
-    """A live (non-terminal) task as the ledger's scan lists it
-    (:meth:`gateway.ledger.base.TaskLedger.live_before`): enough to name it and to page on.
-    ``observed_at`` is wall-clock seconds since the epoch; ``tenant`` is ``""`` for none."""
-
-    upstream: str
-    tenant: str
-    task_id: str
-    observed_at: float
-
-    @property
-    def key(self) -> Key:
-        """``(upstream, tenant, task_id)``."""
-        return (self.upstream, self.tenant, self.task_id)
 
 
 def due(task: LiveTask, *, now: float, heartbeat_seconds: float, swept_at: float | None,
