@@ -33,7 +33,7 @@ ended (closed after an interrupted v0.3 status, or after an error event) is a
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +41,7 @@ import orjson
 
 from gateway.a2a import jsonrpc
 from gateway.errors import TranscriptError
-from gateway.exchange.commands import Answer
+from gateway.exchange.commands import Answer, CommandGenerator
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
 from gateway.exchange.offline import Ledger, Offline
@@ -85,7 +85,7 @@ class Verdict:
 @dataclass
 class _Stream:
     offline: Offline
-    gen: Generator[Any, Any, Any]
+    gen: CommandGenerator[Any]
     ended_at: int | None = None  # the line after which the stream's exchange was over
 
 

@@ -1,7 +1,7 @@
 """The pure core stays pure (docs/architecture.md, conventions 2 and 4).
 
-gateway/a2a, gateway/invariants, the exchange layer gateway/exchange and the error tree
-gateway/errors.py may use the standard library (minus I/O and concurrency),
+gateway/a2a, gateway/invariants, the exchange layer gateway/exchange, the error tree
+gateway/errors.py and the ledger's plain values gateway/records.py may use the standard library (minus I/O and concurrency),
 orjson and rfc8785 (canonical JSON, gateway/a2a/card_signing.py), never a network, storage, metrics or web library, nor the proxy shell, the ledger or the
 a2a SDK. Checked on the source with ``ast`` (so an import inside a function is caught too) and on
 a fresh interpreter's ``sys.modules``.
@@ -19,7 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PURE_DIRS = [ROOT / "gateway" / "a2a", ROOT / "gateway" / "invariants", ROOT / "gateway" / "exchange"]
-PURE_FILES = sorted([*(p for d in PURE_DIRS for p in d.rglob("*.py")), ROOT / "gateway" / "errors.py"])
+PURE_FILES = sorted([*(p for d in PURE_DIRS for p in d.rglob("*.py")), ROOT / "gateway" / "errors.py",
+                     ROOT / "gateway" / "records.py"])
 BANNED = ("asyncio", "httpx", "starlette", "uvicorn", "redis", "sqlite3", "prometheus_client",
           "socket", "gateway.proxy", "gateway.ledger", "gateway.observability", "a2a")
 

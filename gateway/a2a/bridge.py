@@ -787,7 +787,7 @@ def convert_error(error: dict[str, Any], src: Dialect, dst: Dialect) -> dict[str
     """
     if src is dst or not isinstance(error, dict) or (src in _V03 and dst in _V03):
         return error
-    out = {k: error[k] for k in ("code", "message") if k in error}
+    out: dict[str, Any] = {k: error[k] for k in ("code", "message") if k in error}
     data = error.get("data")
     if dst is V1:
         code = error.get("code")

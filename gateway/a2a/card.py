@@ -120,6 +120,7 @@ def credential_headers(doc: dict[str, Any]) -> frozenset[str]:
     for scheme in schemes.values() if isinstance(schemes, dict) else ():
         if not isinstance(scheme, dict):
             continue
+        inner: Any
         if "type" in scheme:  # v0.3: {"type": "apiKey", "in": "header", "name": ...}
             kind, inner, where = scheme.get("type"), scheme, scheme.get("in")
         else:  # v1.0: {"apiKeySecurityScheme": {"location": "header", "name": ...}}

@@ -308,7 +308,9 @@ def _to_v03(card: dict[str, Any], endpoints: dict[Binding, str]) -> dict[str, An
                                    for b, url in endpoints.items()]
     if isinstance(card.get("provider"), dict):
         out["provider"] = _provider(card["provider"])
-    caps = card.get("capabilities") if isinstance(card.get("capabilities"), dict) else {}
+    caps = card.get("capabilities")
+    if not isinstance(caps, dict):
+        caps = {}
     out["capabilities"] = _capabilities(caps)
     if isinstance(caps.get("extendedAgentCard"), bool):
         out["supportsAuthenticatedExtendedCard"] = caps["extendedAgentCard"]
@@ -346,7 +348,9 @@ def _scheme_to_v03(scheme: object) -> dict[str, Any] | None:
             if tag == "apiKey" and "location" in inner:
                 out["in"] = inner["location"]
             if tag == "oauth2":
-                flows = inner.get("flows") if isinstance(inner.get("flows"), dict) else {}
+                flows = inner.get("flows")
+                if not isinstance(flows, dict):
+                    flows = {}
                 out["flows"] = {f: {k: flows[f][k] for k in _FLOW_MEMBERS[f] if k in flows[f]}
                                 for f in _V03_FLOWS if isinstance(flows.get(f), dict)}
             return out
@@ -365,7 +369,9 @@ def _to_v10(card: dict[str, Any], endpoints: dict[Binding, str]) -> dict[str, An
     out.update((k, card[k]) for k in _SHARED if k in card and k not in out)
     if isinstance(card.get("provider"), dict):
         out["provider"] = _provider(card["provider"])
-    caps = card.get("capabilities") if isinstance(card.get("capabilities"), dict) else {}
+    caps = card.get("capabilities")
+    if not isinstance(caps, dict):
+        caps = {}
     out["capabilities"] = _capabilities(caps)
     extended = caps.get("extendedAgentCard") if v1_shaped else card.get("supportsAuthenticatedExtendedCard")
     if isinstance(extended, bool):
@@ -401,7 +407,9 @@ def _scheme_to_v10(scheme: object) -> dict[str, Any] | None:
     if tag == "apiKey" and "in" in scheme:
         inner["location"] = scheme["in"]
     if tag == "oauth2":
-        flows = scheme.get("flows") if isinstance(scheme.get("flows"), dict) else {}
+        flows = scheme.get("flows")
+        if not isinstance(flows, dict):
+            flows = {}
         kept = next((f for f in _V03_FLOWS if isinstance(flows.get(f), dict)), None)
         inner["flows"] = ({} if kept is None else
                           {kept: {k: flows[kept][k] for k in _FLOW_MEMBERS[kept] if k in flows[kept]}})

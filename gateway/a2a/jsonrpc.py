@@ -516,7 +516,7 @@ def nesting_exceeds(doc: object, limit: int) -> bool:
     while stack:
         node, depth = stack.pop()
         children = node.values() if isinstance(node, dict) else node
-        for child in children:  # type: ignore[union-attr]
+        for child in children:  # type: ignore[attr-defined]
             if isinstance(child, dict | list):
                 if depth >= limit:
                     return True

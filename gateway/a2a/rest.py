@@ -226,9 +226,9 @@ def client_version(headers: list[tuple[bytes, bytes]], query: bytes) -> str | No
         if name.lower() == b"a2a-version":
             return value.decode("latin-1")
     if b"a2a-version=" in query.lower():
-        for key, value in parse_qsl(query.decode("latin-1")):
+        for key, text in parse_qsl(query.decode("latin-1")):
             if key.lower() == "a2a-version":
-                return value
+                return text
     return None
 
 

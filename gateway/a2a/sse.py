@@ -11,10 +11,12 @@ Encoding always ends a frame with a blank line and uses LF.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import final
 
 from gateway.errors import EventTooLargeError
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Event:
     """One dispatched SSE event. ``data`` is the joined ``data:`` lines (UTF-8 text)."""
@@ -25,6 +27,7 @@ class Event:
     retry: int | None = None
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Comment:
     """An SSE comment line (keep-alive); ``text`` excludes the leading colon."""

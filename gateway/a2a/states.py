@@ -121,7 +121,7 @@ def spelling_of(version: ProtocolVersion, binding: Binding = Binding.JSONRPC) ->
 _V10 = Spelling.V1_0
 _V03 = Spelling.V0_3
 _V03P = Spelling.V0_3_PROTO
-_BY_VERSION = {ProtocolVersion.V1_0: _V10, ProtocolVersion.V0_3: _V03,
+_BY_VERSION: dict[ProtocolVersion | Spelling, Spelling] = {ProtocolVersion.V1_0: _V10, ProtocolVersion.V0_3: _V03,
                _V10: _V10, _V03: _V03, _V03P: _V03P}
 
 

@@ -26,7 +26,6 @@ does not speak the client's version on the client's binding and does speak the o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Generator
 from typing import Any
 
 from gateway.a2a import bridge, jsonrpc, rest
@@ -36,7 +35,7 @@ from gateway.a2a.rest import RestCall
 from gateway.a2a.sse import Event, encode_event
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import BridgeError
-from gateway.exchange.commands import Answer, Count, Open, Post, Respond
+from gateway.exchange.commands import Answer, CommandGenerator, Count, Open, Post, Respond
 from gateway.exchange.jsonrpc import JsonRpcExchange, decode_answer
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.request import CardRewrite
@@ -94,13 +93,14 @@ class _Bridged:
         self.snapshot_first = (self.ex.operation is Operation.SUBSCRIBE and self.ex.version is ProtocolVersion.V1_0
                                and worker_version is ProtocolVersion.V0_3)
 
-    def run(self) -> Generator[Any, Any, Summary]:
+    def run(self) -> CommandGenerator[Summary]:
         yield Count("bridged", (self.summary.binding.value, self.ex.version.value, self.worker_version.value))
         if self.refusal is not None:
             self.summary.outcome = "not_bridged"
             yield self.error(200, self.refusal.code, self.refusal.message)  # type: ignore[attr-defined]
             return self.summary
-        return (yield from super().run())  # type: ignore[misc]
+        summary: Summary = yield from super().run()  # type: ignore[misc]
+        return summary
 
     def _params(self, params: Any) -> Any:
         """``params`` in the worker's version; a :class:`BridgeError` is kept as the refusal."""
@@ -161,7 +161,7 @@ class BridgedJsonRpcExchange(_Bridged, JsonRpcExchange):
             return {**doc, "result": convert(doc["result"])}
         return {**doc, "error": bridge.convert_error(doc["error"], self.worker, self.client)}
 
-    def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
+    def decode(self, answer: Answer) -> CommandGenerator[tuple[dict[str, Any], bool]]:
         doc = self._into_client(decode_answer(answer, self.policy.max_json_depth), self._result)
         fixed = yield from self.client_id(doc)
         return fixed, True  # always re-encoded: the worker's bytes are in its own version
@@ -177,7 +177,7 @@ class BridgedJsonRpcExchange(_Bridged, JsonRpcExchange):
             return None
         return self._into_client(doc, lambda result: bridge.convert_event(result, self.worker, self.client))
 
-    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]:
+    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> CommandGenerator[bytes]:
         fixed = yield from self.client_id(doc)
         return encode_event(jsonrpc.dumps({**fixed, "result": result}), event=event.event, id=event.id,
                             retry=event.retry)
@@ -225,7 +225,7 @@ class BridgedRestExchange(_Bridged, RestExchange):
     def open_stream(self) -> Open:
         return Open(self.worker_body, self.http_method, self._target(), _header(self.worker_version))
 
-    def open_upstream(self) -> Generator[Any, Any, Any]:
+    def open_upstream(self) -> CommandGenerator[Any]:
         """The client's stream opened upstream. A subscribe goes with the client's verb, and
         with the other one when the worker answers 405: the verb is disputed in both versions
         (docs/protocol.md §1.3) and the client's version's SDKs send the one their version's
@@ -243,7 +243,7 @@ class BridgedRestExchange(_Bridged, RestExchange):
     def subscribe_request(self, task_id: str) -> Open:
         return Open(b"", "POST", self.worker_call.subscribe_target(task_id), _header(self.worker_version))
 
-    def resubscribe(self, task_id: str) -> Generator[Any, Any, Any]:
+    def resubscribe(self, task_id: str) -> CommandGenerator[Any]:
         reply = yield self.subscribe_request(task_id)
         if isinstance(reply, Answer) and reply.status == 405:
             reply = yield Open(b"", "GET", self.worker_call.subscribe_target(task_id),
@@ -263,7 +263,7 @@ class BridgedRestExchange(_Bridged, RestExchange):
             return {"result": convert(doc["result"])}
         return {"error": self._rest_error(status, doc["error"])}
 
-    def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
+    def decode(self, answer: Answer) -> CommandGenerator[tuple[dict[str, Any], bool]]:
         yield from ()
         return self._into_client(answer.status, super().decode_own(answer), self._result), True
 
@@ -285,7 +285,7 @@ class BridgedRestExchange(_Bridged, RestExchange):
             return None
         return self._into_client(500, doc, lambda result: bridge.convert_event(result, self.worker, self.client))
 
-    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]:
+    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> CommandGenerator[bytes]:
         yield from ()
         return encode_event(jsonrpc.dumps(result), event=event.event, id=event.id, retry=event.retry)
 
@@ -303,8 +303,9 @@ def _message(body: Any) -> str:
     """The message of a REST error body of either version."""
     if isinstance(body, dict):
         inner = body.get("error")
-        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return inner["message"]
-        if isinstance(body.get("message"), str):
-            return body["message"]
+        message = inner.get("message") if isinstance(inner, dict) else None
+        if not isinstance(message, str):
+            message = body.get("message")
+        if isinstance(message, str):
+            return message
     return "worker error"

@@ -1,25 +1,56 @@
 """What an exchange asks its driver to do (commands) and what the driver answers (replies).
 
-An exchange is a generator: it ``yield``\\ s a command and is resumed with the reply (or with
-an exception thrown in at the ``yield``). Pure data, no I/O: plain (not frozen) slotted
-dataclasses, because several are made per SSE event and a frozen one costs three times as
-much to build — treat them as read-only. The table of commands, their replies and the
+An exchange is a generator, a :data:`CommandGenerator`: it ``yield``\\ s a :class:`Command`
+and is resumed with the reply (or with an exception thrown in at the ``yield``), and returns
+its result. Pure data, no I/O. Every command is a :func:`command` class: a dataclass the type
+checker holds frozen (assigning a field is an error; :func:`dataclasses.replace` makes a
+changed copy) and that runs as a plain slotted one, because several are made per SSE event
+and a runtime-frozen one costs about twice as much to build. The replies are plain slotted
+dataclasses, read-only by convention. The table of commands, their replies and the
 exceptions a driver may throw in is in docs/architecture.md ("The exchange layer").
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias, TypeVar, dataclass_transform
 
 from gateway.invariants.model import Clock, Finding, TaskRecord
 from gateway.invariants.timeline import TimelineEntry
 
+T = TypeVar("T")
+
+
+class Command:
+    """What an exchange asks its driver to do: the base of every command below. A driver
+    dispatches on the exact class (``type(cmd)``); anything else yielded is a ``TypeError``."""
+
+    __slots__ = ()
+
+
+CommandGenerator: TypeAlias = Generator[Command, Any, T]
+"""What every exchange method returns: a generator that yields :class:`Command`\\ s, is sent
+each command's reply (typed ``Any``: the reply's type is the command's, see its docstring)
+and returns a ``T``."""
+
+
+_C = TypeVar("_C", bound=Command)
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def command(cls: type[_C]) -> type[_C]:
+    """Make ``cls`` (a :class:`Command` subclass) a command dataclass: frozen to the type
+    checker, a plain slotted dataclass at run time (see the module docstring)."""
+    return dataclass(slots=True)(cls)
+
+
 # --- ledger -------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Load:
+@command
+class Load(Command):
     """Read the record of ``task_id`` in ``tenant`` (``None``: no task, only the time;
     docs/callers.md §1). With ``cached``, the record this exchange itself last read or stored
     (and its version) may answer without a ledger call; the reply says so (``Loaded.cached``),
@@ -49,8 +80,8 @@ class Loaded:
     not the ledger: the record may have moved since."""
 
 
-@dataclass(slots=True)
-class Store:
+@command
+class Store(Command):
     """Compare-and-set ``record`` over ``expected_version`` (0: a new record) and clear the
     task's ``needs_resync`` flag with it: a stored record is an observation of this gateway
     run. To clear the flag alone, store the loaded record unchanged over its loaded version
@@ -62,8 +93,8 @@ class Store:
     expected_version: int
 
 
-@dataclass(slots=True)
-class AppendEvent:
+@command
+class AppendEvent(Command):
     """Add one event the client is about to receive for ``task_id`` to the task's replay
     window (docs/resume.md §2), in ``lineage`` (``None``: a new one, named after the event's
     id). ``payload`` is the exchange's encoding of the event
@@ -76,8 +107,8 @@ class AppendEvent:
     tenant: str = ""
 
 
-@dataclass(slots=True)
-class StoreAndAppend:
+@command
+class StoreAndAppend(Command):
     """A :class:`Store` and an :class:`AppendEvent` of the event it was judged from, as one
     ledger operation: the event is added to the window only when the compare-and-set holds,
     and both are kept or neither (docs/resume.md §2). Reply: ``(version, event_id, lineage)``.
@@ -89,10 +120,10 @@ class StoreAndAppend:
     event: AppendEvent
 
 
-@dataclass(slots=True)
-class ReadWindow:
+@command
+class ReadWindow(Command):
     """The replay window of ``task_id`` in ``tenant`` after the event ``after`` (a client's
-    ``Last-Event-ID``). Reply: :class:`~gateway.ledger.base.Replay`. Throws
+    ``Last-Event-ID``). Reply: :class:`~gateway.records.Replay`. Throws
     :class:`~gateway.errors.LedgerError`."""
 
     task_id: str
@@ -100,8 +131,8 @@ class ReadWindow:
     tenant: str = ""
 
 
-@dataclass(slots=True)
-class AppendTimeline:
+@command
+class AppendTimeline(Command):
     """Keep ``entry`` in the timeline of ``task_id`` (docs/observability.md §2); the driver
     sets its time. Performed after the observation's record was stored and before the payload
     is forwarded; a failed write is counted and logged, never thrown in (the timeline explains,
@@ -112,8 +143,8 @@ class AppendTimeline:
     tenant: str = ""
 
 
-@dataclass(slots=True)
-class Enqueue:
+@command
+class Enqueue(Command):
     """Put ``body`` (a notification in the client's form) in the durable push outbox for the
     push config ``callback_id`` of ``task_id`` (docs/push.md §3). Reply: the entry id. Throws
     :class:`~gateway.errors.PushLimitError` (the outbox is full) or
@@ -124,8 +155,8 @@ class Enqueue:
     body: bytes
 
 
-@dataclass(slots=True)
-class PushBound:
+@command
+class PushBound(Command):
     """The tasks the push configs ``callback_ids`` (inline configs of this send) are bound to
     by now: a notification to one of them named its task (docs/push.md §1). Reply: a
     ``frozenset`` of task ids. Throws :class:`~gateway.errors.LedgerError`."""
@@ -136,8 +167,8 @@ class PushBound:
 # --- the worker -----------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Post:
+@command
+class Post(Command):
     """Send ``body`` to the route's upstream and read the whole answer. Reply:
     :class:`Answer`. Throws :class:`~gateway.errors.UpstreamError`.
 
@@ -158,8 +189,8 @@ class Post:
     reason: str | None = field(default=None, compare=False)
 
 
-@dataclass(slots=True)
-class Open:
+@command
+class Open(Command):
     """Send ``body`` expecting an SSE stream (``method`` and ``target`` as for :class:`Post`).
     Reply: :data:`OPENED` once an event stream's head is in (it becomes the stream
     :class:`Read` reads; an earlier one is closed), or the whole :class:`Answer` when the worker
@@ -173,15 +204,15 @@ class Open:
     reason: str | None = field(default=None, compare=False)
 
 
-@dataclass(slots=True)
-class Read:
+@command
+class Read(Command):
     """The next bytes of the open upstream stream. Reply: the ``bytes`` as read, or
     :data:`ENDED` at its end. Throws :class:`~gateway.errors.UpstreamError` (cut) or :class:`TimeoutError`
     (past a :class:`Deadline`)."""
 
 
-@dataclass(slots=True)
-class Deadline:
+@command
+class Deadline(Command):
     """From now on, a :class:`Read` that would wait past ``seconds`` from now throws
     :class:`TimeoutError`. Reply: ``None``."""
 
@@ -218,8 +249,8 @@ ENDED = _Marker("ENDED")
 # --- the client -----------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Respond:
+@command
+class Respond(Command):
     """Send one whole response. ``media`` is ``json``, ``sse`` or ``raw`` (the worker's own
     content type); ``relay`` is the worker's :class:`Answer` whose headers go along (hop-by-hop
     and body headers removed), ``None`` for an answer of the gateway's own; ``headers`` are
@@ -233,48 +264,48 @@ class Respond:
     headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
-@dataclass(slots=True)
-class StartStream:
+@command
+class StartStream(Command):
     """Send the head of an SSE response (HTTP 200, the worker's stream headers relayed).
     Reply: ``None``."""
 
 
-@dataclass(slots=True)
-class Emit:
+@command
+class Emit(Command):
     """Queue ``frame`` (encoded SSE) for the client: its event is judged and stored. Reply:
     ``None``."""
 
     frame: bytes
 
 
-@dataclass(slots=True)
-class Flush:
+@command
+class Flush(Command):
     """Send the queued frames in one write. Reply: ``None``."""
 
 
-@dataclass(slots=True)
-class EndStream:
+@command
+class EndStream(Command):
     """Send the queued frames and end the client's stream. Reply: ``None``."""
 
 
 # --- time, the card, reports ------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Sleep:
+@command
+class Sleep(Command):
     """Wait ``seconds`` (resubscribe backoff). Reply: ``None``."""
 
     seconds: float
 
 
-@dataclass(slots=True)
-class MarkCardStale:
+@command
+class MarkCardStale(Command):
     """The worker's answer (401/403/404) may mean a changed card: revalidate it before the
     next admission. Reply: ``None``."""
 
 
-@dataclass(slots=True)
-class Count:
+@command
+class Count(Command):
     """Add ``amount`` (default one) to the metric ``metric`` (an attribute of
     :class:`~gateway.observability.metrics.Metrics`) with the exchange's upstream first and
     then ``labels``. Reply: ``None``."""
@@ -284,8 +315,8 @@ class Count:
     amount: int = 1
 
 
-@dataclass(slots=True)
-class Found:
+@command
+class Found(Command):
     """Findings of the engine, to count and (divergences) log with ``task_id`` (of ``tenant``);
     ``method`` labels rejections (default: the exchange's operation). Reply: ``None``."""
 
@@ -295,16 +326,16 @@ class Found:
     tenant: str = ""
 
 
-@dataclass(slots=True)
-class Degraded:
+@command
+class Degraded(Command):
     """Set ``a2a_gateway_upstream_degraded{reason}`` to ``value`` (1 or 0). Reply: ``None``."""
 
     reason: str
     value: int
 
 
-@dataclass(slots=True)
-class Log:
+@command
+class Log(Command):
     """One log line: ``event`` at ``level`` (``warning``/``error``) with ``fields``. Reply:
     ``None``."""
 
@@ -313,7 +344,7 @@ class Log:
     fields: tuple[tuple[str, Any], ...] = ()
 
 
-def for_reason(reason: str, steps: Any) -> Any:
+def for_reason(reason: str, steps: CommandGenerator[T]) -> CommandGenerator[T]:
     """Run the generator ``steps`` (a binding's resubscribe), marking every :class:`Post` /
     :class:`Open` it yields as a request of the gateway's own for ``reason``; returns what
     ``steps`` returns. Replies and thrown exceptions pass through unchanged."""
@@ -323,10 +354,11 @@ def for_reason(reason: str, steps: Any) -> Any:
         try:
             cmd = steps.throw(thrown) if thrown is not None else steps.send(reply)
         except StopIteration as stop:
-            return stop.value
+            result: T = stop.value
+            return result
         thrown = None
         if type(cmd) is Post or type(cmd) is Open:
-            cmd.reason = reason
+            cmd = dataclasses.replace(cmd, reason=reason)
         try:
             reply = yield cmd
         except BaseException as exc:  # noqa: BLE001 - handed to ``steps`` as it came

@@ -16,7 +16,6 @@ it, doing what each yielded command says (docs/architecture.md, "The exchange la
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import orjson
@@ -27,7 +26,7 @@ from gateway.a2a.payloads import snapshot_result
 from gateway.a2a.sse import Event, encode_event
 from gateway.a2a.version import ProtocolVersion
 from gateway.errors import NestingTooDeepError, UpstreamError
-from gateway.exchange.commands import Answer, Found, Open, Post, Respond
+from gateway.exchange.commands import Answer, CommandGenerator, Found, Open, Post, Respond
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.request import CardRewrite, RequestExchange, error_message, retry_after
 from gateway.invariants.admission import CardView
@@ -160,7 +159,7 @@ class JsonRpcExchange(RequestExchange):
         doc = jsonrpc.error_response(self.req.reply_id, jsonrpc.INTERNAL_ERROR, error_message(exc))
         return Respond(exc.http_status, jsonrpc.dumps(doc), headers=retry_after(exc))
 
-    def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
+    def decode(self, answer: Answer) -> CommandGenerator[tuple[dict[str, Any], bool]]:
         doc = decode_answer(answer, self.policy.max_json_depth)
         fixed = yield from self.client_id(doc)
         return fixed, fixed is not doc
@@ -186,7 +185,7 @@ class JsonRpcExchange(RequestExchange):
         body = jsonrpc.dumps(doc) if changed else answer.content
         return self.respond(answer.status, body, relay=answer)
 
-    def client_id(self, doc: dict[str, Any]) -> Generator[Any, Any, dict[str, Any]]:
+    def client_id(self, doc: dict[str, Any]) -> CommandGenerator[dict[str, Any]]:
         """``doc`` with the client's id (F16); a worker that changed it is a
         ``jsonrpc_id_mismatch`` divergence."""
         if same_id(doc, self.req):  # an id the client wrote as 1e5 goes back as 1e5, not 100000.0
@@ -203,7 +202,7 @@ class JsonRpcExchange(RequestExchange):
         except orjson.JSONDecodeError:
             return None
 
-    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]:
+    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> CommandGenerator[bytes]:
         fixed = yield from self.client_id(doc)
         if result is doc["result"] and fixed is doc:
             data: bytes | str = event.data

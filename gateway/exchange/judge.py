@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Generator
 from typing import Any, Protocol
 
 from gateway.a2a.jsonrpc import Operation
@@ -22,6 +21,7 @@ from gateway.errors import LedgerError, VersionConflictError
 from gateway.exchange.commands import (
     AppendEvent,
     AppendTimeline,
+    CommandGenerator,
     Count,
     Found,
     Load,
@@ -36,9 +36,6 @@ from gateway.invariants.timeline import payload_entry
 
 CAS_ATTEMPTS = 8
 OBSERVATION_WRITE_SECONDS = 1.0
-
-Steps = Generator[Any, Any, Any]
-"""A generator of commands (see :mod:`gateway.exchange.commands`)."""
 
 _content = operator.attrgetter(*(f.name for f in dataclasses.fields(TaskRecord)
                                  if f.name != "observed_at"))
@@ -68,7 +65,7 @@ class WindowSink(Protocol):
         ...
 
 
-def load(policy: Policy, task_id: str | None, tenant: str = "") -> Generator[Any, Any, Loaded]:
+def load(policy: Policy, task_id: str | None, tenant: str = "") -> CommandGenerator[Loaded]:
     """The record of ``task_id`` in ``tenant`` and the time.
 
     Raises:
@@ -87,7 +84,7 @@ def load(policy: Policy, task_id: str | None, tenant: str = "") -> Generator[Any
 def judge(
     policy: Policy, ex: Exchange, stream: StreamState | None, result: Any, *,
     direction: str = "answer", forced_get: str | None = None, window: WindowSink | None = None,
-) -> Generator[Any, Any, Outcome]:
+) -> CommandGenerator[Outcome]:
     """Judge one worker payload (a unary ``result`` or one stream event's ``result``) and
     store its ledger change first. A ``ListTasks`` result is judged task by task
     (:func:`judge_list`). Once stored, an observation worth it goes into the task's timeline
@@ -167,7 +164,7 @@ def judge(
         return Outcome(Action.FORWARD, result, stream)
 
 
-def judge_list(policy: Policy, ex: Exchange, result: Any) -> Generator[Any, Any, Outcome]:
+def judge_list(policy: Policy, ex: Exchange, result: Any) -> CommandGenerator[Outcome]:
     """Judge a ``ListTasks`` result ``{"tasks": [Task…], …}``: each Task as the answer to a
     ``GetTask`` for it — normalized, stored, and corrected when the ledger holds it terminal
     (a poisoned task is listed with its recorded terminal status). A task the engine refuses
@@ -191,7 +188,7 @@ def judge_list(policy: Policy, ex: Exchange, result: Any) -> Generator[Any, Any,
     return Outcome(Action.FORWARD, {**result, "tasks": out})
 
 
-def touch(task_id: str, tenant: str = "") -> Steps:
+def touch(task_id: str, tenant: str = "") -> CommandGenerator[None]:
     """Record a sign of life of a live task without a payload (a ping on its own stream):
     ``observed_at`` moves on, nothing else. Best effort: a lost race or a ledger failure is
     ignored (the next event records the time anyway). A record flagged ``needs_resync`` is left
@@ -210,7 +207,7 @@ def touch(task_id: str, tenant: str = "") -> Steps:
         return
 
 
-def clear_resync(policy: Policy, loaded: Loaded) -> Steps:
+def clear_resync(policy: Policy, loaded: Loaded) -> CommandGenerator[None]:
     """Drop the ``needs_resync`` flag of the loaded record: it is stored unchanged over its
     loaded version, which clears the flag (:class:`~gateway.exchange.commands.Store`). A lost
     race means someone else stored the record, which cleared it too.

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,24 +37,26 @@ from gateway.exchange.commands import (
     ENDED,
     OPENED,
     Answer,
+    AppendEvent,
+    AppendTimeline,
+    Command,
+    CommandGenerator,
     Count,
     Emit,
     Found,
-    AppendEvent,
-    AppendTimeline,
     Load,
     Loaded,
     Open,
     Post,
     Read,
-    Respond,
     ReadWindow,
+    Respond,
     Store,
     StoreAndAppend,
 )
 from gateway.invariants.model import Clock, Finding, TaskRecord
 from gateway.invariants.timeline import TimelineEntry
-from gateway.exchange.window import Replay, WindowEvent
+from gateway.records import Replay, WindowEvent
 
 
 Key = tuple[str, str, str]
@@ -165,14 +166,14 @@ class Offline:
     counts: list[Count] = field(default_factory=list)
     timeline: list[tuple[str, TimelineEntry]] = field(default_factory=list)
     """``(task_id, entry)`` of every :class:`AppendTimeline`, at :attr:`now`."""
-    commands: list[Any] = field(default_factory=list)
+    commands: list[Command] = field(default_factory=list)
     _reply: Any = None
     _exc: BaseException | None = None
     _pending: Any = None
     value: Any = None
     """What the last exchange run to its end returned."""
 
-    def run(self, gen: Generator[Any, Any, Any]) -> bool:
+    def run(self, gen: CommandGenerator[Any]) -> bool:
         """Perform ``gen``'s commands until it returns (True) or waits for a worker act that
         is not scripted yet (False; :meth:`run` again after adding acts)."""
         while True:
@@ -186,6 +187,8 @@ class Offline:
                 self._reply, self.value = None, stop.value
                 return True
             self._reply = None
+            if not isinstance(cmd, Command):
+                raise TypeError(f"not a command: {cmd!r}")
             self.commands.append(cmd)
             if type(cmd) in (Post, Open, Read) and not self.worker:
                 self._pending = cmd
@@ -195,7 +198,7 @@ class Offline:
             except (UpstreamError, VersionConflictError, LedgerError) as exc:
                 self._exc = exc
 
-    def resume(self, gen: Generator[Any, Any, Any]) -> bool:
+    def resume(self, gen: CommandGenerator[Any]) -> bool:
         """Go on after :meth:`run` returned False: perform the waiting command, then run."""
         pending, self._pending = self._pending, None
         if pending is None:

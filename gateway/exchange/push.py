@@ -11,7 +11,7 @@ callback ids and tokens, reads and writes the ledger and resolves webhook hosts.
 from __future__ import annotations
 
 import copy
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from gateway.a2a.bridge import J03, V1, convert_event
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import NestingTooDeepError
-from gateway.exchange.commands import Count, Enqueue, Log
+from gateway.exchange.commands import CommandGenerator, Count, Enqueue, Log
 from gateway.exchange.judge import judge, load
 from gateway.exchange.model import Policy
 from gateway.invariants import engine
@@ -218,7 +218,7 @@ def client_body(judged: Any, version: ProtocolVersion, binding: Binding) -> byte
     return jsonrpc.dumps(judged)
 
 
-def judge_notification(policy: Policy, sub: Subscription, body: bytes) -> Generator[Any, Any, Verdict]:
+def judge_notification(policy: Policy, sub: Subscription, body: bytes) -> CommandGenerator[Verdict]:
     """Read, judge and enqueue one notification posted to ``sub``'s callback (the token is
     already checked): the engine's stream-event judging (normalization, terminal absorption,
     artifact rules) with the ledger written first (:func:`gateway.exchange.judge.judge`), then
@@ -257,7 +257,7 @@ def judge_notification(policy: Policy, sub: Subscription, body: bytes) -> Genera
     return Verdict(200, None, task_id, judged, ended=outcome.stream is not None and outcome.stream.terminal)
 
 
-def _refused(sub: Subscription, status: int, reason: str, task_id: str | None) -> Generator[Any, Any, Verdict]:
+def _refused(sub: Subscription, status: int, reason: str, task_id: str | None) -> CommandGenerator[Verdict]:
     yield Count("push_refused", (reason,))
     yield Log("warning", "push_notification_refused", (("upstream", sub.upstream), ("task_id", task_id),
                                                        ("reason", reason)))

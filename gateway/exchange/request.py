@@ -26,7 +26,7 @@ and a stream event are read, how a refusal, an error and an event are written.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 from gateway.a2a import jsonrpc
@@ -38,6 +38,7 @@ from gateway.errors import POOL_EXHAUSTED, LedgerError, UnencodableError, Upstre
 from gateway.exchange.commands import (
     Answer,
     AppendTimeline,
+    CommandGenerator,
     Count,
     Found,
     Loaded,
@@ -49,7 +50,7 @@ from gateway.exchange.commands import (
     Respond,
     for_reason,
 )
-from gateway.exchange.judge import Steps, clear_resync, judge, load
+from gateway.exchange.judge import clear_resync, judge, load
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.stream import StreamExchange
 from gateway.invariants import engine
@@ -61,7 +62,7 @@ CardRewrite = Callable[[dict[str, Any]], dict[str, Any]]
 """Rewrites an Agent Card for the client (its interface URLs to the gateway's); pure."""
 
 
-def caught_up(upstream: str, record: TaskRecord, seen: TaskState, reason: str) -> Steps:
+def caught_up(upstream: str, record: TaskRecord, seen: TaskState, reason: str) -> CommandGenerator[None]:
     """The worker's answer to the gateway's own ``GetTask`` (a forced one, the sweep's) shows
     the task in ``seen``, not the ``record``'s state (docs/field-cases.md F22): a state the task
     came to along its lifecycle (:func:`~gateway.a2a.states.moves_on`: the gateway had not seen
@@ -129,7 +130,7 @@ class RequestExchange:
         self.policy = policy
         self.rewrite_card = rewrite_card
 
-    def run(self) -> Generator[Any, Any, Summary]:
+    def run(self) -> CommandGenerator[Summary]:
         """The whole exchange; returns its :class:`~gateway.exchange.model.Summary`."""
         try:
             if not (yield from self._admit()):
@@ -158,7 +159,7 @@ class RequestExchange:
         """The client's streaming request as sent on to the worker."""
         raise NotImplementedError
 
-    def open_upstream(self) -> Generator[Any, Any, Any]:
+    def open_upstream(self) -> CommandGenerator[Any]:
         """Open :meth:`open_stream` upstream; returns the reply (:data:`OPENED` or the
         worker's :class:`Answer`). Throws :class:`~gateway.errors.UpstreamError`."""
         return (yield self.open_stream())
@@ -171,12 +172,12 @@ class RequestExchange:
         """The gateway's own ``SubscribeToTask`` for ``task_id`` (a resubscribe after a cut)."""
         raise NotImplementedError
 
-    def resubscribe(self, task_id: str) -> Generator[Any, Any, Any]:
+    def resubscribe(self, task_id: str) -> CommandGenerator[Any]:
         """Open :meth:`subscribe_request` upstream; returns the reply (:data:`OPENED` or the
         worker's :class:`Answer`). Throws :class:`~gateway.errors.UpstreamError`."""
         return (yield self.subscribe_request(task_id))
 
-    def resubscribe_own(self, task_id: str) -> Generator[Any, Any, Any]:
+    def resubscribe_own(self, task_id: str) -> CommandGenerator[Any]:
         """:meth:`resubscribe`, its requests marked as the gateway's own (``reason``
         ``resubscribe``: the driver's client span says so)."""
         return (yield from for_reason("resubscribe", self.resubscribe(task_id)))
@@ -192,7 +193,7 @@ class RequestExchange:
         :func:`error_message`."""
         raise NotImplementedError
 
-    def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
+    def decode(self, answer: Answer) -> CommandGenerator[tuple[dict[str, Any], bool]]:
         """The worker's answer as ``({"result": …} | {"error": …}, changed)``; ``changed``
         when the document differs from the bytes as sent (a fixed JSON-RPC id).
 
@@ -233,7 +234,7 @@ class RequestExchange:
         A2A event)."""
         raise NotImplementedError
 
-    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]:
+    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> CommandGenerator[bytes]:
         """The encoded SSE frame relaying ``event`` (read as ``doc``) with ``result`` in place."""
         raise NotImplementedError
 
@@ -256,7 +257,7 @@ class RequestExchange:
 
     # --- answering ----------------------------------------------------------------------------
 
-    def fail_upstream(self, exc: UpstreamError) -> Steps:
+    def fail_upstream(self, exc: UpstreamError) -> CommandGenerator[None]:
         """Answer a worker transport failure: HTTP 502/504, counted
         (``upstream_errors{reason}``) and logged (``upstream_request_failed``). No pooled
         connection to the worker (``pool_exhausted``) is no failure of the worker's: "gateway
@@ -271,7 +272,7 @@ class RequestExchange:
 
     # --- admission ----------------------------------------------------------------------------
 
-    def _admit(self) -> Generator[Any, Any, bool]:
+    def _admit(self) -> CommandGenerator[bool]:
         """Card-governed admission (new tasks, capabilities); answers the refusal itself."""
         p = self.policy
         refusal = admit(self.ex, self.params, self.card, allow_stale=p.allow_stale,
@@ -293,7 +294,7 @@ class RequestExchange:
         return (self.last_event_id is not None and self.policy.replay and self.streaming
                 and self.ex.operation is Operation.SUBSCRIBE and bool(self.ex.task_id))
 
-    def fresh_record(self) -> Generator[Any, Any, TaskRecord | None]:
+    def fresh_record(self) -> CommandGenerator[TaskRecord | None]:
         """The ledger's record of the task the request names, after a forced ``GetTask`` when
         there is a reason to doubt it (:func:`~gateway.invariants.admission.forced_get_reason`)."""
         loaded = yield from load(self.policy, self.ex.task_id, self.ex.tenant)
@@ -307,7 +308,7 @@ class RequestExchange:
             self.summary.context_id = self.summary.context_id or record.context_id
         return record
 
-    def _admit_task_action(self) -> Generator[Any, Any, bool]:
+    def _admit_task_action(self) -> CommandGenerator[bool]:
         """A message with ``taskId``, a cancel or a subscribe: check freshness (a forced
         ``GetTask`` only for a reason) and refuse it here when the task is terminal (F05).
         Only these actions read the ledger before forwarding."""
@@ -316,7 +317,7 @@ class RequestExchange:
         record = yield from self.fresh_record()
         return (yield from self.refuse_task_action(record))
 
-    def refuse_task_action(self, record: TaskRecord | None) -> Generator[Any, Any, bool]:
+    def refuse_task_action(self, record: TaskRecord | None) -> CommandGenerator[bool]:
         """Check the task action against ``record`` (:func:`~gateway.invariants.engine.check_request`)
         and answer a refusal itself (-32004 / -32002 for a terminal task, F05). True when the
         action may go on."""
@@ -337,7 +338,7 @@ class RequestExchange:
         yield self.error(200, code, message, task_id=ex.task_id)
         return False
 
-    def may_answer_locally(self, record: TaskRecord) -> Generator[Any, Any, bool]:
+    def may_answer_locally(self, record: TaskRecord) -> CommandGenerator[bool]:
         """True when an answer built from ``record`` may go to this request's caller
         (:func:`~gateway.invariants.engine.caller_seen`, docs/callers.md §3). Otherwise the
         skipped local answer is counted
@@ -351,7 +352,7 @@ class RequestExchange:
                                                    ("reason", "unknown_caller")))
         return False
 
-    def forced_get(self, loaded: Loaded, reason: str) -> Generator[Any, Any, TaskRecord | None]:
+    def forced_get(self, loaded: Loaded, reason: str) -> CommandGenerator[TaskRecord | None]:
         """``GetTask`` to the worker before acting on the task ``loaded`` holds (its record may
         be stale), counted in ``a2a_gateway_forced_get_total{reason}``; a fresh state that
         differs from the record is progress or a ``stale_record`` divergence (:func:`caught_up`).
@@ -371,7 +372,7 @@ class RequestExchange:
             yield from caught_up(self.policy.upstream, record, current.state, reason)
         return current
 
-    def probe_task(self, task_id: str, reason: str = "probe") -> Generator[Any, Any, tuple[Any, TaskRecord | None]]:
+    def probe_task(self, task_id: str, reason: str = "probe") -> CommandGenerator[tuple[Any, TaskRecord | None]]:
         """Ask the worker ``GetTask`` for ``task_id`` (same binding and version, same client
         headers) for ``reason`` (``upstream_eof``, ``worker_error``…: the request's span and
         the task's timeline say why); the answer goes through the engine and the ledger.
@@ -381,14 +382,12 @@ class RequestExchange:
         task, loaded = yield from self._probe(task_id, reason)
         return task, loaded.record
 
-    def _probe(self, task_id: str, reason: str) -> Generator[Any, Any, tuple[Any, Loaded]]:
+    def _probe(self, task_id: str, reason: str) -> CommandGenerator[tuple[Any, Loaded]]:
         """:meth:`probe_task`, returning the whole :class:`Loaded` read after it (the record
         with its ledger bookkeeping)."""
         task = None
         try:
-            post = self.probe_request(task_id)
-            post.reason = reason
-            answer = yield post
+            answer = yield dataclasses.replace(self.probe_request(task_id), reason=reason)
             doc = self.decode_own(answer)
         except UpstreamError as exc:
             yield Count("upstream_errors", (exc.reason,))
@@ -402,7 +401,7 @@ class RequestExchange:
 
     # --- the answer ---------------------------------------------------------------------------
 
-    def _unary(self) -> Steps:
+    def _unary(self) -> CommandGenerator[None]:
         try:
             answer = yield self.forward()
         except UpstreamError as exc:
@@ -410,7 +409,7 @@ class RequestExchange:
             return
         yield from self.answer(answer)
 
-    def answer(self, answer: Answer) -> Steps:
+    def answer(self, answer: Answer) -> CommandGenerator[None]:
         """Judge a buffered worker answer and send it to the client (also a streaming request
         answered with plain JSON, F09)."""
         if answer.status in (401, 403) or (answer.status == 404 and not answer.json):
@@ -452,7 +451,7 @@ class RequestExchange:
             judged = self.rewrite_result(judged)
         yield self._encodable(answer, lambda: self.reply(answer, doc, changed, judged))
 
-    def adopt_pushed_task(self, task_id: str) -> Generator[Any, Any, bool]:
+    def adopt_pushed_task(self, task_id: str) -> CommandGenerator[bool]:
         """The worker's answer (or first stream event) names ``task_id``: when this send's
         inline push configs are bound to it already (:attr:`pending_push`: a notification
         recorded the task first, docs/push.md §1.3), the exchange is about that task from now
@@ -475,7 +474,7 @@ class RequestExchange:
             self.summary.outcome = "invalid_agent_response"
             return self.reply_error(answer, jsonrpc.INVALID_AGENT_RESPONSE, f"worker answer refused: {exc}")
 
-    def rewrite_error(self, code: object) -> Generator[Any, Any, tuple[int, str, str] | None]:
+    def rewrite_error(self, code: object) -> CommandGenerator[tuple[int, str, str] | None]:
         """F05 (c) / F15: a worker error (A2A ``code``) to an action on a task that is in fact
         terminal is rewritten to -32004 (messages, subscribe) or -32002 (cancel), after a
         ``GetTask`` to the worker confirms the terminal state. Returns ``(code, message,

@@ -19,7 +19,6 @@ REST's form:
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import orjson
@@ -29,7 +28,7 @@ from gateway.a2a.rest import RestCall
 from gateway.a2a.sse import Event, encode_event
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import NestingTooDeepError, UpstreamError
-from gateway.exchange.commands import Answer, Open, Post, Respond
+from gateway.exchange.commands import Answer, CommandGenerator, Open, Post, Respond
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.request import CardRewrite, RequestExchange, error_message, retry_after
 from gateway.invariants.admission import CardView
@@ -85,7 +84,7 @@ class RestExchange(RequestExchange):
     def subscribe_request(self, task_id: str) -> Open:
         return Open(b"", "POST", self.call.subscribe_target(task_id))
 
-    def resubscribe(self, task_id: str) -> Generator[Any, Any, Any]:
+    def resubscribe(self, task_id: str) -> CommandGenerator[Any]:
         """POST ``…/tasks/{id}:subscribe``, and GET when the worker answers 405: the spec
         and the proto disagree on the verb (docs/protocol.md §1.3)."""
         reply = yield self.subscribe_request(task_id)
@@ -113,7 +112,7 @@ class RestExchange(RequestExchange):
             body = rest.transport_error_body(exc.http_status, message)
         return Respond(exc.http_status, jsonrpc.dumps(body), headers=retry_after(exc))
 
-    def decode(self, answer: Answer) -> Generator[Any, Any, tuple[dict[str, Any], bool]]:
+    def decode(self, answer: Answer) -> CommandGenerator[tuple[dict[str, Any], bool]]:
         """HTTP 2xx: ``{"result": <body>}`` (``None`` for an empty body); HTTP 4xx with a JSON
         body, or 5xx with an A2A error body (a ``google.rpc.Status``, or the v0.3
         ``{code, message, type}``): ``{"error": <body>}``.
@@ -174,7 +173,7 @@ class RestExchange(RequestExchange):
             return {"error": doc}
         return {"result": doc}
 
-    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]:
+    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> CommandGenerator[bytes]:
         yield from ()  # nothing to report: REST has no ids to fix
         data: bytes | str = event.data if result is doc["result"] else jsonrpc.dumps(result)
         return encode_event(data, event=event.event, id=event.id, retry=event.retry)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Generator
 from typing import Any, Protocol
 
 import orjson
@@ -49,7 +48,7 @@ from gateway.a2a import jsonrpc
 from gateway.a2a.bridge import dialect_of
 from gateway.a2a.payloads import Item, Kind, generation_of, locate
 from gateway.a2a.sse import Comment, Event, SSEDecoder, encode_comment
-from gateway.a2a.states import TaskState, UnknownStateError, normalize_state
+from gateway.a2a.states import TaskState, normalize_state
 from gateway.a2a.version import ProtocolVersion
 from gateway.errors import (
     POOL_EXHAUSTED,
@@ -57,14 +56,16 @@ from gateway.errors import (
     LedgerError,
     NestingTooDeepError,
     UnencodableError,
+    UnknownStateError,
     UpstreamError,
 )
 from gateway.exchange import window
 from gateway.exchange.commands import (
     ENDED,
     OPENED,
-    AppendEvent,
     Answer,
+    AppendEvent,
+    CommandGenerator,
     Count,
     Deadline,
     Degraded,
@@ -78,10 +79,10 @@ from gateway.exchange.commands import (
     Sleep,
     StartStream,
 )
-from gateway.exchange.judge import Steps, judge, load, touch
+from gateway.exchange.judge import judge, load, touch
 from gateway.exchange.model import Policy, Summary
-from gateway.exchange.window import Replay
 from gateway.invariants.model import Action, Exchange, Mode, Outcome, StreamState, TaskRecord
+from gateway.records import Replay
 
 
 class RequestSide(Protocol):
@@ -99,30 +100,30 @@ class RequestSide(Protocol):
 
     def open_stream(self) -> Open: ...
 
-    def open_upstream(self) -> Generator[Any, Any, Any]: ...
+    def open_upstream(self) -> CommandGenerator[Any]: ...
 
-    def resubscribe_own(self, task_id: str) -> Generator[Any, Any, Any]: ...
+    def resubscribe_own(self, task_id: str) -> CommandGenerator[Any]: ...
 
-    def fail_upstream(self, exc: UpstreamError) -> Steps: ...
+    def fail_upstream(self, exc: UpstreamError) -> CommandGenerator[None]: ...
 
-    def fresh_record(self) -> Generator[Any, Any, TaskRecord | None]: ...
+    def fresh_record(self) -> CommandGenerator[TaskRecord | None]: ...
 
-    def refuse_task_action(self, record: TaskRecord | None) -> Generator[Any, Any, bool]: ...
+    def refuse_task_action(self, record: TaskRecord | None) -> CommandGenerator[bool]: ...
 
-    def may_answer_locally(self, record: TaskRecord) -> Generator[Any, Any, bool]: ...
+    def may_answer_locally(self, record: TaskRecord) -> CommandGenerator[bool]: ...
 
-    def answer(self, answer: Answer) -> Steps: ...
+    def answer(self, answer: Answer) -> CommandGenerator[None]: ...
 
-    def adopt_pushed_task(self, task_id: str) -> Generator[Any, Any, bool]: ...
+    def adopt_pushed_task(self, task_id: str) -> CommandGenerator[bool]: ...
 
-    def probe_task(self, task_id: str, reason: str = "probe") -> Generator[Any, Any, tuple[Any, TaskRecord | None]]: ...
+    def probe_task(self, task_id: str, reason: str = "probe") -> CommandGenerator[tuple[Any, TaskRecord | None]]: ...
 
     def event_doc(self, event: Event) -> dict[str, Any] | None:
         """The event as ``{"result": …}`` / ``{"error": …}``, ``None`` when it is no A2A
         stream response; raises :class:`~gateway.errors.NestingTooDeepError`."""
         ...
 
-    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> Generator[Any, Any, bytes]: ...
+    def event_frame(self, event: Event, doc: dict[str, Any], result: Any) -> CommandGenerator[bytes]: ...
 
     def worker_error_frame(self, event: Event, doc: dict[str, Any]) -> bytes: ...
 
@@ -168,7 +169,7 @@ class StreamExchange:
         self._delivered = False  # an event (or an error event) went to the client
         self._refusal: tuple[int, str] | None = None  # the first event dropped as refused, its error
 
-    def run(self) -> Steps:
+    def run(self) -> CommandGenerator[None]:
         """Open the upstream stream and relay it; answers JSON when the worker did."""
         snapshot: Any = None  # (task, record) to send first, once the worker's stream is open
         if self.owner.snapshot_first and self.ex.task_id:
@@ -191,7 +192,7 @@ class StreamExchange:
         if nxt is Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
             yield from self._drain()
 
-    def resume(self, after: str) -> Steps:
+    def resume(self, after: str) -> CommandGenerator[None]:
         """A ``SubscribeToTask`` / ``tasks/resubscribe`` with ``Last-Event-ID: after``
         (docs/resume.md §1.2). The task's window after ``after`` (in its lineage) goes out
         first, with its ids, then the live stream in the same lineage; an id the window does
@@ -241,7 +242,7 @@ class StreamExchange:
         if nxt is Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
             yield from self._drain()
 
-    def _replay(self, replay: Replay, after: str) -> Steps:
+    def _replay(self, replay: Replay, after: str) -> CommandGenerator[None]:
         """Send the window's events of ``replay`` (or, for a gap, the task's snapshot)."""
         task_id = self.stream.task_id
         assert task_id is not None
@@ -278,7 +279,7 @@ class StreamExchange:
             if record is not None and record.terminal:  # the window ends before the terminal event
                 yield from self._probe_snapshot(task_id)
 
-    def _subscribe_snapshot(self, task_id: str) -> Generator[Any, Any, Any]:
+    def _subscribe_snapshot(self, task_id: str) -> CommandGenerator[Any]:
         """The current Task a subscribe starts with when its worker does not send it first
         (docs/bridge.md §3.2): a ``GetTask`` to the worker, judged and stored as every probe.
         Returns ``(task, record)`` to send once the worker's stream is open; ``None`` to go on
@@ -292,7 +293,7 @@ class StreamExchange:
             return None  # the worker decides, as without the snapshot
         return (task, record) if isinstance(task, dict) else None
 
-    def _probe_snapshot(self, task_id: str) -> Steps:
+    def _probe_snapshot(self, task_id: str) -> CommandGenerator[None]:
         """``GetTask`` the task and send it as one event (in the window); the worker's own
         snapshot at the start of the live stream is then dropped when its state is the same."""
         task, record = yield from self.owner.probe_task(task_id, "resume_snapshot")
@@ -302,7 +303,7 @@ class StreamExchange:
             return
         yield from self._send_snapshot(task, record)
 
-    def _send_snapshot(self, task: dict[str, Any], record: TaskRecord | None) -> Steps:
+    def _send_snapshot(self, task: dict[str, Any], record: TaskRecord | None) -> CommandGenerator[None]:
         """Send the probed ``task`` as one event (in the window); the worker's own snapshot at
         the start of its stream is then dropped when its state is the same."""
         terminal = record is not None and record.terminal
@@ -321,7 +322,7 @@ class StreamExchange:
         if generation is not None:  # the live stream's snapshot is new only past this one
             self.stream = dataclasses.replace(self.stream, generation=generation)
 
-    def _emit_snapshot(self, task: dict[str, Any], terminal: bool) -> Generator[Any, Any, Any]:
+    def _emit_snapshot(self, task: dict[str, Any], terminal: bool) -> CommandGenerator[Any]:
         """Send the worker's Task (judged) as one event of the gateway's own, in the window
         first; its payload, or ``None`` when it could not be written (an error event went
         instead)."""
@@ -335,7 +336,7 @@ class StreamExchange:
             return None
         return result
 
-    def _append(self, result: Any, terminal: bool) -> Generator[Any, Any, str | None]:
+    def _append(self, result: Any, terminal: bool) -> CommandGenerator[str | None]:
         """Add ``result`` (about to be delivered) to the task's replay window; its event id,
         ``None`` with the window off, for a payload of no task, or (``fail_open``) when the
         ledger failed.
@@ -361,8 +362,8 @@ class StreamExchange:
         self.summary.task_id = self.summary.task_id or self.stream.task_id
         self.summary.context_id = self.summary.context_id or self.stream.context_id
 
-    def _pump_upstreams(self, first: Steps | None = None, *, live: bool = True,
-                        refused: Answer | UpstreamError | None = None) -> Generator[Any, Any, Next]:
+    def _pump_upstreams(self, first: CommandGenerator[Any] | None = None, *, live: bool = True,
+                        refused: Answer | UpstreamError | None = None) -> CommandGenerator[Next]:
         """Relay the worker's stream(s) (after ``first``, a resume's replay; with ``live``
         off, only that; ``refused``: the worker did not open the resumed subscription)."""
         attempt = 0
@@ -406,7 +407,7 @@ class StreamExchange:
         finally:
             self._finish()
 
-    def _pump_one(self) -> Generator[Any, Any, Next]:
+    def _pump_one(self) -> CommandGenerator[Next]:
         """Relay one upstream response until it ends or the stream must close: the items of
         each read are judged and stored in order, their frames queued, then flushed in one
         write. (One generator level for the whole read: it runs per SSE event.)"""
@@ -439,7 +440,7 @@ class StreamExchange:
         nxt = yield from self._at_eof()
         return Next.CUT if nxt is Next.CONTINUE else nxt
 
-    def _at_eof(self) -> Generator[Any, Any, Next]:
+    def _at_eof(self) -> CommandGenerator[Next]:
         """The worker closed the stream. A dangling last frame (no closing blank line) is
         used only when it is complete JSON, so the client gets exactly one copy (F08 (i))."""
         if not self.decoder.has_pending:
@@ -456,7 +457,7 @@ class StreamExchange:
             return Next.CLOSE
         return (yield from self._on_event(event))
 
-    def _after_cut(self, attempt: int) -> Generator[Any, Any, Next]:
+    def _after_cut(self, attempt: int) -> CommandGenerator[Next]:
         """The worker's stream ended before its task did (F08 (ii)): probe, then a terminal
         snapshot or a resubscribe, bounded by ``resubscribe_attempts``."""
         task_id = self.stream.task_id
@@ -490,13 +491,13 @@ class StreamExchange:
                                 f"upstream stream of task {task_id} was lost and could not be resumed")
         return Next.CLOSE
 
-    def _done_after_cut(self, outcome: str) -> Steps:
+    def _done_after_cut(self, outcome: str) -> CommandGenerator[None]:
         yield Count("resubscribes", (outcome,))
         yield Degraded("stream_lost", 0)
         yield Log("warning", "stream_cut", (("upstream", self.policy.upstream), ("outcome", outcome),
                                             ("task_id", self.stream.task_id)))
 
-    def _resubscribe(self, task_id: str) -> Generator[Any, Any, bool]:
+    def _resubscribe(self, task_id: str) -> CommandGenerator[bool]:
         """Open ``SubscribeToTask`` upstream for the stream's task; True when it streams."""
         try:
             reply = yield from self.owner.resubscribe_own(task_id)
@@ -509,7 +510,7 @@ class StreamExchange:
         self._cut_error = None
         return True
 
-    def _on_event(self, event: Event, *, deliver: bool = True) -> Generator[Any, Any, Next]:
+    def _on_event(self, event: Event, *, deliver: bool = True) -> CommandGenerator[Next]:
         reason, problem = "invalid_response", "worker sent an SSE event that is not an A2A stream response"
         try:
             doc = self.owner.event_doc(event)
@@ -622,7 +623,7 @@ class StreamExchange:
         """The judge kept the event in the window with the record, as ``event_id``."""
         self._appended, self.lineage = str(event_id), lineage
 
-    def _drain(self) -> Steps:
+    def _drain(self) -> CommandGenerator[None]:
         """After a terminal event: read on, bounded in time, to count late events (F04)."""
         backlog, self._backlog = self._backlog, []
         try:

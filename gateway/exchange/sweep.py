@@ -4,7 +4,7 @@ that asks the worker and records its answer (docs/sweep.md §1-§3).
 A live task the gateway has not observed for longer than its upstream's heartbeat interval
 may have moved on without anyone asking (a worker restarted and rehydrated it as ``failed``;
 a push-only client waits forever). The shell's loop (:mod:`gateway.proxy.sweep`) pages through
-the ledger's live tasks observed before ``now - heartbeat`` (:class:`LiveTask`), keeps the due
+the ledger's live tasks observed before ``now - heartbeat`` (:class:`~gateway.records.LiveTask`), keeps the due
 ones (:func:`due`), and runs one :class:`SweepExchange` per due task through a driver:
 
 ``Load → (still due?) → Post(GetTask) → judge → Store`` — the same probe, in the worker's
@@ -19,9 +19,9 @@ arguments).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Generator, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from gateway.a2a import jsonrpc
@@ -30,7 +30,7 @@ from gateway.a2a.rest import RestCall
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import LedgerError, UpstreamError, VersionConflictError
 from gateway.exchange.bridge import BridgedJsonRpcExchange, BridgedRestExchange
-from gateway.exchange.commands import Count, Load, Loaded, Log, Post, Store
+from gateway.exchange.commands import CommandGenerator, Count, Load, Loaded, Log, Post, Store
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.judge import judge
 from gateway.exchange.model import Policy
@@ -38,6 +38,9 @@ from gateway.exchange.request import RequestExchange, caught_up
 from gateway.exchange.rest import RestExchange
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import Action, TaskRecord
+from gateway.records import Key, LiveTask
+
+T = TypeVar("T")
 
 REASON = "sweep"
 """The ``reason`` label of ``a2a_gateway_forced_get_total`` for a sweep's ``GetTask``."""
@@ -50,25 +53,6 @@ client stream (docs/sweep.md §3)."""
 SKIPS = ("open_stream", "recently_swept", "not_due")
 """Why :func:`due` passes over a listed task (``a2a_gateway_sweep_skipped_total{reason}``)."""
 
-Key = tuple[str, str, str]
-"""A task's key: ``(upstream, tenant, task_id)``."""
-
-
-@dataclass(frozen=True, slots=True)
-class LiveTask:
-    """A live (non-terminal) task as the ledger's scan lists it
-    (:meth:`gateway.ledger.base.TaskLedger.live_before`): enough to name it and to page on.
-    ``observed_at`` is wall-clock seconds since the epoch; ``tenant`` is ``""`` for none."""
-
-    upstream: str
-    tenant: str
-    task_id: str
-    observed_at: float
-
-    @property
-    def key(self) -> Key:
-        """``(upstream, tenant, task_id)``."""
-        return (self.upstream, self.tenant, self.task_id)
 
 
 def due(task: LiveTask, *, now: float, heartbeat_seconds: float, swept_at: float | None,
@@ -241,7 +225,7 @@ class SweepExchange:
         version = post.a2a_version if post.a2a_version is not None else _a2a_version(worker)
         return dataclasses.replace(post, target=target, a2a_version=version)
 
-    def run(self) -> Generator[Any, Any, SweepResult]:
+    def run(self) -> CommandGenerator[SweepResult]:
         """The whole sweep of the task; returns (and keeps in :attr:`result`) its outcome.
         Never raises for the worker's or the ledger's failures: they are the ``error``
         outcome, counted and logged, the record untouched."""
@@ -310,7 +294,7 @@ class _Stores:
     def __init__(self) -> None:
         self.stored: tuple[TaskRecord | None, TaskRecord] | None = None
 
-    def watch(self, gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+    def watch(self, gen: CommandGenerator[T]) -> CommandGenerator[T]:
         """Run ``gen``, passing its commands and their replies (or exceptions) through."""
         loaded: TaskRecord | None = None
         reply: Any = None
@@ -319,7 +303,8 @@ class _Stores:
             try:
                 cmd = gen.throw(error) if error is not None else gen.send(reply)
             except StopIteration as stop:
-                return stop.value
+                result: T = stop.value
+                return result
             error = None
             try:
                 reply = yield cmd

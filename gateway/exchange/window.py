@@ -14,7 +14,6 @@ request's JSON-RPC id.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -22,29 +21,6 @@ import orjson
 from gateway.a2a import jsonrpc
 from gateway.a2a.bridge import Dialect, convert_event
 from gateway.errors import NestingTooDeepError
-
-
-@dataclass(frozen=True, slots=True)
-class WindowEvent:
-    """One event of a task's replay window: its gateway-issued ``event_id`` (opaque, the
-    SSE ``id:``), its ``lineage`` (the ``event_id`` of the first event of the client stream it
-    was delivered on; a resumed stream goes on in the lineage it resumed) and the exchange's
-    ``payload`` bytes (opaque to the ledger)."""
-
-    event_id: str
-    lineage: str
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Replay:
-    """The answer to :meth:`TaskLedger.events_after`: ``found`` when the asked-for id is in
-    the task's window; then ``lineage`` is its lineage and ``events`` the window's later events
-    of that lineage, oldest first (possibly none). Not found: ``lineage`` ``None``, no events."""
-
-    found: bool
-    lineage: str | None = None
-    events: tuple[WindowEvent, ...] = ()
 
 
 def encode(result: Any, dialect: Dialect, terminal: bool) -> bytes:

@@ -41,13 +41,9 @@ from gateway.a2a.payloads import (
     task_id_of,
     with_state,
 )
-from gateway.a2a.states import (
-    ProtocolVersion,
-    TaskState,
-    UnknownStateError,
-    normalize_state,
-    spell_state,
-)
+from gateway.a2a.states import TaskState, normalize_state, spell_state
+from gateway.a2a.version import ProtocolVersion
+from gateway.errors import UnknownStateError
 from gateway.invariants.artifacts import (
     AFTER_LAST_CHUNK,
     AFTER_TERMINAL,
@@ -738,7 +734,8 @@ def _transition(
     if record is None:  # a new task: the record starts unspecified, without artifacts
         upstream, task_id, context_id = ex.upstream, tid, item.context_id
         base_state, base_status, poisoned = _UNSPECIFIED, None, False
-        known, card_etag, tenant, callers = NO_ARTIFACTS, ex.card_etag, ex.tenant, ()
+        callers: tuple[str, ...] = ()
+        known, card_etag, tenant = NO_ARTIFACTS, ex.card_etag, ex.tenant
         card_generation = ex.card_generation
     else:
         upstream, task_id, context_id = record.upstream, record.task_id, record.context_id or item.context_id
@@ -794,8 +791,8 @@ def _transition(
         terminal_status = status
         if stream is not None and stream.shown and artifacts:
             # what the client was shown of each artifact, frozen with the terminal state (F19)
-            if artifacts is known:
-                artifacts = dict(known)
+            if artifacts is known or not isinstance(artifacts, dict):
+                artifacts = dict(artifacts)
             freeze(artifacts, stream.shown)
     if not artifacts:
         artifacts = NO_ARTIFACTS

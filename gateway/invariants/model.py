@@ -9,7 +9,7 @@ storage").
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
@@ -303,7 +303,7 @@ class StreamState:
     shown: Mapping[str, Shown] = field(default_factory=lambda: NO_SHOWN)
 
 
-def _stream_builder() -> Any:
+def _stream_builder() -> Callable[[str | None, str | None, bool, int | None, Mapping[str, Shown]], StreamState]:
     new = object.__new__
     setters = tuple(StreamState.__dict__[f.name].__set__ for f in fields(StreamState))
     if tuple(f.name for f in fields(StreamState)) != ("task_id", "context_id", "terminal", "generation",

@@ -18,10 +18,9 @@ from typing import Protocol
 
 import orjson
 
-from gateway.exchange.sweep import LiveTask
-from gateway.exchange.window import Replay, WindowEvent
 from gateway.invariants.model import TaskRecord
 from gateway.invariants.timeline import TimelineEntry
+from gateway.records import LiveTask, Replay, WindowEvent
 
 __all__ = ["LiveTask", "OutboxEntry", "PushConfigEntry", "Replay", "Stored", "TaskLedger", "TimelineEntry",
            "TimelineLimits", "WindowEvent", "WindowLimits"]

@@ -770,6 +770,7 @@ class SqliteLedger(SqlitePushStore):
         """Live tasks of ``upstream`` observed before ``before``, by ``(observed_at, tenant,
         task_id)``, read on the ``(terminal, observed_at)`` index. See
         :meth:`TaskLedger.live_before`."""
+        params: tuple[Any, ...]
         if after is None:
             sql, params = _LIVE_BEFORE, (before, upstream, limit)
         else:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -51,6 +51,7 @@ from gateway.exchange.commands import (
     Answer,
     AppendEvent,
     AppendTimeline,
+    CommandGenerator,
     Deadline,
     Emit,
     EndStream,
@@ -145,7 +146,7 @@ class Driver:
         # flag: what answers a Load(cached=True) (docs/architecture.md, "A stream holds its record")
         self._held: dict[tuple[str, str], tuple[Stored, int]] = {}
 
-    async def run(self, gen: Generator[Any, Any, Any], *, until_ended: bool = False) -> bool:
+    async def run(self, gen: CommandGenerator[Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
         until the client's response is complete (False; call again to go on)."""
         report = self.reporter.report

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -265,6 +265,7 @@ async def stream_body(
             upstream as if complete).
     """
     size = 0
+    message: MutableMapping[str, Any]
     while True:
         if first is not None:
             message, first = first, None

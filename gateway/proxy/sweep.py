@@ -23,11 +23,11 @@ from gateway.a2a.card_bridge import card_endpoints
 from gateway.a2a.version import Binding
 from gateway.config import SweepConfig, UpstreamConfig
 from gateway.errors import LedgerError
-from gateway.exchange.sweep import (Key, LiveTask, ProbeRoute, SweepExchange, forget_before, probe_exchange,
-                                    probe_route, select)
+from gateway.exchange.sweep import ProbeRoute, SweepExchange, forget_before, probe_exchange, probe_route, select
 from gateway.proxy.driver import Driver
 from gateway.proxy.forward import Route
 from gateway.proxy.runtime import Runtime
+from gateway.records import Key, LiveTask
 
 _BODILESS = frozenset({"GET", "DELETE"})
 

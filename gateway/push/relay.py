@@ -16,7 +16,7 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ from gateway.errors import (
     UnknownStateError,
     VersionConflictError,
 )
-from gateway.exchange.commands import REPORTS, AppendTimeline, Enqueue, Load, Loaded, Store
+from gateway.exchange.commands import REPORTS, AppendTimeline, CommandGenerator, Enqueue, Load, Loaded, Store
 from gateway.exchange.model import Summary
 from gateway.exchange.push import (
     ANSWER_OPERATIONS,
@@ -349,7 +349,7 @@ class PushRelay:
         except (LedgerError, PushLimitError):
             pass
 
-    async def _perform(self, gen: Generator[Any, Any, Any], entry: PushConfigEntry) -> Any:
+    async def _perform(self, gen: CommandGenerator[Any], entry: PushConfigEntry) -> Any:
         """Run a notification's commands (Load, Store, Enqueue and the reports) for the push
         config ``entry``. A pending inline config is bound to its task at the first ``Load``
         of it, before anything of the notification is stored: the send it came with then

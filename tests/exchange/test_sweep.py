@@ -16,10 +16,11 @@ from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.exchange.commands import Count, Log, Post
 from gateway.exchange.model import Policy
 from gateway.exchange.offline import Ledger, Offline
-from gateway.exchange.sweep import (LiveTask, ProbeRoute, SweepExchange, due, forget_before, probe_exchange,
-                                    probe_route, select)
+from gateway.exchange.sweep import (ProbeRoute, SweepExchange, due, forget_before, probe_exchange, probe_route,
+                                    select)
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import TaskRecord
+from gateway.records import LiveTask
 
 NOW = 1_780_000_000.0
 HEARTBEAT = 30.0
