@@ -243,3 +243,30 @@ def test_defaults_are_off(h: Harness) -> None:
         assert call(d, "send").status_code == 200
     assert h.runtime.limiter.active is False
     assert h.metric("a2a_gateway_limited_total") == 0
+
+
+def test_two_replicas_on_one_redis_share_one_limit(make_harness: Any) -> None:
+    """Two gateways on one Redis ledger: a caller's bucket and its live tasks are one for
+    both — what replica A let through counts on replica B, and a task B sees complete frees
+    the slot A gave."""
+    from tests.support.redis_server import redis_server
+
+    road = ROADS[0]
+    with redis_server() as url:
+        limits = {"per_caller": {"live_tasks": 1}, "callers": {"Bearer slow": {"requests_per_second": 0.01,
+                                                                                "burst": 1}}}
+        a = make_harness(limits=limits, ledger={"url": url})
+        b = make_harness(limits=limits, ledger={"url": url})
+        da, db = Driver(a, road), Driver(b, road)
+        da.on_send({"task": task("t-1", COMPLETED)})
+        assert call(da, "send", caller="Bearer slow").status_code == 200
+        assert_limited(road, call(db, "send", caller="Bearer slow"), "caller.requests_per_second")
+
+        da.on_send({"task": task("t-2", WORKING)})
+        assert call(da, "send").status_code == 200
+        assert_limited(road, call(db, "send"), "caller.live_tasks")
+        db.on_get("t-2", task("t-2", COMPLETED))
+        assert call(db, "get", tid="t-2").status_code == 200
+        da.on_send({"task": task("t-3", WORKING)})
+        assert call(da, "send").status_code == 200
+        assert db.worker_sends() == 0
