@@ -225,9 +225,15 @@ def task_routes(runtime: Runtime) -> list[Route]:
             by_state: dict[str, int] | None = await runtime.ledger_call("count", runtime.ledger.count_by_state)
         except LedgerError:
             by_state = None
+        limits = None
+        if runtime.limiter is not None and runtime.limiter.active:  # docs/limits.md §5
+            try:
+                limits = await runtime.limiter.status()
+            except Exception:  # noqa: BLE001 - the store did not answer: the section says nothing
+                limits = []
         page = render_status(upstreams=upstream_status(runtime), by_state=by_state,
                              divergences=list(reversed(runtime.divergences)), mode=runtime.config.mode,
-                             version=__version__)
+                             version=__version__, limits=limits)
         return HTMLResponse(page, headers={"Content-Security-Policy": CONTENT_SECURITY_POLICY,
                                            "Cache-Control": "no-store"})
 

@@ -46,6 +46,8 @@ from gateway.proxy.auth import AuthFailure, JwtVerifier
 from gateway.proxy.callers import CallerKeys
 from gateway.proxy.jsonrpc import JsonRpcHandler
 from gateway.proxy.rest import RestHandler, refuse_rest_auth
+from gateway.ledger.limits import limit_store
+from gateway.proxy.limits import Limiter
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.signing import CardSigner
 from gateway.proxy.sweep import Sweeper
@@ -354,6 +356,7 @@ def build_app(
     runtime.apply_config(config)
     runtime.bodies = BodyBudget(lambda: runtime.config.limits.max_inflight_body_bytes)
     runtime.push = PushRelay(runtime)
+    runtime.limiter = Limiter(runtime, limit_store(ledger))  # fair shares (docs/limits.md)
     deliverer = Deliverer(runtime, runtime.push)
     ready = {"value": False}
 

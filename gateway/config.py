@@ -513,8 +513,46 @@ class UpstreamConfig(_Frozen):
         return "/" + value.strip("/") if value != "/" else "/"
 
 
+MAX_LIMIT_OVERRIDES = 1000
+"""The most entries ``limits.tenants`` and ``limits.callers`` may hold, each."""
+
+
+class QuotaConfig(_Frozen):
+    """One set of fair-share limits (docs/limits.md §1); every field ``null`` (the default) is
+    off. ``requests_per_second`` with ``burst``: a token bucket (GCRA) of the requests let
+    through; ``live_tasks``: tasks not yet terminal in the ledger that requests of this scope
+    created; ``open_streams``: SSE streams open at once; ``push_configs``: push-notification
+    configs kept in the ledger. Past one, the request is answered HTTP 429 with
+    ``Retry-After`` before the worker is called."""
+
+    requests_per_second: float | None = Field(default=None, gt=0, le=1_000_000)
+    """Requests let through per second, on average (``null``: unlimited)."""
+    burst: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Requests that may come at once above the rate (``null``: the rate rounded up, at least 1)."""
+    live_tasks: int | None = Field(default=None, ge=0, le=1_000_000)
+    """Tasks not yet terminal that this scope's requests created (``null``: unlimited)."""
+    open_streams: int | None = Field(default=None, ge=0, le=1_000_000)
+    """SSE streams open at once (``null``: unlimited)."""
+    push_configs: int | None = Field(default=None, ge=0, le=1_000_000)
+    """Push-notification configs kept at once (``null``: unlimited)."""
+
+    def over(self, other: QuotaConfig) -> QuotaConfig:
+        """This quota with the fields ``other`` sets replaced by ``other``'s (an override)."""
+        return self.model_copy(update={name: getattr(other, name) for name in other.model_fields_set})
+
+    @property
+    def configured(self) -> bool:
+        """Whether any limit is set."""
+        return any(getattr(self, name) is not None for name in QUOTA_KINDS)
+
+
+QUOTA_KINDS = ("requests_per_second", "live_tasks", "open_streams", "push_configs")
+"""The limits of a :class:`QuotaConfig` (``burst`` goes with ``requests_per_second``)."""
+
+
 class LimitsConfig(_Frozen):
-    """Size and time limits. Bytes and seconds."""
+    """Size and time limits (bytes and seconds), and the fair-share limits per upstream,
+    tenant and caller (docs/limits.md; all off by default)."""
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     """A client request body larger than this is refused (HTTP 413)."""
@@ -534,6 +572,20 @@ class LimitsConfig(_Frozen):
     the first byte read (a body's ``Content-Length`` at once) to the end of its request; a
     body that would pass it is answered HTTP 503 with ``Retry-After: 1`` (JSON-RPC -32603,
     REST ``UNAVAILABLE``). At least ``max_body_bytes``."""
+
+    per_upstream: QuotaConfig = QuotaConfig()
+    """Fair-share limits of each upstream, all its callers together (docs/limits.md)."""
+    per_tenant: QuotaConfig = QuotaConfig()
+    """Fair-share limits of each A2A tenant (no tenant, ``""``, is one tenant of its own)."""
+    per_caller: QuotaConfig = QuotaConfig()
+    """Fair-share limits of each caller (the identity of docs/callers.md §2)."""
+    tenants: dict[str, QuotaConfig] = Field(default_factory=dict, max_length=MAX_LIMIT_OVERRIDES)
+    """Overrides of ``per_tenant`` by tenant name: the fields an entry sets replace the default's."""
+    callers: dict[str, QuotaConfig] = Field(default_factory=dict, max_length=MAX_LIMIT_OVERRIDES)
+    """Overrides of ``per_caller`` by the caller's identity (the header value, certificate
+    subject or JWT subject of docs/callers.md §2.2); matched by fingerprint, never kept."""
+    stale_seconds: Seconds = 3600.0
+    """An open-stream or pending-task slot older than this is reclaimed (a replica that died)."""
 
     @model_validator(mode="after")
     def _budget_holds_a_body(self) -> LimitsConfig:
@@ -984,7 +1036,7 @@ class GatewayConfig(_Frozen):
     upstreams: list[UpstreamConfig] = Field(min_length=1)
     """The A2A workers, each mounted at a path prefix (longest prefix wins); at least one."""
     limits: LimitsConfig = LimitsConfig()
-    """Size and time bounds of bodies, events and answers."""
+    """Size and time bounds of bodies, events and answers; fair-share limits (docs/limits.md)."""
     ledger: LedgerConfig = Field(default_factory=LedgerConfig)  # its url: the state directory at use
     """The task ledger (where task states are kept)."""
     log: LogConfig = LogConfig()

@@ -330,3 +330,13 @@ def test_every_observability_citation_resolves():
                for source, section, _ in section_citations(text)
                if source == "docs/observability.md" and section not in numbers]
     assert missing == []
+
+
+def test_every_limits_citation_resolves():
+    """``docs/limits.md §N`` (what each limit counts, config, the answer, the stores, observing)."""
+    numbers = section_index("limits.md")
+    assert {"1", "2", "3", "4", "5"} <= numbers
+    missing = [f"{rel}: docs/limits.md §{section}" for rel, text in _scanned_files()
+               for source, section, _ in section_citations(text)
+               if source == "docs/limits.md" and section not in numbers]
+    assert missing == []

@@ -11,6 +11,7 @@ metric                                                 labels
 ``a2a_gateway_request_duration_seconds``               upstream, binding, method
 ``a2a_gateway_tenant_requests_total``                  upstream, tenant, outcome (only with admin.metric_tenants)
 ``a2a_gateway_upstream_errors_total``                  upstream, reason
+``a2a_gateway_limited_total``                          upstream, limit (docs/limits.md)
 ``a2a_gateway_bridged_requests_total``                 upstream, binding, client_version, worker_version
 ``a2a_gateway_sse_events_total``                       upstream, kind
 ``a2a_gateway_state_normalizations_total``             upstream, family
@@ -130,6 +131,13 @@ class Metrics:
             "Client requests translated to the other A2A protocol version the worker speaks "
             "(docs/bridge.md), by binding and direction",
             ["upstream", "binding", "client_version", "worker_version"],
+            registry=registry,
+        ))
+        self.limited = Labelled(Counter(
+            "a2a_gateway_limited_total",
+            "Requests answered HTTP 429 by a fair-share limit (docs/limits.md), by limit "
+            "(<scope>.<limit>: caller.requests_per_second, tenant.live_tasks, upstream.open_streams, ...)",
+            ["upstream", "limit"],
             registry=registry,
         ))
         self.limits_reached = Labelled(Counter(

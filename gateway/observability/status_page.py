@@ -102,9 +102,25 @@ def _signature(u: Mapping[str, Any]) -> str:
     return str(state)
 
 
+def _limits_table(limits: list[Mapping[str, Any]]) -> str:
+    """The fair-share section: one row per scope and limit, use against the limit."""
+    e = html.escape
+    if not limits:
+        return '<p class="muted" id="limits-none">no request has met a limit\'s scope yet</p>'
+    rows = []
+    for scope in limits:
+        for item in scope["limits"]:
+            use = "-" if item["use"] is None else f'{item["use"]} / {item["max"]}'
+            rows.append(f'<tr><td>{e(str(scope["kind"]))}</td><td>{e(str(scope["label"]))}</td>'
+                        f'<td>{e(str(item["limit"]))}</td><td>{e(str(item["max"]))}</td>'
+                        f'<td class="limit-use" data-limit="{e(str(item["limit"]))}">{e(use)}</td></tr>')
+    return ('<table id="limits"><tr><th>scope</th><th>name</th><th>limit</th><th>configured</th>'
+            f'<th>use / limit</th></tr>{"".join(rows)}</table>')
+
+
 def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, int] | None,
                   divergences: list[Mapping[str, Any]], mode: str, version: str,
-                  now: float | None = None) -> str:
+                  now: float | None = None, limits: list[Mapping[str, Any]] | None = None) -> str:
     """The status page's HTML.
 
     Args:
@@ -117,6 +133,9 @@ def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, 
         by_state: tracked tasks by canonical state (``None``: the ledger did not answer).
         divergences: the latest divergences, newest first (``at``, ``upstream``, ``kind``,
             ``task_id``, ``tenant``, ``detail``, ``action``).
+        limits: the fair-share scopes seen most recently, each ``kind``, ``label`` and
+            ``limits`` (``[{"limit", "use", "max"}]``; docs/limits.md §5); ``None``: the
+            section is left out (no limit configured).
     """
     e = html.escape
     now = time.time() if now is None else now
@@ -155,6 +174,7 @@ def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, 
                  f'<th>action</th><th>detail</th></tr>{"".join(items)}</table>')
     else:
         found = '<p class="muted" id="divergences-none">no divergence since this process started</p>'
+    shares = "" if limits is None else "<h2>Fair-share limits</h2>" + _limits_table(limits)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>a2a-gateway status</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{_STYLE}</style></head>
@@ -164,6 +184,6 @@ def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, 
 <table id="upstreams"><tr><th>upstream</th><th>Agent Card</th><th>ETag</th><th>age</th><th>worker signature</th>
 <th>admitting new tasks</th><th>advertised interfaces</th><th>served card signed by (kid)</th></tr>{"".join(rows)}</table>
 <h2>Tracked tasks</h2>{tasks}
-<h2>Latest divergences</h2>{found}
+<h2>Latest divergences</h2>{found}{shares}
 </body></html>
 """

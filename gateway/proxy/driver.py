@@ -43,6 +43,7 @@ import httpx
 
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.sse import encode_comment
+from gateway.a2a.states import TERMINAL_STATES
 from gateway.errors import LedgerError, UpstreamError, VersionConflictError
 from gateway.exchange.commands import (
     ENDED,
@@ -79,6 +80,7 @@ from gateway.proxy.forward import (
     is_event_stream,
     upstream_request_headers,
 )
+from gateway.proxy.limits import NO_GRANT
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Scope, Send
 
@@ -107,7 +109,7 @@ class Driver:
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
                  "_streaming", "_stream_task", "_stream_tenant", "_stream_key", "span", "status", "state", "card",
-                 "_stream_span", "version", "task_id", "_held")
+                 "_stream_span", "version", "task_id", "_held", "grant")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
                  operation: str, *, task_id: str | None = None, tenant: str = "") -> None:
@@ -145,6 +147,7 @@ class Driver:
         # (tenant, task id) -> the record this exchange last read or stored, with its version and
         # flag: what answers a Load(cached=True) (docs/architecture.md, "A stream holds its record")
         self._held: dict[tuple[str, str], tuple[Stored, int]] = {}
+        self.grant = NO_GRANT  # the request's fair-share slots (docs/limits.md; set by the endpoint)
 
     async def run(self, gen: CommandGenerator[Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
@@ -254,6 +257,7 @@ class Driver:
         ledger, record = self.rt.ledger, cmd.record
         version: int = await self._put(record, "put", lambda: ledger.put(record, cmd.expected_version))
         self._stored(record, version)
+        await self._limit_stored(record)
         return version
 
     async def _store_and_append(self, cmd: StoreAndAppend) -> tuple[int, str, str]:
@@ -261,6 +265,7 @@ class Driver:
         reply: tuple[int, str, str] = await self._put(record, "put_with_event", lambda: ledger.put_with_event(
             record, cmd.expected_version, event.lineage, event.payload, time.time()))
         self._stored(record, reply[0])
+        await self._limit_stored(record)
         return reply
 
     async def _put(self, record: TaskRecord, operation: str, call: Any) -> Any:
@@ -276,6 +281,16 @@ class Driver:
             self._hold(Stored(record, version))
         if self.span is not None and self.operation is not Operation.LIST:  # a2a.task.state
             self.state = record.state.value
+
+    async def _limit_stored(self, record: TaskRecord) -> None:
+        """A live-task slot (docs/limits.md §1): bound to a new task at its first live record,
+        freed when any road stores the task terminal."""
+        limiter = self.rt.limiter
+        if limiter is None:
+            return
+        terminal = record.state in TERMINAL_STATES
+        if (terminal and limiter.counts_live) or (not terminal and self.grant.pending is not None):
+            await limiter.stored(self.grant, self.route.upstream.name, record.tenant, record.task_id, terminal)
 
     async def _append_timeline(self, cmd: AppendTimeline) -> None:
         await self.rt.keep_timeline(self.route.upstream.name, cmd.task_id, cmd.entry, tenant=cmd.tenant)

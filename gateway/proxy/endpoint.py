@@ -33,6 +33,10 @@ from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import Route, read_body, until_disconnect
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
+from gateway.exchange.push import CONFIG_OPERATIONS, client_webhooks
+from gateway.invariants.timeline import TimelineEntry
+from gateway.proxy.limits import NO_GRANT, limited_answer
+from gateway.proxy.limits import Scope as LimitScope
 from gateway.push.relay import NOTHING, PushStep
 
 
@@ -70,6 +74,9 @@ class ExchangeHandler:
         self.line.upstream = self.upstream
         self.held = 0
         """Bytes of the request's body held in the process's budget (:meth:`read_client_body`)."""
+        self.grant = NO_GRANT
+        """The fair-share slots the request holds (:meth:`admit_limits`), given back at its end."""
+        self.scopes: list[LimitScope] = []
 
     async def run(self) -> None:
         """Serve the request; always ends with request metrics and the request line's fields
@@ -78,6 +85,8 @@ class ExchangeHandler:
         try:
             await self.handle()
         finally:
+            if self.grant is not NO_GRANT:
+                await self.rt.limiter.release(self.grant)  # type: ignore[union-attr]
             if self.held:
                 self.rt.bodies.give(self.held)  # type: ignore[union-attr]
             refused = self.scope.get(access.REFUSED_KEY)  # the connection layer answered it (a bound)
@@ -226,6 +235,44 @@ class ExchangeHandler:
             await self.refuse(exchange, jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable", status=503)
             return None
 
+    async def admit_limits(self, exchange: RequestExchange, doc: Any) -> bool:
+        """The fair-share limits (docs/limits.md), before anything of the request is stored or
+        sent on: True to go on (holding :attr:`grant`); False when a limit was reached — the
+        client is answered HTTP 429 with ``Retry-After`` in its binding's and version's form,
+        counted (``a2a_gateway_limited_total``), logged, and kept on the task's timeline when
+        the request names a task. A store that fails lets the request through (logged)."""
+        limiter = self.rt.limiter
+        if limiter is None or not limiter.active:
+            return True
+        ex = exchange.ex
+        self.scopes = limiter.scopes(self.upstream, ex.tenant, Caller(ex.caller, ex.caller_matches))
+        if not self.scopes:
+            return True
+        push = self.rt.push
+        hooks = len(client_webhooks(ex.operation, doc)) if (
+            push is not None and push.handles(ex.operation) and ex.operation in CONFIG_OPERATIONS) else 0
+        try:
+            self.grant, refusal = await limiter.admit(
+                self.scopes, new_task=ex.task_id is None and ex.operation in (Operation.SEND, Operation.STREAM),
+                stream=exchange.streaming, push_configs=hooks)
+        except LedgerError as exc:
+            self.rt.log.warning("limit_store_failed", extra={"upstream": self.upstream, "error": str(exc)})
+            return True
+        if refusal is None:
+            return True
+        self.summary = exchange.summary
+        self.summary.outcome = "limited"
+        self.rt.metrics.limited.labels(self.upstream, refusal.limit).inc()
+        self.rt.log.warning("limited", extra={"upstream": self.upstream, "limit": refusal.limit,
+                                              "retry_after_s": refusal.retry_after})
+        if ex.task_id:
+            await self.rt.keep_timeline(self.upstream, ex.task_id, TimelineEntry(
+                "request", "rejected", method=str(ex.operation), binding=ex.binding.value, version=ex.version.value,
+                error=f"429 {refusal.limit}: {refusal.message}"), tenant=ex.tenant)
+        status, body, headers = limited_answer(refusal, ex.binding, ex.version, getattr(self, "_reply_id", None))
+        await send_json(self.send, status, body, headers=headers)
+        return False
+
     async def drive_pushed(self, exchange: RequestExchange, push: PushStep) -> None:
         """:meth:`drive` ``exchange`` after the push relay's step for it (docs/push.md §1): a
         refused webhook is answered -32602 in the binding's form and nothing is forwarded;
@@ -234,6 +281,8 @@ class ExchangeHandler:
         if push.refusal is not None:
             await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
             return
+        if self.scopes and (push.created or push.pending):  # counted against limits.*.push_configs
+            await self.rt.limiter.pushed(self.scopes, [e.callback_id for e in (*push.created, *push.pending)])  # type: ignore[union-attr]
         exchange.rewrite_result = push.restore
         exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
         await self.drive(exchange)
@@ -250,6 +299,7 @@ class ExchangeHandler:
         driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter,
                         exchange.ex.operation,  # a StrEnum: the v1.0 method name
                         task_id=exchange.ex.task_id)
+        driver.grant = self.grant
         tracing = self.rt.tracing
         if tracing is not None:  # off: no span object is built (docs/observability.md §1)
             driver.span = self._server_span(tracing, exchange)

@@ -88,6 +88,8 @@ class JsonRpcHandler(ExchangeHandler):
                 self.signed_card_rewrite(self.bridged_card_rewrite(rewrite, info.version)), caller=caller)
 
         exchange = build(parsed, body)
+        if not await self.admit_limits(exchange, parsed.params):  # fair shares (docs/limits.md)
+            return
         push = await self.push_step(exchange, card, parsed.params,
                                     request_config_id(info.operation, info.version, parsed.params))
         if push is None:

@@ -126,6 +126,8 @@ class RestHandler(ExchangeHandler):
                                        tenant=tenant, caller=caller)
 
         exchange = build(doc, body)
+        if not await self.admit_limits(exchange, doc):  # fair shares (docs/limits.md)
+            return
         push = await self.push_step(exchange, card, doc, call.config_id)
         if push is None:
             return

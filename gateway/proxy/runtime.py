@@ -36,6 +36,7 @@ from gateway.proxy.forward import BodyBudget, Router, Signal
 from gateway.proxy.transport import UpstreamClient
 
 if TYPE_CHECKING:
+    from gateway.proxy.limits import Limiter
     from gateway.proxy.signing import CardSigner
     from gateway.push.relay import PushRelay
 
@@ -118,6 +119,8 @@ class Runtime:
     signer: CardSigner | None = None
     """The gateway's Agent Card signatures (``card.signing``, docs/protocol.md §4.5); ``None``:
     served cards are not signed."""
+    limiter: Limiter | None = None
+    """The fair-share limits (docs/limits.md; set by :func:`gateway.app.build_app`)."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 
