@@ -181,21 +181,22 @@ def serve_config(given: Mapping[str, tuple[Any, str]]) -> GatewayConfig:
             names the flag or variable: ``listen.port (from --port): …``), neither a file
             nor an upstream, or an upstream URL for a file of several upstreams.
     """
-    from gateway.config import parse_config, read_document
+    from gateway.config import not_a_mapping, parse_config, read_document
 
     config_file = given.get("config", (None, ""))[0]
     upstream = given.get("upstream")
+    sources: dict[str, str] = {}  # config path -> the flag or variable its value came from
     if config_file:
         data = read_document(config_file)
         if not isinstance(data, dict):
-            raise ConfigError([f"{config_file}: (top level): expected a mapping"])
+            raise ConfigError([f"{config_file}: (top level): {not_a_mapping(data)}"])
         data = copy.deepcopy(data)
     elif upstream:
         data = {"upstreams": [{"name": "worker", "url": upstream[0], "prefix": "/"}]}
+        sources["upstreams[0].url"] = upstream[1]
     else:
         raise ConfigError(["a2a-gateway serve: give --config FILE or --upstream URL "
                            "(or A2A_GATEWAY_CONFIG / A2A_GATEWAY_UPSTREAM)"])
-    sources: dict[str, str] = {}
     upstreams = data.get("upstreams")
     if config_file and upstream:
         if not (isinstance(upstreams, list) and len(upstreams) == 1 and isinstance(upstreams[0], dict)):
@@ -446,8 +447,10 @@ def _serve(args: argparse.Namespace) -> int:
                                                 values.get("workers"))
     workers = args.workers if args.workers is not None else 1
     if workers < 1 or (workers > 1 and config.ledger.url == "memory"):
-        print("a2a-gateway serve: --workers must be 1 or more, and more than 1 needs a shared "
-              "ledger (--ledger sqlite:///PATH or redis://HOST:PORT/DB), not memory", file=sys.stderr)
+        source = given["workers"][1]
+        print(f"a2a-gateway serve: {workers} (from {source}): --workers must be 1 or more, and "
+              "more than 1 needs a shared ledger (--ledger sqlite:///PATH or redis://HOST:PORT/DB), "
+              "not memory", file=sys.stderr)
         return 2
     if workers > 1:  # SIGHUP means "reload" to the supervisor: never die of one before it listens
         import signal
