@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import ipaddress
 import logging
@@ -134,7 +135,8 @@ def run(config: GatewayConfig, config_path: str | None = None, *,
     try:
         traffic.run(sockets=[traffic_socket])
     except OSError as exc:  # listen() lost the port to another process since the bind
-        log.error("listen_failed", extra={"listen": _address(traffic_socket), "error": str(exc)})
+        log.error("listen_failed", extra={"listen": _address(traffic_socket), "error": str(exc),
+                                          **in_use_hint(exc, traffic_socket.getsockname()[1], "--port")})
         return 3
     if traffic.admin_failed:
         return 1
@@ -207,7 +209,8 @@ def bind_listeners(config: GatewayConfig, log: logging.Logger) -> tuple[socket.s
     try:
         traffic = bind(listen.host, listen.port)
     except OSError as exc:
-        log.error("listen_failed", extra={"listen": f"{listen.host}:{listen.port}", "error": str(exc)})
+        log.error("listen_failed", extra={"listen": f"{listen.host}:{listen.port}", "error": str(exc),
+                                          **in_use_hint(exc, listen.port, "--port")})
         return None
     if not admin.enabled:
         return traffic, None
@@ -215,8 +218,18 @@ def bind_listeners(config: GatewayConfig, log: logging.Logger) -> tuple[socket.s
         return traffic, bind(admin.host, admin.port)
     except OSError as exc:
         traffic.close()
-        log.error("listen_failed", extra={"admin": f"{admin.host}:{admin.port}", "error": str(exc)})
+        log.error("listen_failed", extra={"admin": f"{admin.host}:{admin.port}", "error": str(exc),
+                                          **in_use_hint(exc, admin.port, "--admin-port")})
         return None
+
+
+def in_use_hint(exc: OSError, port: int, flag: str) -> dict[str, str]:
+    """``{"hint": ...}`` for a ``listen_failed`` line when ``exc`` is "address in use": which
+    port, how to find the process holding it, and the flag that chooses another; else ``{}``."""
+    if exc.errno != errno.EADDRINUSE:
+        return {}
+    return {"hint": f"port {port} is in use by another process; `ss -ltnp 'sport = :{port}'` "
+                    f"(or `lsof -iTCP:{port} -sTCP:LISTEN`) names it; {flag} chooses another port"}
 
 
 def raise_open_files_limit(max_connections: int, log: logging.Logger, *, pooled: int = 0) -> int:
