@@ -422,7 +422,6 @@ def _serve(args: argparse.Namespace) -> int:
     import atexit
 
     from gateway.admin import read_token
-    from gateway.config import state_dir
     from gateway.errors import PidFileHeldError
     from gateway.ledger import redact
     from gateway.observability.logging import configure_logging, get_logger
@@ -486,7 +485,7 @@ def _serve(args: argparse.Namespace) -> int:
         "listen": f"{config.listen.host}:{config.listen.port}",
         "admin": f"{admin[0]}:{admin[1]}" if admin else None, "mode": config.mode,
         "ledger": redact(config.ledger.url), "upstreams": {u.prefix: u.url for u in config.upstreams},
-        "workers": workers, "state_dir": str(state_dir())})
+        "workers": workers, **state_dir_in_use(config)})
     if workers > 1:
         from gateway.workers import supervise
 
@@ -497,6 +496,26 @@ def _serve(args: argparse.Namespace) -> int:
 
     # a reload (SIGHUP) re-reads the file under the same flags and variables
     return run(config, args.config, reload=(lambda: serve_config(given)) if args.config else None)
+
+
+def state_dir_in_use(config: GatewayConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{"state_dir": PATH}`` for the ``starting`` line when this run keeps something in the
+    state directory (:func:`gateway.config.state_dir`): a SQLite ledger there (the default
+    one), or the generated caller secret of a Redis ledger (no ``A2A_GATEWAY_CALLER_SECRET``,
+    no ``callers.secret_file``; docs/callers.md §4); else ``{}``, so an explicit ``--ledger``
+    elsewhere names no directory it does not use."""
+    from gateway.config import state_dir
+    from gateway.ledger import sqlite_path
+
+    environ = os.environ if environ is None else environ
+    url, directory = config.ledger.url, state_dir()
+    if url.startswith("sqlite:"):
+        used = sqlite_path(url).absolute().parent == directory
+    else:
+        callers = config.callers
+        used = (url != "memory" and callers.enabled and not callers.secret_file
+                and not environ.get(CALLER_SECRET_ENV))
+    return {"state_dir": str(directory)} if used else {}
 
 
 def check_tls_files(config: GatewayConfig) -> None:

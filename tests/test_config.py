@@ -699,3 +699,28 @@ def test_the_jwt_subject_as_identity_needs_auth_jwt() -> None:
     assert any("jwt_subject needs auth.jwt" in p for p in info.value.problems)
     config = parse_config({"upstreams": _UP, "callers": {"identity": "jwt_subject"}, "auth": {"jwt": _JWT}})
     assert config.auth.jwt is not None and config.auth.jwt.algorithms == ["RS256", "ES256"]
+
+
+class TestStateDirInUse:
+    """The ``starting`` line names the state directory only when this run keeps something there
+    (issue #34): the default SQLite ledger, or a Redis ledger's generated caller secret."""
+
+    @pytest.mark.parametrize("ledger,secret,shown", [
+        (None, None, True),                                    # the default ledger.db there
+        ("memory", None, False),
+        ("sqlite:///{elsewhere}/ledger.db", None, False),       # an explicit --ledger elsewhere
+        ("sqlite:///{state}/other.db", None, True),
+        ("redis://127.0.0.1:6379/0", None, True),               # the caller secret kept there
+        ("redis://127.0.0.1:6379/0", "s" * 32, False),
+    ])
+    def test_only_when_used(self, tmp_path, monkeypatch, ledger, secret, shown):
+        from gateway.cli import state_dir_in_use
+
+        state = tmp_path / "state"
+        monkeypatch.setenv("A2A_GATEWAY_STATE_DIR", str(state))
+        doc: dict = {"upstreams": [{"name": "w", "url": "http://w:1/"}]}
+        if ledger is not None:
+            doc["ledger"] = {"url": ledger.format(state=state, elsewhere=tmp_path)}
+        environ = {"A2A_GATEWAY_CALLER_SECRET": secret} if secret else {}
+        got = state_dir_in_use(parse_config(doc), environ)
+        assert got == ({"state_dir": str(state)} if shown else {})
