@@ -15,7 +15,8 @@ virtualenv):
    client never races the gateway's first card fetch;
 2. runs :func:`demo.client.run_demo` through the gateway (send, stream, get,
    cancel, subscribe and a v0.3 client);
-3. scrapes the gateway's ``/metrics`` (admin listener) and prints a short summary;
+3. scrapes the gateway's ``/metrics`` (admin listener) and prints a short summary, the
+   tracked tasks by state read from the ledger (``a2a-gateway ledger stats``);
 4. shows one invariant live: a raw JSON-RPC ``SendMessage`` continuing the
    COMPLETED task of step (a) is answered by the gateway itself with -32004
    (the ledger holds the task as terminal), without reaching the worker;
@@ -57,7 +58,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from demo.client import DemoFailed, run_demo
 
 
-__all__ = ['main', 'summarize_metrics']
+__all__ = ['ledger_counts', 'main', 'summarize_metrics']
 
 HOST = '127.0.0.1'
 #: Default bound for a subprocess to become ready.
@@ -226,16 +227,18 @@ def _grouped(
     return [(*k, _n(v)) for k, v in sorted(totals.items()) if v]
 
 
-def tracked_scrape(http: httpx.Client, metrics_url: str, wait: float = 2.0) -> str:
-    """A scrape once the tracked-task gauge (refreshed in the background) shows tasks, or
-    after ``wait`` seconds."""
-    deadline = time.monotonic() + wait
-    while True:
-        text = http.get(metrics_url).text
-        tracked = parse_metrics(text).get('a2a_gateway_tracked_tasks')
-        if (tracked is not None and any(s.value for s in tracked.samples)) or time.monotonic() > deadline:
-            return text
-        time.sleep(0.1)
+def ledger_counts(ledger_url: str, repo: Path) -> dict[str, int]:
+    """Tracked tasks by state, exact, as the ledger holds them now: the output of
+    ``a2a-gateway ledger --ledger URL stats`` (the command the demo prints), not the
+    ``a2a_gateway_tracked_tasks`` gauge, which is refreshed in the background
+    (``admin.tracked_refresh_seconds``) and may lag a task's last state."""
+    proc = subprocess.run(
+        [sys.executable, '-m', 'gateway', 'ledger', '--ledger', ledger_url, 'stats'],
+        cwd=repo, capture_output=True, text=True, timeout=30,
+    )
+    if proc.returncode != 0:
+        raise DemoError(f'a2a-gateway ledger stats failed: {proc.stderr.strip()}')
+    return dict(json.loads(proc.stdout)['by_state'])
 
 
 def parse_metrics(text: str) -> dict[str, Any]:
@@ -243,8 +246,10 @@ def parse_metrics(text: str) -> dict[str, Any]:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
-def summarize_metrics(text: str) -> list[str]:
-    """A short, readable summary of the gateway's ``/metrics`` text."""
+def summarize_metrics(text: str, by_state: dict[str, int] | None = None) -> list[str]:
+    """A short, readable summary of the gateway's ``/metrics`` text; the tracked tasks by
+    state from ``by_state`` (:func:`ledger_counts`) when given, else from the gauge (which
+    lags: labelled so)."""
     families = parse_metrics(text)
     out: list[str] = []
 
@@ -254,12 +259,17 @@ def summarize_metrics(text: str) -> list[str]:
     out.append('  SSE events received from the worker, by kind:')
     out += _table(_grouped(families, 'a2a_gateway_sse_events', ('kind',)))
 
-    out.append('  tracked tasks by state (ledger, non-zero only):')
     rows = []
-    gauge = families.get('a2a_gateway_tracked_tasks')
-    for sample in gauge.samples if gauge is not None else []:
-        if sample.value:
-            rows.append((sample.labels.get('state', ''), _n(sample.value)))
+    if by_state is not None:
+        out.append('  tracked tasks by state (the ledger now: a2a-gateway ledger stats):')
+        rows = [(state, _n(n)) for state, n in sorted(by_state.items()) if n]
+    else:
+        out.append('  tracked tasks by state (the a2a_gateway_tracked_tasks gauge, refreshed '
+                   'in the background: may lag):')
+        gauge = families.get('a2a_gateway_tracked_tasks')
+        for sample in gauge.samples if gauge is not None else []:
+            if sample.value:
+                rows.append((sample.labels.get('state', ''), _n(sample.value)))
     out += _table(rows)
 
     out.append('  state normalizations by spelling family:')
@@ -502,8 +512,7 @@ def run(startup_timeout: float) -> int:
     config_path = log_dir / 'gateway.yaml'
     config_path.write_text(
         f'listen: {{host: {HOST}, port: {gateway_port}}}\n'
-        # the tracked-task gauge is refreshed in the background: often here, so the summary has it
-        f'admin: {{host: {HOST}, port: {admin_port}, tracked_refresh_seconds: 0.2}}\n'
+        f'admin: {{host: {HOST}, port: {admin_port}}}\n'
         'mode: enforce\n'
         f'ledger: {{url: "sqlite:///{log_dir / "ledger.db"}"}}\n'
         'upstreams:\n'  # small pools: two default ones (5 000 each) would crowd the open-files limit
@@ -562,8 +571,9 @@ def run(startup_timeout: float) -> int:
                 failed = True
                 _say(f'  demo client: {err}')
 
-            _heading(f'2. what the gateway saw (GET {metrics_url})')
-            for line in summarize_metrics(tracked_scrape(http, metrics_url)):
+            _heading(f'2. what the gateway saw (GET {metrics_url}, and its ledger)')
+            by_state = ledger_counts(f'sqlite:///{log_dir / "ledger.db"}', repo)
+            for line in summarize_metrics(http.get(metrics_url).text, by_state):
                 _say(line)
 
             _heading('3. an invariant, live: a terminal task stays terminal')

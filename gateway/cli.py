@@ -181,21 +181,22 @@ def serve_config(given: Mapping[str, tuple[Any, str]]) -> GatewayConfig:
             names the flag or variable: ``listen.port (from --port): …``), neither a file
             nor an upstream, or an upstream URL for a file of several upstreams.
     """
-    from gateway.config import parse_config, read_document
+    from gateway.config import not_a_mapping, parse_config, read_document
 
     config_file = given.get("config", (None, ""))[0]
     upstream = given.get("upstream")
+    sources: dict[str, str] = {}  # config path -> the flag or variable its value came from
     if config_file:
         data = read_document(config_file)
         if not isinstance(data, dict):
-            raise ConfigError([f"{config_file}: (top level): expected a mapping"])
+            raise ConfigError([f"{config_file}: (top level): {not_a_mapping(data)}"])
         data = copy.deepcopy(data)
     elif upstream:
         data = {"upstreams": [{"name": "worker", "url": upstream[0], "prefix": "/"}]}
+        sources["upstreams[0].url"] = upstream[1]
     else:
         raise ConfigError(["a2a-gateway serve: give --config FILE or --upstream URL "
                            "(or A2A_GATEWAY_CONFIG / A2A_GATEWAY_UPSTREAM)"])
-    sources: dict[str, str] = {}
     upstreams = data.get("upstreams")
     if config_file and upstream:
         if not (isinstance(upstreams, list) and len(upstreams) == 1 and isinstance(upstreams[0], dict)):
@@ -421,7 +422,6 @@ def _serve(args: argparse.Namespace) -> int:
     import atexit
 
     from gateway.admin import read_token
-    from gateway.config import state_dir
     from gateway.errors import PidFileHeldError
     from gateway.ledger import redact
     from gateway.observability.logging import configure_logging, get_logger
@@ -446,8 +446,10 @@ def _serve(args: argparse.Namespace) -> int:
                                                 values.get("workers"))
     workers = args.workers if args.workers is not None else 1
     if workers < 1 or (workers > 1 and config.ledger.url == "memory"):
-        print("a2a-gateway serve: --workers must be 1 or more, and more than 1 needs a shared "
-              "ledger (--ledger sqlite:///PATH or redis://HOST:PORT/DB), not memory", file=sys.stderr)
+        source = given["workers"][1]
+        print(f"a2a-gateway serve: {workers} (from {source}): --workers must be 1 or more, and "
+              "more than 1 needs a shared ledger (--ledger sqlite:///PATH or redis://HOST:PORT/DB), "
+              "not memory", file=sys.stderr)
         return 2
     if workers > 1:  # SIGHUP means "reload" to the supervisor: never die of one before it listens
         import signal
@@ -483,7 +485,7 @@ def _serve(args: argparse.Namespace) -> int:
         "listen": f"{config.listen.host}:{config.listen.port}",
         "admin": f"{admin[0]}:{admin[1]}" if admin else None, "mode": config.mode,
         "ledger": redact(config.ledger.url), "upstreams": {u.prefix: u.url for u in config.upstreams},
-        "workers": workers, "state_dir": str(state_dir())})
+        "workers": workers, **state_dir_in_use(config)})
     if workers > 1:
         from gateway.workers import supervise
 
@@ -494,6 +496,26 @@ def _serve(args: argparse.Namespace) -> int:
 
     # a reload (SIGHUP) re-reads the file under the same flags and variables
     return run(config, args.config, reload=(lambda: serve_config(given)) if args.config else None)
+
+
+def state_dir_in_use(config: GatewayConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{"state_dir": PATH}`` for the ``starting`` line when this run keeps something in the
+    state directory (:func:`gateway.config.state_dir`): a SQLite ledger there (the default
+    one), or the generated caller secret of a Redis ledger (no ``A2A_GATEWAY_CALLER_SECRET``,
+    no ``callers.secret_file``; docs/callers.md §4); else ``{}``, so an explicit ``--ledger``
+    elsewhere names no directory it does not use."""
+    from gateway.config import state_dir
+    from gateway.ledger import sqlite_path
+
+    environ = os.environ if environ is None else environ
+    url, directory = config.ledger.url, state_dir()
+    if url.startswith("sqlite:"):
+        used = sqlite_path(url).absolute().parent == directory
+    else:
+        callers = config.callers
+        used = (url != "memory" and callers.enabled and not callers.secret_file
+                and not environ.get(CALLER_SECRET_ENV))
+    return {"state_dir": str(directory)} if used else {}
 
 
 def check_tls_files(config: GatewayConfig) -> None:

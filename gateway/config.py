@@ -1228,7 +1228,16 @@ def load_config(path: str | Path) -> GatewayConfig:
         ConfigError: unreadable file, invalid YAML (with line and column) or invalid values
             (every one at once).
     """
-    return parse_config(read_document(path))
+    data = read_document(path)
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: (top level): {not_a_mapping(data)}"])
+    return parse_config(data)
+
+
+def not_a_mapping(data: Any) -> str:
+    """Why a config document is not one: ``expected a mapping`` and, for an empty file (YAML
+    ``null``), that it is empty."""
+    return "expected a mapping (the file is empty)" if data is None else "expected a mapping"
 
 
 def sidecar_config(

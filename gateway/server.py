@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import errno
 import gc
 import ipaddress
 import logging
@@ -59,6 +61,22 @@ ADMIN_MAX_CONNECTIONS = 64
 """Open connections the admin listener accepts (probes and scrapes need few)."""
 ADMIN_GRACE_SECONDS = 2
 """At shutdown, how long a scrape in flight on the admin listener may take to finish."""
+_IN_ADMIN_SERVER: contextvars.ContextVar[bool] = contextvars.ContextVar("in_admin_server", default=False)
+"""True in the admin server's task (:meth:`_AdminServer.serve`): its uvicorn lines are the
+process's second copy."""
+_PROCESS_LINES = ("Started server process [%d]", "Finished server process [%d]", "Shutting down")
+
+
+class _OneServerLines(logging.Filter):
+    """Drops uvicorn's ``Started server process`` / ``Finished server process`` / ``Shutting
+    down`` lines when the admin server logs them: the traffic server's copies say it once for
+    the process (both servers run in one process and one loop)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_IN_ADMIN_SERVER.get() and record.msg in _PROCESS_LINES)
+
+
+_ONE_SERVER_LINES = _OneServerLines()
 _NEAR_LIMIT = 0.9  # max_connections above this share of the descriptor limit is warned about
 _UNLIMITED = 1 << 20  # the soft limit asked for when the hard limit is "unlimited" (Linux's nr_open)
 
@@ -114,6 +132,7 @@ def run(config: GatewayConfig, config_path: str | None = None, *,
     listen = config.listen
     admin = None
     if admin_socket is not None:
+        logging.getLogger("uvicorn.error").addFilter(_ONE_SERVER_LINES)  # once: a set of filters
         admin = _AdminServer(uvicorn.Config(
             app.admin, lifespan="off", log_config=None, access_log=False, proxy_headers=False,
             timeout_graceful_shutdown=ADMIN_GRACE_SECONDS, **uvicorn_options(listener_bounds(runtime, "admin")),
@@ -134,7 +153,8 @@ def run(config: GatewayConfig, config_path: str | None = None, *,
     try:
         traffic.run(sockets=[traffic_socket])
     except OSError as exc:  # listen() lost the port to another process since the bind
-        log.error("listen_failed", extra={"listen": _address(traffic_socket), "error": str(exc)})
+        log.error("listen_failed", extra={"listen": _address(traffic_socket), "error": str(exc),
+                                          **in_use_hint(exc, traffic_socket.getsockname()[1], "--port")})
         return 3
     if traffic.admin_failed:
         return 1
@@ -207,7 +227,8 @@ def bind_listeners(config: GatewayConfig, log: logging.Logger) -> tuple[socket.s
     try:
         traffic = bind(listen.host, listen.port)
     except OSError as exc:
-        log.error("listen_failed", extra={"listen": f"{listen.host}:{listen.port}", "error": str(exc)})
+        log.error("listen_failed", extra={"listen": f"{listen.host}:{listen.port}", "error": str(exc),
+                                          **in_use_hint(exc, listen.port, "--port")})
         return None
     if not admin.enabled:
         return traffic, None
@@ -215,8 +236,18 @@ def bind_listeners(config: GatewayConfig, log: logging.Logger) -> tuple[socket.s
         return traffic, bind(admin.host, admin.port)
     except OSError as exc:
         traffic.close()
-        log.error("listen_failed", extra={"admin": f"{admin.host}:{admin.port}", "error": str(exc)})
+        log.error("listen_failed", extra={"admin": f"{admin.host}:{admin.port}", "error": str(exc),
+                                          **in_use_hint(exc, admin.port, "--admin-port")})
         return None
+
+
+def in_use_hint(exc: OSError, port: int, flag: str) -> dict[str, str]:
+    """``{"hint": ...}`` for a ``listen_failed`` line when ``exc`` is "address in use": which
+    port, how to find the process holding it, and the flag that chooses another; else ``{}``."""
+    if exc.errno != errno.EADDRINUSE:
+        return {}
+    return {"hint": f"port {port} is in use by another process; `ss -ltnp 'sport = :{port}'` "
+                    f"(or `lsof -iTCP:{port} -sTCP:LISTEN`) names it; {flag} chooses another port"}
 
 
 def raise_open_files_limit(max_connections: int, log: logging.Logger, *, pooled: int = 0) -> int:
@@ -274,6 +305,10 @@ class _AdminServer(uvicorn.Server):
 
     def capture_signals(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        _IN_ADMIN_SERVER.set(True)  # this task's context only (asyncio copies it per task)
+        await super().serve(sockets=sockets)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)

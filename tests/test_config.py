@@ -205,10 +205,24 @@ class TestErrors:
         assert len(lines) == 1 and "duplicate name a" in lines[0]
 
     @pytest.mark.parametrize("doc", ["", "- a\n- b\n", "just a string\n", "42\n"])
-    def test_a_document_that_is_not_a_mapping_is_rejected(self, tmp_path, doc):
+    def test_a_document_that_is_not_a_mapping_is_rejected_naming_the_file(self, tmp_path, doc):
+        path = write(tmp_path, doc)
         with pytest.raises(ConfigError) as info:
-            load_config(write(tmp_path, doc))
+            load_config(path)
+        empty = " (the file is empty)" if doc == "" else ""
+        assert info.value.problems == [f"{path}: (top level): expected a mapping{empty}"]
+        with pytest.raises(ConfigError) as info:
+            parse_config(orjson.loads(b"[]"))  # a parsed document has no file to name
         assert info.value.problems == ["(top level): expected a mapping"]
+
+    def test_serve_names_an_empty_config_file(self, tmp_path):
+        from gateway.cli import _parser, resolve, serve_config
+
+        path = write(tmp_path, "")
+        args = _parser().parse_args(["serve", "--config", str(path)])
+        with pytest.raises(ConfigError) as info:
+            serve_config(resolve(args, environ={}))
+        assert info.value.problems == [f"{path}: (top level): expected a mapping (the file is empty)"]
 
     def test_invalid_yaml_names_the_file_and_the_line(self, tmp_path):
         path = write(tmp_path, "upstreams:\n  - name: a\n    url: [http://a\n")
@@ -593,6 +607,18 @@ class TestPrecedence:
             _serve_config(tmp_path, ["--port", "70000"], {"A2A_GATEWAY_PORT": "7002"})
         assert info.value.problems[0].startswith("listen.port (from --port): ")
 
+    @pytest.mark.parametrize("argv,env,source", [
+        (["--upstream", "127.0.0.1:9999"], {}, "--upstream"),
+        ([], {"A2A_GATEWAY_UPSTREAM": "127.0.0.1:9999"}, "A2A_GATEWAY_UPSTREAM"),
+    ])
+    def test_a_sidecar_upstream_error_names_its_flag_or_variable(self, argv, env, source):
+        from gateway.cli import _parser, resolve, serve_config
+
+        args = _parser().parse_args(["serve", *argv])
+        with pytest.raises(ConfigError) as info:
+            serve_config(resolve(args, environ=env))
+        assert info.value.problems == [f"upstreams[0].url (from {source}): must be an http:// or https:// URL"]
+
     def test_heartbeat_and_card_ttl_flags_set_every_upstream_of_a_file(self, tmp_path):
         from gateway.cli import _parser, resolve, serve_config
 
@@ -607,6 +633,13 @@ class TestPrecedence:
                               capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2
         assert proc.stderr.strip() == "a2a-gateway serve: A2A_GATEWAY_PORT: invalid int value 'x'"
+
+    def test_a_workers_error_names_its_variable(self):
+        proc = subprocess.run([sys.executable, "-m", "gateway", "serve", "--upstream", "http://127.0.0.1:9/",
+                               "--ledger", "memory"], cwd=ROOT, env={**os.environ, "A2A_GATEWAY_WORKERS": "2"},
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2
+        assert proc.stderr.startswith("a2a-gateway serve: 2 (from A2A_GATEWAY_WORKERS): --workers must be")
 
     @pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["ledger", "--help"]])
     def test_help_lists_every_environment_variable(self, argv):
@@ -666,3 +699,28 @@ def test_the_jwt_subject_as_identity_needs_auth_jwt() -> None:
     assert any("jwt_subject needs auth.jwt" in p for p in info.value.problems)
     config = parse_config({"upstreams": _UP, "callers": {"identity": "jwt_subject"}, "auth": {"jwt": _JWT}})
     assert config.auth.jwt is not None and config.auth.jwt.algorithms == ["RS256", "ES256"]
+
+
+class TestStateDirInUse:
+    """The ``starting`` line names the state directory only when this run keeps something there
+    (issue #34): the default SQLite ledger, or a Redis ledger's generated caller secret."""
+
+    @pytest.mark.parametrize("ledger,secret,shown", [
+        (None, None, True),                                    # the default ledger.db there
+        ("memory", None, False),
+        ("sqlite:///{elsewhere}/ledger.db", None, False),       # an explicit --ledger elsewhere
+        ("sqlite:///{state}/other.db", None, True),
+        ("redis://127.0.0.1:6379/0", None, True),               # the caller secret kept there
+        ("redis://127.0.0.1:6379/0", "s" * 32, False),
+    ])
+    def test_only_when_used(self, tmp_path, monkeypatch, ledger, secret, shown):
+        from gateway.cli import state_dir_in_use
+
+        state = tmp_path / "state"
+        monkeypatch.setenv("A2A_GATEWAY_STATE_DIR", str(state))
+        doc: dict = {"upstreams": [{"name": "w", "url": "http://w:1/"}]}
+        if ledger is not None:
+            doc["ledger"] = {"url": ledger.format(state=state, elsewhere=tmp_path)}
+        environ = {"A2A_GATEWAY_CALLER_SECRET": secret} if secret else {}
+        got = state_dir_in_use(parse_config(doc), environ)
+        assert got == ({"state_dir": str(state)} if shown else {})

@@ -77,7 +77,7 @@ from gateway.a2a.card import (
     unguarded_interfaces,
 )
 from gateway.a2a.card_bridge import card_versions, served_card
-from gateway.a2a.jsonrpc import MAX_JSON_DEPTH, loads
+from gateway.a2a.jsonrpc import ERROR_DOMAIN, ERROR_INFO_TYPE, MAX_JSON_DEPTH, loads
 from gateway.a2a.version import Binding, ProtocolVersion, version_family
 from gateway.config import BridgeConfig, CardConfig, PublicConfig, UpstreamConfig
 from gateway.errors import LedgerError, NestingTooDeepError, UpstreamError
@@ -749,14 +749,30 @@ async def serve_card(cache: CardCache, public: PublicConfig, route: Route, scope
     line.version = served_version(scope).value
 
 
+def _unavailable_body(cache: CardCache) -> dict[str, Any]:
+    """The card GET's 502 while no card is held, saying why (``google.rpc.Status``): the last
+    fetch's outcome and cause (``unreachable (connection_refused)``, ``unreachable (dns)``,
+    ``invalid (http_status)``, ...) and its reason, also as ``ErrorInfo`` metadata."""
+    name = cache.upstream.name
+    problem = cache._problem
+    if problem is None:
+        message = f"agent card of upstream {name} is unavailable: not fetched yet"
+        metadata = {"upstream": name, "card": "pending"}
+    else:
+        message = (f"agent card of upstream {name} is unavailable: {problem.outcome} "
+                   f"({problem.cause}): {problem.reason}")
+        metadata = {"upstream": name, "card": problem.outcome, "cause": problem.cause}
+    return {"error": {"code": 502, "status": "UNAVAILABLE", "message": message, "details": [
+        {"@type": ERROR_INFO_TYPE, "reason": "CARD_UNAVAILABLE", "domain": ERROR_DOMAIN, "metadata": metadata}]}}
+
+
 async def _serve_card(cache: CardCache, public: PublicConfig, route: Route, scope: Scope,
                       send: Send, bridge: BridgeConfig) -> int:
     variant = _header(scope, b"a2a-version") or ""
     await cache.current(variant)
     card = cache.cached(variant)
     if card is None:
-        body = orjson.dumps({"error": {"code": 502, "status": "UNAVAILABLE",
-                                       "message": "agent card of this upstream is unavailable"}})
+        body = orjson.dumps(_unavailable_body(cache))
         await _respond(send, scope, 502, [(b"content-type", b"application/json")], body)
         return 502
     settings = route.upstream.card

@@ -26,6 +26,7 @@ from gateway.exchange.commands import Count
 from gateway.exchange.request import RequestExchange
 from gateway.exchange.rest import RestExchange
 from gateway.proxy.auth import AuthFailure
+from gateway.proxy.card import public_base
 from gateway.proxy.endpoint import AT_CAPACITY, RETRY_AFTER, ExchangeHandler, send_json
 from gateway.proxy.forward import Route
 from gateway.proxy.runtime import Runtime
@@ -38,6 +39,13 @@ def rest_prefixes(card: dict[str, Any] | None, upstream_url: str) -> list[str]:
     """The worker's own REST prefixes (``/rest``): the paths of its card's HTTP+JSON
     interfaces below the upstream's URL path, for :func:`gateway.a2a.rest.rest_tenant`
     (docs/callers.md §1). None without a card."""
+    return [base for base in rest_bases(card, upstream_url) if base]
+
+
+def rest_bases(card: dict[str, Any] | None, upstream_url: str) -> list[str]:
+    """Where the card's HTTP+JSON interfaces are below the upstream's URL path: ``""`` for
+    one at the upstream's root, else its path (``/rest``); interfaces elsewhere (another path,
+    not below the upstream's) are left out. Empty without a card or a REST interface."""
     if not isinstance(card, dict):
         return []
     base = urlsplit(upstream_url).path.rstrip("/")
@@ -46,9 +54,23 @@ def rest_prefixes(card: dict[str, Any] | None, upstream_url: str) -> list[str]:
         if binding is not Binding.REST:
             continue
         path = urlsplit(url).path.rstrip("/")
-        if path.startswith(base) and len(path) > len(base):
+        if path == base or path.startswith(base + "/"):
             found.append(path[len(base):])
     return found
+
+
+def outside_rest(call: RestCall, bases: list[str]) -> bool:
+    """Whether ``call`` is outside every REST interface ``bases`` (:func:`rest_bases`) names:
+    the card advertises REST, none at the upstream's root, and no advertised path is a run of
+    whole segments of the call's base (``/rest`` in ``/rest``, ``/acme/rest`` or
+    ``/rest/acme``: a tenant may come before or after it). Such a call reaches no REST
+    handler of the worker (the demo worker answers it with a redirect), so the gateway
+    answers it itself (:meth:`RestHandler.handle`). ``False`` when the card advertises no
+    REST interface (nothing to say where REST lives)."""
+    if not bases or "" in bases:
+        return False
+    path = call.base.rstrip("/") + "/"
+    return not any(f"{base}/" in path for base in bases)
 
 
 async def refuse_rest_auth(send: Send, failure: AuthFailure,
@@ -112,7 +134,11 @@ class RestHandler(ExchangeHandler):
         policy = self.rt.policy(self.route.upstream, cards.heartbeat_seconds())
         rewrite = self.card_rewrite(call.operation)
         worker = self.bridge_to(call.version, Binding.REST, cards)
-        tenant = rest.rest_tenant(call, rest_prefixes(card.doc, self.route.upstream.url))
+        bases = rest_bases(card.doc, self.route.upstream.url)
+        if outside_rest(call, bases):
+            await self._outside_rest(bases)
+            return
+        tenant = rest.rest_tenant(call, [base for base in bases if base])
 
         def build(doc: object, body: bytes) -> RequestExchange:
             params = rest.request_params(call, doc)
@@ -140,6 +166,21 @@ class RestHandler(ExchangeHandler):
         """HTTP 401 with ``WWW-Authenticate: Bearer`` (503 when the keys cannot be had now)
         and the REST error body of the client's version (docs/callers.md §5)."""
         await refuse_rest_auth(self.send, failure, self.call.version)
+
+    async def _outside_rest(self, bases: list[str]) -> None:
+        """HTTP 404 in REST's error form for an A2A REST path outside every REST interface the
+        card advertises, naming where they are as the client reaches them (the served card's
+        URLs): a wrong path is the client's to fix, not an upstream error."""
+        self.summary.outcome = "no_route"
+        mount = public_base(self.rt.config.public, self.route, self.scope).rstrip("/")
+        where = [f"{mount}{base}" for base in bases]
+        below = self.route.path
+        operation = below[len(self.call.base):] if below.startswith(self.call.base) else below
+        message = (f"no REST interface at {self.scope['path']}: the agent card advertises REST "
+                   f"(HTTP+JSON) at {' and '.join(where)}; try {where[0]}{operation}")
+        body = rest.error_body(jsonrpc.METHOD_NOT_FOUND, message, status=404, version=self.call.version,
+                               metadata={"restBase": where[0]})
+        await send_json(self.send, 404, body)
 
     async def _malformed(self, message: str) -> None:
         self.summary.outcome = "malformed"

@@ -129,7 +129,24 @@ def test_an_admin_port_in_use_exits_3_with_one_clear_line() -> None:
     assert proc.returncode == 3
     [failed] = [orjson.loads(line) for line in proc.stderr.splitlines() if '"listen_failed"' in line]
     assert failed["admin"] == f"127.0.0.1:{taken}" and "address already in use" in str(failed["error"]).lower()
+    assert f"port {taken} is in use" in failed["hint"] and f"ss -ltnp 'sport = :{taken}'" in failed["hint"]
+    assert "--admin-port" in failed["hint"]
     assert "Traceback" not in proc.stderr
+
+
+def test_a_listen_port_in_use_names_the_port_and_how_to_find_its_holder() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "gateway", "serve", "--upstream", "http://127.0.0.1:9/",
+                               "--port", str(taken), "--admin-port", "0", "--ledger", "memory"],
+                              capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 3
+    [failed] = [orjson.loads(line) for line in proc.stderr.splitlines() if '"listen_failed"' in line]
+    assert failed["listen"] == f"127.0.0.1:{taken}"
+    assert failed["hint"] == (f"port {taken} is in use by another process; `ss -ltnp 'sport = :{taken}'` "
+                              f"(or `lsof -iTCP:{taken} -sTCP:LISTEN`) names it; --port chooses another port")
 
 
 @pytest.mark.parametrize("content", [None, "\n"])

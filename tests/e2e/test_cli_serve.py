@@ -256,6 +256,10 @@ def test_the_example_config_runs_in_front_of_the_demo_worker(tmp_path: Path) -> 
     assert (state / "ledger.db").is_file() and (state.stat().st_mode & 0o777) == 0o700
     starting = next(line for line in lines if line["event"] == "starting")
     assert starting["state_dir"] == str(state) and starting["ledger"] == f"sqlite://{state}/ledger.db"
+    # uvicorn's process lines once, though two uvicorn servers (traffic, admin) run in it
+    events = [line["event"] for line in lines]
+    assert [sum(e.startswith(w) for e in events) for w in ("Started server process", "Finished server process",
+                                                          "Shutting down")] == [1, 1, 1], events
     stats = subprocess.run([sys.executable, "-m", "gateway", "ledger", "stats"], cwd=tmp_path,
                            env={**os.environ, "A2A_GATEWAY_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)},
                            capture_output=True, text=True, timeout=30)
