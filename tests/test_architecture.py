@@ -2,7 +2,8 @@
 
 import-linter checks the import contracts of pyproject's ``[tool.importlinter]`` (``layers``:
 the package's layers, highest first; ``pure-core``: the core never imports the shell or an I/O
-library), mypy the types of ``[tool.mypy]`` (strict for the pure core). Both read the source,
+library; ``acyclic``: no cycle between the packages or modules of one package), grimp (its
+import graph) that no two modules import each other at all, mypy the types of ``[tool.mypy]`` (strict for the pure core). Both read the source,
 import nothing of the gateway and need no network. Beside them: every module of ``gateway/``
 sits in a layer, the strict set is the pure core of tests/test_purity.py, and docs/architecture.md
 §3 lists pyproject's layers.
@@ -15,6 +16,8 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+import grimp
 
 from tests.test_purity import PURE_FILES
 
@@ -45,6 +48,47 @@ def test_import_contracts_hold() -> None:
     done = _run(str(lint), "--no-cache")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in done.stdout, done.stdout
+
+
+def _cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in imports.get(module, ()):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(imports):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """No import cycle between modules, with no exception (the contracts' ``ignore_imports``
+    do not apply here), ``if TYPE_CHECKING:`` imports included."""
+    graph = grimp.build_graph("gateway", cache_dir=None)
+    imports = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    assert _cycles(imports) == []
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_type_checker_passes() -> None:
