@@ -97,6 +97,25 @@ def test_type_checker_passes() -> None:
     assert done.stdout.startswith("Success"), done.stdout
 
 
+def test_relaxed_shell_modules_keep_their_error_budget(tmp_path: Path) -> None:
+    """Each shell module mypy does not report on has at most the errors pyproject's comment
+    beside it counts, and at least one: a clean module leaves the list."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    budget = {m: int(n) for m, n in re.findall(r'^    "(gateway\.[\w.]+)",\s+# (\d+)', text, re.M)}
+    relaxed = [m for o in PYPROJECT["tool"]["mypy"]["overrides"] if o.get("ignore_errors") for m in o["module"]]
+    assert sorted(budget) == sorted(relaxed)
+    config = tmp_path / "mypy.toml"
+    config.write_text(text.replace("ignore_errors = true", "ignore_errors = false"), encoding="utf-8")
+    done = _run(sys.executable, "-m", "mypy", "--config-file", str(config))
+    found = {m: 0 for m in budget}
+    for path in re.findall(r"^(gateway/\S+)\.py:\d+: error:", done.stdout, re.M):
+        module = path.replace("/", ".").removesuffix(".__init__")
+        assert module in found, f"{module} is not relaxed but has errors:\n{done.stdout}"
+        found[module] += 1
+    over = {m: (found[m], budget[m]) for m in budget if not 0 < found[m] <= budget[m]}
+    assert over == {}, f"(errors, budget) off budget, or clean (take it off the list):\n{done.stdout}"
+
+
 def test_every_module_sits_in_a_layer() -> None:
     layered = [m for layer in _layers() for m in layer]
     assert len(layered) == len(set(layered)), layered
