@@ -96,7 +96,11 @@ def table() -> str:
              if inspect.isclass(c) and issubclass(c, Command) and c is not Command]
     if sorted(c.__name__ for c in listed) != sorted(c.__name__ for c in every):
         raise ValueError("every command must sit under a '# --- section ---' comment of commands.py")
-    rows = [BEGIN, "", "| command | the driver does | reply | thrown in |", "|---|---|---|---|"]
+    rows = [BEGIN, "",
+            "Every command is a `Command`, a dataclass the type checker holds frozen; every exchange "
+            "method is typed `CommandGenerator[T]` (it yields commands, is sent their replies and "
+            "returns a `T`).", "",
+            "| command | the driver does | reply | thrown in |", "|---|---|---|---|"]
     for section, classes in _sections():
         if classes:
             rows.append(f"| **{section}** | | | |")
