@@ -309,6 +309,30 @@ def test_the_configuration_reference_is_generated_from_the_models():
     assert TARGET.read_text(encoding="utf-8") == render(), "run: python -m gateway.config_reference"
 
 
+def test_the_command_table_is_generated_from_the_commands():
+    """docs/architecture.md's command table is what ``python -m gateway.command_reference``
+    writes: rerun it after changing gateway/exchange/commands.py."""
+    from gateway.command_reference import TARGET, render
+
+    current = TARGET.read_text(encoding="utf-8")
+    assert current == render(current), "run: python -m gateway.command_reference"
+    assert "`Enqueue(callback_id, task_id, body)`" in current  # the fields the code has
+
+
+def test_the_command_table_needs_a_reply_line_and_its_markers():
+    from gateway import command_reference
+    from gateway.exchange.commands import Command, command
+
+    @command
+    class Undocumented(Command):
+        """Does something, but says nothing of its reply."""
+
+    with pytest.raises(ValueError, match="Reply:"):
+        command_reference._parts(Undocumented)
+    with pytest.raises(ValueError, match="markers"):
+        command_reference.render("# Architecture\n")
+
+
 def test_every_config_field_has_a_description_in_its_model():
     from gateway.config import GatewayConfig
     from gateway.config_reference import _models

@@ -7,7 +7,9 @@ checker holds frozen (assigning a field is an error; :func:`dataclasses.replace`
 changed copy) and that runs as a plain slotted one, because several are made per SSE event
 and a runtime-frozen one costs about twice as much to build. The replies are plain slotted
 dataclasses, read-only by convention. The table of commands, their replies and the
-exceptions a driver may throw in is in docs/architecture.md ("The exchange layer").
+exceptions a driver may throw in is in docs/architecture.md ("The exchange layer"), generated
+from this module by :mod:`gateway.command_reference`: each command's docstring describes it,
+then ends with a ``Reply:`` line and, when something may be thrown in, a ``Throws:`` line.
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ class Load(Command):
     docs/callers.md §1). With ``cached``, the record this exchange itself last read or stored
     (and its version) may answer without a ledger call; the reply says so (``Loaded.cached``),
     and only a :class:`Store` over that version proves it current (docs/architecture.md,
-    "A stream holds its record"). Reply: :class:`Loaded`. Throws
-    :class:`~gateway.errors.LedgerError`."""
+    "A stream holds its record").
+
+    Reply: :class:`Loaded`.
+    Throws: :class:`~gateway.errors.LedgerError`.
+    """
 
     task_id: str | None
     tenant: str = ""
@@ -82,12 +87,15 @@ class Loaded:
 
 @command
 class Store(Command):
-    """Compare-and-set ``record`` over ``expected_version`` (0: a new record) and clear the
-    task's ``needs_resync`` flag with it: a stored record is an observation of this gateway
-    run. To clear the flag alone, store the loaded record unchanged over its loaded version
-    (:func:`gateway.exchange.judge.clear_resync`). Reply: the new version
-    (``expected_version + 1``). Throws :class:`~gateway.errors.VersionConflictError` or
-    :class:`~gateway.errors.LedgerError`."""
+    """Compare-and-set ``record`` over ``expected_version`` (0: a new record) under the
+    record's upstream, tenant and task id, and clear the task's ``needs_resync`` flag with it:
+    a stored record is an observation of this gateway run. To clear the flag alone, store the
+    loaded record unchanged over its loaded version
+    (:func:`gateway.exchange.judge.clear_resync`).
+
+    Reply: the new version (``expected_version + 1``).
+    Throws: :class:`~gateway.errors.VersionConflictError`, :class:`~gateway.errors.LedgerError`.
+    """
 
     record: TaskRecord
     expected_version: int
@@ -98,8 +106,11 @@ class AppendEvent(Command):
     """Add one event the client is about to receive for ``task_id`` to the task's replay
     window (docs/resume.md §2), in ``lineage`` (``None``: a new one, named after the event's
     id). ``payload`` is the exchange's encoding of the event
-    (:func:`gateway.exchange.window.encode`), ``tenant`` the task's tenant. Reply:
-    ``(event_id, lineage)``. Throws :class:`~gateway.errors.LedgerError`."""
+    (:func:`gateway.exchange.window.encode`), ``tenant`` the task's tenant.
+
+    Reply: ``(event_id, lineage)``.
+    Throws: :class:`~gateway.errors.LedgerError`.
+    """
 
     task_id: str
     lineage: str | None
@@ -110,10 +121,13 @@ class AppendEvent(Command):
 @command
 class StoreAndAppend(Command):
     """A :class:`Store` and an :class:`AppendEvent` of the event it was judged from, as one
-    ledger operation: the event is added to the window only when the compare-and-set holds,
-    and both are kept or neither (docs/resume.md §2). Reply: ``(version, event_id, lineage)``.
-    Throws :class:`~gateway.errors.VersionConflictError` (nothing was kept) or
-    :class:`~gateway.errors.LedgerError`."""
+    ledger operation (``put_with_event``): the event is added to the window only when the
+    compare-and-set holds, and both are kept or neither (docs/resume.md §2).
+
+    Reply: ``(version, event_id, lineage)``.
+    Throws: :class:`~gateway.errors.VersionConflictError` (nothing was kept),
+    :class:`~gateway.errors.LedgerError`.
+    """
 
     record: TaskRecord
     expected_version: int
@@ -123,8 +137,11 @@ class StoreAndAppend(Command):
 @command
 class ReadWindow(Command):
     """The replay window of ``task_id`` in ``tenant`` after the event ``after`` (a client's
-    ``Last-Event-ID``). Reply: :class:`~gateway.records.Replay`. Throws
-    :class:`~gateway.errors.LedgerError`."""
+    ``Last-Event-ID``; docs/resume.md §1).
+
+    Reply: :class:`~gateway.records.Replay`.
+    Throws: :class:`~gateway.errors.LedgerError`.
+    """
 
     task_id: str
     after: str
@@ -136,7 +153,10 @@ class AppendTimeline(Command):
     """Keep ``entry`` in the timeline of ``task_id`` (docs/observability.md §2); the driver
     sets its time. Performed after the observation's record was stored and before the payload
     is forwarded; a failed write is counted and logged, never thrown in (the timeline explains,
-    it decides nothing). ``tenant``: the task's A2A tenant (docs/callers.md §1). Reply: ``None``."""
+    it decides nothing). ``tenant``: the task's A2A tenant (docs/callers.md §1).
+
+    Reply: ``None``.
+    """
 
     task_id: str
     entry: TimelineEntry
@@ -145,10 +165,13 @@ class AppendTimeline(Command):
 
 @command
 class Enqueue(Command):
-    """Put ``body`` (a notification in the client's form) in the durable push outbox for the
-    push config ``callback_id`` of ``task_id`` (docs/push.md §3). Reply: the entry id. Throws
-    :class:`~gateway.errors.PushLimitError` (the outbox is full) or
-    :class:`~gateway.errors.LedgerError`."""
+    """Put ``body`` (a judged notification in the client's form) in the durable push outbox
+    for the push config ``callback_id`` of ``task_id`` (docs/push.md §3).
+
+    Reply: the entry id.
+    Throws: :class:`~gateway.errors.PushLimitError` (the outbox is full),
+    :class:`~gateway.errors.LedgerError`.
+    """
 
     callback_id: str
     task_id: str
@@ -158,8 +181,11 @@ class Enqueue(Command):
 @command
 class PushBound(Command):
     """The tasks the push configs ``callback_ids`` (inline configs of this send) are bound to
-    by now: a notification to one of them named its task (docs/push.md §1). Reply: a
-    ``frozenset`` of task ids. Throws :class:`~gateway.errors.LedgerError`."""
+    by now: a notification to one of them named its task (docs/push.md §1.3).
+
+    Reply: a ``frozenset`` of task ids.
+    Throws: :class:`~gateway.errors.LedgerError`.
+    """
 
     callback_ids: tuple[str, ...]
 
@@ -169,9 +195,7 @@ class PushBound(Command):
 
 @command
 class Post(Command):
-    """Send ``body`` to the route's upstream and read the whole answer. Reply:
-    :class:`Answer`. Throws :class:`~gateway.errors.UpstreamError`.
-
+    """Send ``body`` to the route's upstream and read the whole answer.
     ``method`` is the HTTP method; ``target`` the path and query below the upstream's base
     URL (starting with ``/``), ``None`` for the client's own request path and query. A
     ``GET`` / ``DELETE`` sends no body. ``a2a_version`` replaces the client's ``A2A-Version``
@@ -179,8 +203,12 @@ class Post(Command):
     (``A2A-Extensions`` / ``X-A2A-Extensions``): a bridged request speaks the worker's version
     (docs/bridge.md); ``None`` leaves the client's headers as they are. ``reason`` says why
     the gateway sends a request of its own (a forced ``GetTask``: ``restart``,
-    ``heartbeat_gap``, ``upstream_eof``…; set by the exchange after the binding built it);
-    ``None`` for the client's request."""
+    ``heartbeat_gap``, ``upstream_eof``…; set by the exchange after the binding built it, for
+    the request's client span); ``None`` for the client's request.
+
+    Reply: :class:`Answer`.
+    Throws: :class:`~gateway.errors.UpstreamError`.
+    """
 
     body: bytes
     method: str = "POST"
@@ -191,11 +219,14 @@ class Post(Command):
 
 @command
 class Open(Command):
-    """Send ``body`` expecting an SSE stream (``method`` and ``target`` as for :class:`Post`).
+    """Send ``body`` expecting an SSE stream (``method``, ``target`` and ``a2a_version`` as
+    for :class:`Post`); an earlier (cut) stream's response is closed first. ``reason``:
+    ``resubscribe`` for the gateway's own ``SubscribeToTask`` after a cut, else ``None``.
+
     Reply: :data:`OPENED` once an event stream's head is in (it becomes the stream
-    :class:`Read` reads; an earlier one is closed), or the whole :class:`Answer` when the worker
-    answered anything else. Throws :class:`~gateway.errors.UpstreamError`. ``reason``:
-    ``resubscribe`` for the gateway's own ``SubscribeToTask`` after a cut, else ``None``."""
+    :class:`Read` reads), or the whole :class:`Answer` when the worker answered anything else.
+    Throws: :class:`~gateway.errors.UpstreamError`.
+    """
 
     body: bytes
     method: str = "POST"
@@ -206,15 +237,21 @@ class Open(Command):
 
 @command
 class Read(Command):
-    """The next bytes of the open upstream stream. Reply: the ``bytes`` as read, or
-    :data:`ENDED` at its end. Throws :class:`~gateway.errors.UpstreamError` (cut) or :class:`TimeoutError`
-    (past a :class:`Deadline`)."""
+    """The next bytes of the open upstream stream.
+
+    Reply: the ``bytes`` as read, or :data:`ENDED` at its end.
+    Throws: :class:`~gateway.errors.UpstreamError` (a cut), :class:`TimeoutError` (past a
+    :class:`Deadline`).
+    """
 
 
 @command
 class Deadline(Command):
     """From now on, a :class:`Read` that would wait past ``seconds`` from now throws
-    :class:`TimeoutError`. Reply: ``None``."""
+    :class:`TimeoutError` (the post-terminal drain).
+
+    Reply: ``None``.
+    """
 
     seconds: float
 
@@ -255,7 +292,10 @@ class Respond(Command):
     content type); ``relay`` is the worker's :class:`Answer` whose headers go along (hop-by-hop
     and body headers removed), ``None`` for an answer of the gateway's own; ``headers`` are
     the gateway's own besides (lower-case name, value; e.g. ``Retry-After`` on "gateway at
-    capacity"). Reply: ``None``."""
+    capacity").
+
+    Reply: ``None``.
+    """
 
     status: int
     body: bytes
@@ -267,25 +307,35 @@ class Respond(Command):
 @command
 class StartStream(Command):
     """Send the head of an SSE response (HTTP 200, the worker's stream headers relayed).
-    Reply: ``None``."""
+
+    Reply: ``None``.
+    """
 
 
 @command
 class Emit(Command):
-    """Queue ``frame`` (encoded SSE) for the client: its event is judged and stored. Reply:
-    ``None``."""
+    """Queue ``frame`` (encoded SSE) for the client: its event is judged and stored.
+
+    Reply: ``None``.
+    """
 
     frame: bytes
 
 
 @command
 class Flush(Command):
-    """Send the queued frames in one write. Reply: ``None``."""
+    """Send the queued frames in one write.
+
+    Reply: ``None``.
+    """
 
 
 @command
 class EndStream(Command):
-    """Send the queued frames and end the client's stream. Reply: ``None``."""
+    """Send the queued frames and end the client's stream.
+
+    Reply: ``None``.
+    """
 
 
 # --- time, the card, reports ------------------------------------------------------------------
@@ -293,7 +343,10 @@ class EndStream(Command):
 
 @command
 class Sleep(Command):
-    """Wait ``seconds`` (resubscribe backoff). Reply: ``None``."""
+    """Wait ``seconds`` (resubscribe backoff).
+
+    Reply: ``None``.
+    """
 
     seconds: float
 
@@ -301,14 +354,20 @@ class Sleep(Command):
 @command
 class MarkCardStale(Command):
     """The worker's answer (401/403/404) may mean a changed card: revalidate it before the
-    next admission. Reply: ``None``."""
+    next admission.
+
+    Reply: ``None``.
+    """
 
 
 @command
 class Count(Command):
-    """Add ``amount`` (default one) to the metric ``metric`` (an attribute of
+    """A report: add ``amount`` (default one) to the metric ``metric`` (an attribute of
     :class:`~gateway.observability.metrics.Metrics`) with the exchange's upstream first and
-    then ``labels``. Reply: ``None``."""
+    then ``labels``.
+
+    Reply: ``None``.
+    """
 
     metric: str
     labels: tuple[str, ...] = ()
@@ -317,8 +376,11 @@ class Count(Command):
 
 @command
 class Found(Command):
-    """Findings of the engine, to count and (divergences) log with ``task_id`` (of ``tenant``);
-    ``method`` labels rejections (default: the exchange's operation). Reply: ``None``."""
+    """A report: findings of the engine, to count and (divergences) log with ``task_id`` (of
+    ``tenant``); ``method`` labels rejections (default: the exchange's operation).
+
+    Reply: ``None``.
+    """
 
     findings: tuple[Finding, ...]
     task_id: str | None
@@ -328,7 +390,10 @@ class Found(Command):
 
 @command
 class Degraded(Command):
-    """Set ``a2a_gateway_upstream_degraded{reason}`` to ``value`` (1 or 0). Reply: ``None``."""
+    """A report: set ``a2a_gateway_upstream_degraded{reason}`` to ``value`` (1 or 0).
+
+    Reply: ``None``.
+    """
 
     reason: str
     value: int
@@ -336,8 +401,11 @@ class Degraded(Command):
 
 @command
 class Log(Command):
-    """One log line: ``event`` at ``level`` (``warning``/``error``) with ``fields``. Reply:
-    ``None``."""
+    """A report: one log line, ``event`` at ``level`` (``debug``/``warning``/``error``) with
+    ``fields``.
+
+    Reply: ``None``.
+    """
 
     level: str
     event: str

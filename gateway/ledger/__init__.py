@@ -25,29 +25,12 @@ from typing import TYPE_CHECKING
 
 from gateway.errors import VersionConflictError
 from gateway.ledger.base import Stored, TaskLedger, TimelineLimits, WindowLimits
+from gateway.ledger.urls import redact
 
 if TYPE_CHECKING:
     from gateway.ledger.redis import RedisOptions
 
 __all__ = ["Stored", "TaskLedger", "VersionConflictError", "ledger_from_url", "redact", "sqlite_path"]
-
-
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for logs and printed config): the
-    userinfo's, and the value of every query argument whose name holds ``password``
-    (``ssl_password=``)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    userinfo, at, tail = rest.rpartition("@")
-    if at and ":" in userinfo:
-        userinfo = userinfo.split(":", 1)[0] + ":***"
-    path, question, query = tail.partition("?")
-    if question:
-        pairs = (pair.partition("=") for pair in query.split("&"))
-        query = "&".join(f"{name}{eq}***" if eq and "password" in name.lower() else f"{name}{eq}{value}"
-                         for name, eq, value in pairs)
-    return f"{scheme}://{userinfo}{at}{path}{question}{query}"
 
 
 def sqlite_path(url: str) -> Path:

@@ -111,7 +111,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
-from gateway.ledger import codec, redact
+from gateway.ledger import codec
 from gateway.ledger.base import (
     LiveTask,
     Replay,
@@ -125,6 +125,7 @@ from gateway.ledger.base import (
     encode_entry,
 )
 from gateway.ledger.redis_push import RedisPushStore
+from gateway.ledger.urls import redact
 
 _log = logging.getLogger("a2a_gateway")
 

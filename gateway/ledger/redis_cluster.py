@@ -56,9 +56,10 @@ from redis.asyncio.connection import parse_url
 
 from gateway.errors import VersionConflictError
 from gateway.invariants.model import TaskRecord
-from gateway.ledger import codec, redact
+from gateway.ledger import codec
 from gateway.ledger.base import LiveTask, WindowLimits
 from gateway.ledger.redis import _OBSERVE_CARD, RedisLedger, RedisOptions, _read_secret, escape_key_part, host_port
+from gateway.ledger.urls import redact
 
 _log = logging.getLogger("a2a_gateway")
 

@@ -38,7 +38,6 @@ from gateway.proxy.transport import UpstreamClient
 if TYPE_CHECKING:
     from gateway.proxy.limits import Limiter
     from gateway.proxy.signing import CardSigner
-    from gateway.push.relay import PushRelay
 
 T = TypeVar("T")
 
@@ -106,8 +105,11 @@ class Runtime:
     """Who is asking (docs/callers.md §2); ``None``: callers are not told apart."""
     auth: JwtVerifier | None = None
     """Bearer JWT checking (``auth.jwt``, docs/callers.md §5); ``None``: off."""
-    push: PushRelay | None = None
-    """The push relay (docs/push.md; set by :func:`gateway.app.build_app`)."""
+    push: Any = None
+    """The push relay, a :class:`gateway.push.relay.PushRelay` (docs/push.md; set by
+    :func:`gateway.app.build_app`); ``None``: none. Typed ``Any``: the relay imports this
+    module, and naming its class here made the two import each other (docs/architecture.md
+    §3: no import cycles)."""
     ledger_down: str | None = None
     """Why the ledger could not be written at the last write or probe (``None``: it could): a
     failed ledger call sets it, a write that succeeds clears it (:meth:`ledger_call`, and the
