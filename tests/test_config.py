@@ -131,7 +131,7 @@ class TestLoad:
     def test_the_shipped_example_config_is_valid(self):
         config = load_config(ROOT / "config" / "gateway.example.yaml")
         assert [u.url for u in config.upstreams] == ["http://127.0.0.1:9999/"]  # the demo worker
-        # the name the README's `ledger show TASK_ID` and /tasks/worker/…/timeline take by default
+        # the name the docs' `ledger show TASK_ID` and /tasks/worker/…/timeline take by default
         assert [u.name for u in config.upstreams] == ["worker"]
 
 
