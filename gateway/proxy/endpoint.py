@@ -310,6 +310,8 @@ class ExchangeHandler:
         try:
             work = driver.run(gen, until_ended=streaming)  # a stream may drain after its end
             finished, done = await until_disconnect(self.receive, work, stop=stop)
+            if self.grant.stream is not None:  # the client's stream is over: its slot is free
+                await self.rt.limiter.release_stream(self.grant)  # type: ignore[union-attr]
             if not finished:
                 gen.close()
                 if self.rt.drain_expired.is_set():

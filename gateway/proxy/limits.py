@@ -98,30 +98,37 @@ class Limiter:
     def __init__(self, rt: Runtime, store: LimitStore) -> None:
         self.rt = rt
         self.store = store
-        self._overrides: tuple[int, dict[str, tuple[str, QuotaConfig]]] = (0, {})
+        self._overrides: tuple[Any, dict[str, tuple[str, QuotaConfig]]] = (None, {})
         self._seen: collections.OrderedDict[str, Scope] = collections.OrderedDict()
+        self._flags_of: tuple[Any, tuple[bool, bool]] = (None, (False, False))
 
     # --- which scopes -----------------------------------------------------------------------------
+
+    def _flags(self) -> tuple[bool, bool]:
+        """``(any limit configured, a live-task limit configured)`` under the config in force
+        (worked out once per config: every request asks)."""
+        cfg = self.rt.config.limits
+        if self._flags_of[0] is not cfg:  # the object kept, so a reload never meets a reused id
+            quotas = (cfg.per_upstream, cfg.per_tenant, cfg.per_caller, *cfg.tenants.values(), *cfg.callers.values())
+            self._flags_of = (cfg, (any(q.configured for q in quotas),
+                                        any(q.live_tasks is not None for q in quotas)))
+        return self._flags_of[1]
 
     @property
     def active(self) -> bool:
         """Whether any fair-share limit is configured."""
-        cfg = self.rt.config.limits
-        return any(q.configured for q in (cfg.per_upstream, cfg.per_tenant, cfg.per_caller,
-                                           *cfg.tenants.values(), *cfg.callers.values()))
+        return self._flags()[0]
 
     @property
     def counts_live(self) -> bool:
         """Whether a live-task limit is configured anywhere (a terminal store then frees a slot)."""
-        cfg = self.rt.config.limits
-        return any(q.live_tasks is not None for q in (cfg.per_upstream, cfg.per_tenant, cfg.per_caller,
-                                                      *cfg.tenants.values(), *cfg.callers.values()))
+        return self._flags()[1]
 
     def _caller_overrides(self) -> dict[str, tuple[str, QuotaConfig]]:
         """Every fingerprint of every ``limits.callers`` name under the secrets in force →
         ``(name, override)``; built once per config (identities are never kept)."""
         cfg = self.rt.config.limits
-        if self._overrides[0] == id(cfg):
+        if self._overrides[0] is cfg:
             return self._overrides[1]
         found: dict[str, tuple[str, QuotaConfig]] = {}
         keys = self.rt.callers
@@ -129,7 +136,7 @@ class Limiter:
             for name, quota in cfg.callers.items():
                 for fingerprint in keys.caller(name.encode("utf-8", "surrogatepass")).matches:
                     found[fingerprint] = (name, quota)
-        self._overrides = (id(cfg), found)
+        self._overrides = (cfg, found)
         return found
 
     def scopes(self, upstream: str, tenant: str, caller: Caller) -> list[Scope]:
@@ -143,9 +150,9 @@ class Limiter:
         if quota.configured:
             out.append(Scope("tenant", f"tenant:{quote(tenant, safe='')}", tenant or '(none)', quota))
         quota, label = cfg.per_caller, "(a caller)"
-        named = self._caller_overrides().get(caller.fingerprint or "")
-        if named is None:
-            named = next((self._caller_overrides()[m] for m in caller.matches if m in self._caller_overrides()), None)
+        overrides = self._caller_overrides()
+        named = overrides.get(caller.fingerprint or "") or next(
+            (overrides[m] for m in caller.matches if m in overrides), None)
         if named is not None:
             label, quota = named[0], quota.over(named[1])
         if quota.configured:
@@ -293,6 +300,16 @@ class Limiter:
                 await self.store.add(keys, callback_ids)
             except Exception as exc:  # noqa: BLE001 - uncounted configs: the limit is soft by them
                 self.rt.log.warning("limit_store_failed", extra={"operation": "pushed", "error": type(exc).__name__})
+
+    async def release_stream(self, grant: Grant) -> None:
+        """The client's stream ended (its response is complete, or it went away): its slot is
+        given back at once, before the worker's stream drains unwatched."""
+        try:
+            if grant.stream is not None:
+                stream, grant.stream = grant.stream, None
+                await self.store.release(grant.stream_keys, stream)
+        except Exception as exc:  # noqa: BLE001 - reclaimed after limits.stale_seconds
+            self.rt.log.warning("limit_store_failed", extra={"operation": "release", "error": type(exc).__name__})
 
     async def release(self, grant: Grant) -> None:
         """Give back what the request still holds: its stream slot, a pending task slot never

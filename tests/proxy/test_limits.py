@@ -194,6 +194,9 @@ def test_open_streams_per_caller(make_harness: Any, road: Road) -> None:
         gate.release()
         worker.join(10)
     assert b"COMPLETED" in b"".join(got).upper()
+    # the client has its whole body a moment before the gateway gives the slot back
+    wait_until(lambda: h.on_gateway_loop(h.runtime.limiter.store.count("streams:caller:anonymous")) == 0,
+               message="the first stream's slot given back")
     d.on_stream([{"task": task("t-2", WORKING)}, status_update("t-2", COMPLETED)])
     assert call(d, "stream").status_code == 200
     assert h.metric("a2a_gateway_limited_total", limit="caller.open_streams") == 1
@@ -270,3 +273,27 @@ def test_two_replicas_on_one_redis_share_one_limit(make_harness: Any) -> None:
         da.on_send({"task": task("t-3", WORKING)})
         assert call(da, "send").status_code == 200
         assert db.worker_sends() == 0
+
+
+def test_a_tenant_override_replaces_only_the_fields_it_sets(make_harness: Any) -> None:
+    """``limits.tenants.acme`` sets live_tasks for tenant ``acme``; every other tenant keeps
+    ``per_tenant`` (here 0: nothing of theirs goes through), and so does acme's rate."""
+    h = make_harness(limits={"per_tenant": {"live_tasks": 0, "requests_per_second": 1000},
+                             "tenants": {"acme": {"live_tasks": 1}}})
+    road = ROADS[0]
+
+    def send(tenant: str | None) -> httpx.Response:
+        params: dict[str, Any] = {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+        if tenant is not None:
+            params["tenant"] = tenant
+        body = {"jsonrpc": "2.0", "id": "req-send", "method": "SendMessage", "params": params}
+        return h.rpc(body, headers={"A2A-Version": "1.0"})
+
+    h.worker.on("SendMessage", json_result={"task": task("t-1", WORKING)})
+    assert send("acme").status_code == 200
+    assert_limited(road, send("acme"), "tenant.live_tasks")
+    assert_limited(road, send(None), "tenant.live_tasks")
+    assert_limited(road, send("other"), "tenant.live_tasks")
+    assert len(h.worker.calls("SendMessage")) == 1
+    page = h.http.get(h.admin.url + "/status").text
+    assert "<td>acme</td>" in page and "1000/s" in page
