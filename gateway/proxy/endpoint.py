@@ -264,7 +264,7 @@ class ExchangeHandler:
         self.summary.outcome = "limited"
         self.rt.metrics.limited.labels(self.upstream, refusal.limit).inc()
         self.rt.log.warning("limited", extra={"upstream": self.upstream, "limit": refusal.limit,
-                                              "retry_after_s": refusal.retry_after})
+                                              "retry_in_s": refusal.retry_after})
         if ex.task_id:
             await self.rt.keep_timeline(self.upstream, ex.task_id, TimelineEntry(
                 "request", "rejected", method=str(ex.operation), binding=ex.binding.value, version=ex.version.value,

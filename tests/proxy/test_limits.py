@@ -279,7 +279,7 @@ def test_a_tenant_override_replaces_only_the_fields_it_sets(make_harness: Any) -
     """``limits.tenants.acme`` sets live_tasks for tenant ``acme``; every other tenant keeps
     ``per_tenant`` (here 0: nothing of theirs goes through), and so does acme's rate."""
     h = make_harness(limits={"per_tenant": {"live_tasks": 0, "requests_per_second": 1000},
-                             "tenants": {"acme": {"live_tasks": 1}}})
+                             "tenants": {"acme": {"live_tasks": 1}}}, admin={"metric_tenants": ["acme"]})
     road = ROADS[0]
 
     def send(tenant: str | None) -> httpx.Response:
@@ -295,5 +295,27 @@ def test_a_tenant_override_replaces_only_the_fields_it_sets(make_harness: Any) -
     assert_limited(road, send(None), "tenant.live_tasks")
     assert_limited(road, send("other"), "tenant.live_tasks")
     assert len(h.worker.calls("SendMessage")) == 1
+    # a tenant is a label only through admin.metric_tenants; any other is "other"
+    assert h.metric("a2a_gateway_tenant_requests_total", tenant="acme", outcome="limited") == 1
+    assert h.metric("a2a_gateway_tenant_requests_total", tenant="other", outcome="limited") == 1
     page = h.http.get(h.admin.url + "/status").text
     assert "<td>acme</td>" in page and "1000/s" in page
+
+
+def test_refusals_are_logged_once_per_repeat_window(make_harness: Any, gateway_warnings: Any) -> None:
+    """Every refusal counts; the ``limited`` lines are alike but for ``retry_in_s``, so the
+    log's repeat window writes the first and holds the others back."""
+    road = ROADS[0]
+    from gateway.observability.logging import RepeatFilter
+
+    h = make_harness(limits={"per_caller": {"requests_per_second": 0.01, "burst": 1}})
+    d = Driver(h, road)
+    d.on_send({"task": task("t-1", COMPLETED)})
+    assert call(d, "send").status_code == 200
+    for _ in range(3):
+        assert_limited(road, call(d, "send"), "caller.requests_per_second")
+    assert h.metric("a2a_gateway_limited_total", limit="caller.requests_per_second") == 3
+    lines = gateway_warnings("limited")
+    assert len(lines) == 3 and {line.limit for line in lines} == {"caller.requests_per_second"}
+    repeats = RepeatFilter(600.0, clock=lambda: 0.0)  # the filter serve installs (log.repeat_window_seconds)
+    assert [repeats.filter(line) for line in lines] == [True, False, False]
