@@ -1,6 +1,6 @@
 """Fair shares through the real gateway (docs/limits.md): every limit answered HTTP 429 with
-``Retry-After`` in the client's binding and version (JSON-RPC and REST, v1.0 and v0.3) before
-the worker is called; a live task's slot freed when the task completes by a stream event, a
+``Retry-After`` in the client's binding and version (JSON-RPC and REST, v1.0 and v0.3, and
+through the version bridge) before the worker is called; a live task's slot freed when the task completes by a stream event, a
 GetTask answer, the sweep, or any other road the ledger learns of; another caller unaffected."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from gateway.a2a.states import TaskState
 from gateway.invariants.model import TaskRecord
 from tests.proxy.conftest import Harness
-from tests.proxy.roads import _METHODS, J03, R03, ROADS, V1D, Driver, Road
+from tests.proxy.roads import _METHODS, BRIDGES, J03, R03, ROADS, V1D, Driver, Road
 from tests.support.objects import status_update, task
 from tests.support.scripted_worker import Data, Event, Gate
 from tests.support.servers import wait_until
@@ -74,7 +74,7 @@ def harness(make_harness: Any, road: Road, **limits: Any) -> tuple[Harness, Driv
     return h, Driver(h, road)
 
 
-@pytest.mark.parametrize("road", ROADS, ids=lambda r: r.id)
+@pytest.mark.parametrize("road", ROADS + BRIDGES, ids=lambda r: r.id)
 def test_requests_per_second_per_caller(make_harness: Any, road: Road) -> None:
     """A caller past its bucket is answered 429 before the worker is called; another caller
     still gets through."""
@@ -90,7 +90,7 @@ def test_requests_per_second_per_caller(make_harness: Any, road: Road) -> None:
     assert h.metric("a2a_gateway_requests_total", outcome="limited") == 1
 
 
-@pytest.mark.parametrize("road", ROADS, ids=lambda r: r.id)
+@pytest.mark.parametrize("road", ROADS + BRIDGES, ids=lambda r: r.id)
 def test_live_tasks_per_tenant_freed_by_a_get_task_answer(make_harness: Any, road: Road) -> None:
     """One live task per tenant: a second new task waits until the first is terminal, which
     a GetTask answer tells the gateway; a follow-up on the live task is not a new task."""
