@@ -319,3 +319,16 @@ def test_refusals_are_logged_once_per_repeat_window(make_harness: Any, gateway_w
     assert len(lines) == 3 and {line.limit for line in lines} == {"caller.requests_per_second"}
     repeats = RepeatFilter(600.0, clock=lambda: 0.0)  # the filter serve installs (log.repeat_window_seconds)
     assert [repeats.filter(line) for line in lines] == [True, False, False]
+
+
+def test_a_live_task_slot_is_freed_by_a_cancel(make_harness: Any) -> None:
+    road = ROADS[0]
+    h, d = harness(make_harness, road, per_caller={"live_tasks": 1})
+    d.on_send({"task": task("t-1", WORKING)})
+    assert call(d, "send").status_code == 200
+    assert_limited(road, call(d, "send"), "caller.live_tasks")
+    h.worker.on("CancelTask", json_result=task("t-1", "TASK_STATE_CANCELED"))
+    canceled = h.rpc({"jsonrpc": "2.0", "id": "c", "method": "CancelTask", "params": {"id": "t-1"}}, headers=d.headers)
+    assert canceled.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+    d.on_send({"task": task("t-2", WORKING)})
+    assert call(d, "send").status_code == 200
