@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import math
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -43,7 +44,12 @@ LIMIT_REASON = "LIMIT_EXCEEDED"
 """The ``google.rpc.ErrorInfo`` reason of a limit's answer (domain :data:`LIMIT_DOMAIN`)."""
 LIMIT_DOMAIN = "a2a-gateway"
 MAX_RECLAIM = 1000
-"""Members of one live-task set checked against the ledger in one reclaim."""
+"""Members of one live-task or push-config set checked against the ledger in one reclaim."""
+RECLAIM_EVERY = 1.0
+"""Seconds between two reclaims of one scope's set by one process: a caller at its limit that
+keeps asking costs one ledger read per held task a second, not per request."""
+MAX_RECLAIM_TIMES = 10_000
+"""Scopes whose last reclaim time one process remembers (the oldest forgotten first)."""
 MAX_SHOWN = 50
 """Scopes the status page shows (the most recently limited or used first)."""
 _UNITS = {"requests_per_second": "requests per second", "live_tasks": "live tasks",
@@ -101,6 +107,7 @@ class Limiter:
         self._overrides: tuple[Any, dict[str, tuple[str, QuotaConfig]]] = (None, {})
         self._seen: collections.OrderedDict[str, Scope] = collections.OrderedDict()
         self._flags_of: tuple[Any, tuple[bool, bool]] = (None, (False, False))
+        self._reclaimed_at: collections.OrderedDict[str, float] = collections.OrderedDict()
 
     # --- which scopes -----------------------------------------------------------------------------
 
@@ -248,10 +255,24 @@ class Limiter:
         grant.stream, grant.stream_keys = token, [k for k, _ in keys]
         return None
 
+    def _may_reclaim(self, key: str) -> bool:
+        """Whether set ``key`` may be reclaimed now (:data:`RECLAIM_EVERY`); notes the time."""
+        now = time.monotonic()
+        last = self._reclaimed_at.get(key)
+        if last is not None and now - last < RECLAIM_EVERY:
+            return False
+        self._reclaimed_at[key] = now
+        self._reclaimed_at.move_to_end(key)
+        if len(self._reclaimed_at) > MAX_RECLAIM_TIMES:
+            self._reclaimed_at.popitem(last=False)
+        return True
+
     async def _reclaim_live(self, key: str) -> bool:
         """Drop the tasks of live set ``key`` the ledger holds terminal or no longer holds
-        (stale entries: a task that ended by a push notification, or was pruned). True when
-        one was dropped."""
+        (stale entries: a task that ended by a push notification, or was pruned), at most once
+        every :data:`RECLAIM_EVERY` seconds. True when one was dropped."""
+        if not self._may_reclaim(key):
+            return False
         ledger, gone = self.rt.ledger, []
         for member, _ in (await self.store.members(key))[:MAX_RECLAIM]:
             if not member.startswith("t\0"):
@@ -266,7 +287,10 @@ class Limiter:
         return bool(gone)
 
     async def _reclaim_push(self, key: str) -> None:
-        """Drop the push configs of set ``key`` the ledger no longer holds (deleted, expired)."""
+        """Drop the push configs of set ``key`` the ledger no longer holds (deleted, expired),
+        at most once every :data:`RECLAIM_EVERY` seconds."""
+        if not self._may_reclaim(key):
+            return
         ledger, gone = self.rt.ledger, []
         for member, _ in (await self.store.members(key))[:MAX_RECLAIM]:
             entry = await self.rt.ledger_call("get_push_config", lambda m=member: ledger.get_push_config(m))
