@@ -264,7 +264,7 @@ class ExchangeHandler:
         self.summary.outcome = "limited"
         self.rt.metrics.limited.labels(self.upstream, refusal.limit).inc()
         self.rt.log.warning("limited", extra={"upstream": self.upstream, "limit": refusal.limit,
-                                              "retry_after_s": refusal.retry_after})
+                                              "retry_in_s": refusal.retry_after})
         if ex.task_id:
             await self.rt.keep_timeline(self.upstream, ex.task_id, TimelineEntry(
                 "request", "rejected", method=str(ex.operation), binding=ex.binding.value, version=ex.version.value,
@@ -310,6 +310,8 @@ class ExchangeHandler:
         try:
             work = driver.run(gen, until_ended=streaming)  # a stream may drain after its end
             finished, done = await until_disconnect(self.receive, work, stop=stop)
+            if self.grant.stream is not None:  # the client's stream is over: its slot is free
+                await self.rt.limiter.release_stream(self.grant)  # type: ignore[union-attr]
             if not finished:
                 gen.close()
                 if self.rt.drain_expired.is_set():
