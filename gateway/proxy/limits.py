@@ -16,11 +16,13 @@ left the ledger is reclaimed by asking the ledger when the scope reaches its lim
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import quote
 
 from gateway.a2a import jsonrpc, rest
@@ -32,7 +34,27 @@ from gateway.invariants.model import Caller
 from gateway.ledger.limits import LimitStore
 
 if TYPE_CHECKING:
-    from gateway.proxy.runtime import Runtime
+    import logging
+
+    from gateway.config import GatewayConfig
+    from gateway.ledger.base import TaskLedger
+    from gateway.proxy.callers import CallerKeys
+
+T = TypeVar("T")
+
+
+class LimiterHost(Protocol):
+    """What a :class:`Limiter` reads of the process's runtime (``gateway.proxy.runtime.Runtime``
+    is one), named by shape so this module does not import the runtime that holds the limiter
+    (docs/architecture.md §3: no import cycles). ``config`` is read on every request, so a
+    reload applies at once."""
+
+    config: GatewayConfig
+    ledger: TaskLedger
+    log: logging.Logger
+    callers: CallerKeys | None
+
+    async def ledger_call(self, operation: str, call: Callable[[], Awaitable[T]]) -> T: ...
 
 LIMIT_CODE = jsonrpc.INTERNAL_ERROR
 """The JSON-RPC code of a limit's answer: -32603. A2A defines no "rate limited" error, and a
@@ -101,7 +123,7 @@ class Limiter:
     """The fair-share limits of one gateway process (``rt.limiter``); their config is read
     from ``rt.config.limits`` on every request, so a reload applies at once."""
 
-    def __init__(self, rt: Runtime, store: LimitStore) -> None:
+    def __init__(self, rt: LimiterHost, store: LimitStore) -> None:
         self.rt = rt
         self.store = store
         self._overrides: tuple[Any, dict[str, tuple[str, QuotaConfig]]] = (None, {})
@@ -278,8 +300,8 @@ class Limiter:
             if not member.startswith("t\0"):
                 continue  # a pending new task: it leaves by its request's end, or by age
             _, upstream, tenant, task_id = member.split("\0", 3)
-            stored = await self.rt.ledger_call("get", lambda u=upstream, t=task_id, n=tenant: ledger.get(
-                u, t, tenant=n))
+            stored = await self.rt.ledger_call("get", functools.partial(ledger.get, upstream, task_id,
+                                                                        tenant=tenant))
             if stored is None or stored.record.state in TERMINAL_STATES:
                 gone.append(member)
         if gone:
@@ -293,7 +315,7 @@ class Limiter:
             return
         ledger, gone = self.rt.ledger, []
         for member, _ in (await self.store.members(key))[:MAX_RECLAIM]:
-            entry = await self.rt.ledger_call("get_push_config", lambda m=member: ledger.get_push_config(m))
+            entry = await self.rt.ledger_call("get_push_config", functools.partial(ledger.get_push_config, member))
             if entry is None:
                 gone.append(member)
         if gone:
@@ -362,7 +384,7 @@ class Limiter:
         ``None`` for a rate: a bucket has no "use"). Raises what the store raises."""
         rows = []
         for scope in reversed(self._seen.values()):
-            q, limits = scope.quota, []
+            q, limits = scope.quota, list[dict[str, Any]]()
             if q.requests_per_second is not None:
                 limits.append({"limit": "requests_per_second", "use": None,
                                "max": f"{q.requests_per_second:g}/s, burst {q.burst or max(1, math.ceil(q.requests_per_second))}"})
