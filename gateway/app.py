@@ -54,6 +54,8 @@ from gateway.proxy.transport import UpstreamClient
 from gateway.proxy.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.push.delivery import Deliverer
 from gateway.push.relay import CALLBACK_PATH, PushRelay
+from gateway.proxy.retries import Retries
+from gateway.ledger.retries import retry_store
 
 
 _REST_METHODS = frozenset({"GET", "POST", "DELETE"})
@@ -201,6 +203,8 @@ async def _open_ledger(rt: Runtime, *, resync: bool) -> None:
     (recovery)."""
     ledger = rt.ledger
     await ledger.open()
+    if rt.retries is not None:
+        await rt.retries.recover()  # keys left in flight by a stopped gateway: unknown (docs/retries.md §3)
     if resync:
         flagged = await ledger.mark_resync()
         rt.log.info("ledger_opened", extra={"backend": ledger.backend, "needs_resync": flagged})
@@ -354,6 +358,7 @@ def build_app(
     runtime.apply_config(config)
     runtime.bodies = BodyBudget(lambda: runtime.config.limits.max_inflight_body_bytes)
     runtime.push = PushRelay(runtime)
+    runtime.retries = Retries(runtime, retry_store(ledger, config.retries.limits()))
     deliverer = Deliverer(runtime, runtime.push)
     ready = {"value": False}
 

@@ -106,7 +106,7 @@ class Driver:
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
                  "_streaming", "_stream_task", "_stream_tenant", "_stream_key", "span", "status", "state", "card",
-                 "_stream_span", "version", "task_id", "_held")
+                 "_stream_span", "version", "task_id", "_held", "retry")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
                  operation: str, *, task_id: str | None = None, tenant: str = "") -> None:
@@ -144,6 +144,7 @@ class Driver:
         # (tenant, task id) -> the record this exchange last read or stored, with its version and
         # flag: what answers a Load(cached=True) (docs/architecture.md, "A stream holds its record")
         self._held: dict[tuple[str, str], tuple[Stored, int]] = {}
+        self.retry: Any = None  # the send's retry key it owns (gateway.proxy.retries.Turn), if any
 
     async def run(self, gen: Generator[Any, Any, Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
@@ -253,6 +254,8 @@ class Driver:
         ledger, record = self.rt.ledger, cmd.record
         version: int = await self._put(record, "put", lambda: ledger.put(record, cmd.expected_version))
         self._stored(record, version)
+        if self.retry is not None:  # the send's task is known: under its retry key (docs/retries.md §2)
+            await self.retry.note_task(record.task_id)
         return version
 
     async def _store_and_append(self, cmd: StoreAndAppend) -> tuple[int, str, str]:
@@ -260,6 +263,8 @@ class Driver:
         reply: tuple[int, str, str] = await self._put(record, "put_with_event", lambda: ledger.put_with_event(
             record, cmd.expected_version, event.lineage, event.payload, time.time()))
         self._stored(record, reply[0])
+        if self.retry is not None:
+            await self.retry.note_task(record.task_id)
         return reply
 
     async def _put(self, record: TaskRecord, operation: str, call: Any) -> Any:

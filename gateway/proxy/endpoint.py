@@ -9,6 +9,8 @@ until the client's response is complete, and lets a stream drain after that unwa
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import time
 from typing import Any
@@ -23,6 +25,7 @@ from gateway.exchange.bridge import worker_version
 from gateway.exchange.commands import Count
 from gateway.exchange.model import Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
+from gateway.exchange.retries import SEND_OPERATIONS
 from gateway.invariants.admission import CardView, admit
 from gateway.invariants.model import NO_CALLER, Caller, Mode
 from gateway.observability import access
@@ -247,9 +250,14 @@ class ExchangeHandler:
         streaming = exchange.streaming
         if streaming:  # an empty Last-Event-ID means none, as in an EventSource's first request
             exchange.last_event_id = (self.header(b"last-event-id") or "").strip() or None
+        turn = None  # the send's retry key, when it owns one (docs/retries.md)
+        if self.rt.retries is not None and exchange.ex.operation in SEND_OPERATIONS:
+            turn = await self.rt.retries.begin(self, exchange)
         driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter,
                         exchange.ex.operation,  # a StrEnum: the v1.0 method name
                         task_id=exchange.ex.task_id)
+        driver.retry = turn
+        keep = turn is not None and not streaming  # a keyed unary send runs to the worker's answer
         tracing = self.rt.tracing
         if tracing is not None:  # off: no span object is built (docs/observability.md §1)
             driver.span = self._server_span(tracing, exchange)
@@ -257,10 +265,15 @@ class ExchangeHandler:
             self.line.trace_id = tracing.trace_id(driver.span)
         gen = exchange.run()
         stop = self.rt.drain_expired if streaming else None
+        inner = asyncio.ensure_future(driver.run(gen)) if keep else None
         try:
-            work = driver.run(gen, until_ended=streaming)  # a stream may drain after its end
+            work = asyncio.shield(inner) if inner is not None else driver.run(gen, until_ended=streaming)
             finished, done = await until_disconnect(self.receive, work, stop=stop)
-            if not finished:
+            if not finished and inner is not None:  # the client left: the retry will find the outcome
+                with contextlib.suppress(Exception):
+                    await inner
+                self.summary.outcome = "client_disconnected"
+            elif not finished:
                 gen.close()
                 if self.rt.drain_expired.is_set():
                     self.summary.outcome = "shutdown"
@@ -278,6 +291,8 @@ class ExchangeHandler:
                 await driver.run(gen)
         finally:
             await driver.aclose()
+            if turn is not None:
+                await turn.finish(exchange)
             if driver.span is not None:
                 s = self.summary
                 Tracing.end_server(driver.span, outcome=s.outcome, status=driver.status, task_id=s.task_id,

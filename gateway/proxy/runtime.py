@@ -37,6 +37,7 @@ from gateway.proxy.transport import UpstreamClient
 
 if TYPE_CHECKING:
     from gateway.proxy.signing import CardSigner
+    from gateway.proxy.retries import Retries
     from gateway.push.relay import PushRelay
 
 T = TypeVar("T")
@@ -107,6 +108,8 @@ class Runtime:
     """Bearer JWT checking (``auth.jwt``, docs/callers.md §5); ``None``: off."""
     push: PushRelay | None = None
     """The push relay (docs/push.md; set by :func:`gateway.app.build_app`)."""
+    retries: Retries | None = None
+    """Safe retries' keys (docs/retries.md; set by :func:`gateway.app.build_app`)."""
     ledger_down: str | None = None
     """Why the ledger could not be written at the last write or probe (``None``: it could): a
     failed ledger call sets it, a write that succeeds clears it (:meth:`ledger_call`, and the
