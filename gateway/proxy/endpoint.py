@@ -270,9 +270,11 @@ class ExchangeHandler:
             work = asyncio.shield(inner) if inner is not None else driver.run(gen, until_ended=streaming)
             finished, done = await until_disconnect(self.receive, work, stop=stop)
             if not finished and inner is not None:  # the client left: the retry will find the outcome
+                answered = driver.ended  # (or its answer was complete, and the disconnect is its end)
                 with contextlib.suppress(Exception):
                     await inner
-                self.summary.outcome = "client_disconnected"
+                if not answered:
+                    self.summary.outcome = "client_disconnected"
             elif not finished:
                 gen.close()
                 if self.rt.drain_expired.is_set():

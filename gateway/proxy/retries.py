@@ -85,15 +85,15 @@ class Turn:
         summary, now = exchange.summary, time.time()
         task_id = summary.task_id or self.noted
         entry: RetryEntry | None = None
-        if task_id is not None:
+        if summary.outcome in RELEASED_OUTCOMES:
+            entry = None  # refused before it was sent, or the worker refused it: it may go again
+        elif task_id is not None:
             entry = RetryEntry(self.entry.digest, DONE, self.entry.created, now, task_id)
         elif isinstance(exchange.judged, dict) and not exchange.streaming:
             result = orjson.dumps(exchange.judged)
             kept = result if len(result) <= self.retries.rt.config.retries.max_result_bytes else None
             entry = RetryEntry(self.entry.digest, DONE, self.entry.created, now, None, kept,
                                form_of(exchange.ex.version.value, exchange.ex.binding))
-        elif summary.outcome in RELEASED_OUTCOMES:
-            entry = None
         else:
             entry = RetryEntry(self.entry.digest, UNKNOWN, self.entry.created, now)
         store = self.retries.store
