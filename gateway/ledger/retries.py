@@ -149,14 +149,20 @@ class SqliteRetryStore:
     def __init__(self, ledger: Any, limits: RetryLimits) -> None:
         self.ledger = ledger
         self.limits = limits
+        self._ready = False  # the table exists (made on first use)
 
-    async def _call(self, fn: Any) -> Any:
-        return await self.ledger._submit(fn, write=True)  # noqa: SLF001 - the ledger's own queue
+    async def _call(self, fn: Any, *, write: bool = True) -> Any:
+        if not self._ready:
+            def made(conn: sqlite3.Connection) -> None:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+
+            await self.ledger._submit(made, write=True)  # noqa: SLF001 - the ledger's own queue
+            self._ready = True
+        return await self.ledger._submit(fn, write=write)  # noqa: SLF001
 
     async def recover(self, now: float) -> int:
         def run(conn: sqlite3.Connection) -> int:
-            for statement in _SCHEMA:
-                conn.execute(statement)
             rows = conn.execute("SELECT key, entry FROM retry_keys WHERE expires > ?", (now,)).fetchall()
             changed = 0
             for key, raw in rows:
@@ -189,7 +195,7 @@ class SqliteRetryStore:
             row = conn.execute("SELECT entry FROM retry_keys WHERE key = ? AND expires > ?", (key, now)).fetchone()
             return None if row is None else bytes(row[0])
 
-        raw = await self.ledger._submit(run, write=False)  # noqa: SLF001
+        raw = await self._call(run, write=False)
         return None if raw is None else RetryEntry.decode(raw)
 
     async def put(self, key: str, entry: RetryEntry, now: float) -> None:

@@ -7,13 +7,13 @@ forwarded. Every test checks, on the worker's side (the recorder), how many send
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 import httpx
 
-from tests.e2e.conftest import TRACE_HEADER, Stack
-from tests.support.sse_frames import parse_sse
+from tests.e2e.conftest import Stack
 
 V10 = {"A2A-Version": "1.0"}
 
@@ -104,8 +104,6 @@ async def test_stream_again_attaches_to_the_first_streams_task(
             async for line in again.aiter_lines():
                 if not line.startswith("data:"):
                     continue
-                import json
-
                 seen.append(json.loads(line[5:]))
                 if len(seen) == 1:
                     cancel = await http.post(stack.gateway.url + "/", headers=V10,
@@ -120,13 +118,9 @@ async def test_stream_again_attaches_to_the_first_streams_task(
 
 
 def _task_id(line: str) -> str:
-    import json
-
     result = json.loads(line[5:])["result"]
     for member in ("task", "statusUpdate"):
         if member in result:
             return result[member].get("id") or result[member]["taskId"]
     raise AssertionError(line)
 
-
-__all__ = ["TRACE_HEADER", "parse_sse"]
