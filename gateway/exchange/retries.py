@@ -223,7 +223,8 @@ def replay(owner: Any, decision: Decision) -> Generator[Any, Any, None]:
     from gateway.exchange.stream import StreamExchange  # stream imports request, request this
 
     if decision.error is not None:
-        owner.summary.outcome = f"retry_{decision.outcome}"
+        owner.summary.outcome = ("ledger_error" if decision.outcome == "unavailable"
+                                 else f"retry_{decision.outcome}")
         status = 200
         if decision.outcome == "unavailable":
             status = 503

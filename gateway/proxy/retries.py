@@ -16,7 +16,8 @@ failures counted). :meth:`Retries.begin` runs before an exchange is driven
   with no task yet is polled (at most ``retries.wait_seconds``), then the exchange is given
   its :class:`~gateway.exchange.retries.Decision` (``exchange.retry``) and answers from it,
   forwarding nothing; counted in ``a2a_gateway_retries_total{outcome}`` and logged
-  (``retry_answered``, with the key's digest, never the key).
+  (``retry_answered``, with the key's digest, never the key). In observe mode the retry is
+  counted and logged (``retry_observed``) without waiting, and forwarded as it is.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from gateway.exchange.retries import (
     request_digest,
     scoped_key,
 )
+from gateway.invariants.model import Mode
 from gateway.ledger.retries import RetryStore
 
 RELEASED_OUTCOMES = frozenset({"not_admitted", "rejected", "worker_error", "upstream_status", "at_capacity",
@@ -139,8 +141,10 @@ class Retries:
         if key is None:
             return None
         problem = key_problem(key)
-        if problem is not None:
+        if problem is not None and exchange.policy.mode is not Mode.OBSERVE:
             exchange.retry = Decision("invalid", error=(jsonrpc.INVALID_REQUEST, problem))
+            return None
+        if problem is not None:
             return None
         ex = exchange.ex
         stored = self.stored_key(scoped_key(upstream.name, ex.tenant, ex.caller, key))
@@ -148,6 +152,7 @@ class Retries:
         form = form_of(ex.version.value, ex.binding)
         began = now = time.time()
         mine = RetryEntry(digest, IN_FLIGHT, now, now)
+        observe = exchange.policy.mode is Mode.OBSERVE  # counted, never answered from the key
         attempt = 0
         try:
             held = await self.call("retry_claim", lambda: self.store.claim(stored, mine, now))
@@ -159,7 +164,7 @@ class Retries:
                             continue
                     return Turn(self, stored, mine)
                 decision = decide(held, digest, streaming=exchange.streaming, form=form, now=now,
-                                  waited_since=began, wait_seconds=config.wait_seconds,
+                                  waited_since=began, wait_seconds=0.0 if observe else config.wait_seconds,
                                   in_flight_seconds=config.in_flight_seconds)
                 if decision.outcome != "wait":
                     break
@@ -180,7 +185,8 @@ class Retries:
         elif outcome == "attach":
             outcome = "attached"
         handler.reporter.report(Count("retries", (outcome,)))
-        self.rt.log.info("retry_answered", extra={"upstream": upstream.name, "outcome": outcome,
-                                                  "key_digest": stored[:16], "task_id": decision.task_id})
-        exchange.retry = decision
+        self.rt.log.info("retry_observed" if observe else "retry_answered", extra={
+            "upstream": upstream.name, "outcome": outcome, "key_digest": stored[:16], "task_id": decision.task_id})
+        if not observe:
+            exchange.retry = decision
         return None
