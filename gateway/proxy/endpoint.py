@@ -256,7 +256,7 @@ class ExchangeHandler:
         driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter,
                         exchange.ex.operation,  # a StrEnum: the v1.0 method name
                         task_id=exchange.ex.task_id)
-        driver.retry = turn
+        driver.retry = turn if streaming else None  # a stream's task goes under its key at once
         keep = turn is not None and not streaming  # a keyed unary send runs to the worker's answer
         tracing = self.rt.tracing
         if tracing is not None:  # off: no span object is built (docs/observability.md §1)

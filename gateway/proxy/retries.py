@@ -8,9 +8,10 @@ failures counted). :meth:`Retries.begin` runs before an exchange is driven
 
 * a send with no key, or with ``retries.enabled`` off: nothing to do;
 * the key is free: it is written (state ``in_flight``) *before* the request is forwarded,
-  and the returned :class:`Turn` owns it — the driver notes the task id under it as soon as
-  the first record of the task is stored (so a retried stream can attach while the first one
-  runs), and :meth:`Turn.finish` leaves the outcome (``done`` with the task, or the Message
+  and the returned :class:`Turn` owns it — for a stream, the driver notes the task id under it
+  as soon as the first record of the task is stored (so a retried stream can attach while the
+  first one runs; a unary send learns its task with its answer, written by
+  :meth:`Turn.finish` right after), and :meth:`Turn.finish` leaves the outcome (``done`` with the task, or the Message
   answer; released when nothing reached the worker; ``unknown`` when it cannot be said);
 * the key is taken: :func:`~gateway.exchange.retries.decide` — a first call still in flight
   with no task yet is polled (at most ``retries.wait_seconds``), then the exchange is given
