@@ -30,6 +30,7 @@ from gateway.config import JWKS_PATH, GatewayConfig, load_config
 from gateway.errors import ConfigError, LedgerError
 from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
+from gateway.ledger.retries import retry_store
 from gateway.observability import access
 from gateway.observability.logging import count_drops, get_logger
 from gateway.observability.metrics import Metrics
@@ -45,6 +46,7 @@ from gateway.proxy.forward import Route as ProxyRoute
 from gateway.proxy.auth import AuthFailure, JwtVerifier
 from gateway.proxy.callers import CallerKeys
 from gateway.proxy.jsonrpc import JsonRpcHandler
+from gateway.proxy.retries import Retries
 from gateway.proxy.rest import RestHandler, refuse_rest_auth
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.signing import CardSigner
@@ -54,8 +56,6 @@ from gateway.proxy.transport import UpstreamClient
 from gateway.proxy.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.push.delivery import Deliverer
 from gateway.push.relay import CALLBACK_PATH, PushRelay
-from gateway.proxy.retries import Retries
-from gateway.ledger.retries import retry_store
 
 
 _REST_METHODS = frozenset({"GET", "POST", "DELETE"})

@@ -116,15 +116,15 @@ class RequestExchange:
     bridged to a v0.3 worker, set by the bridge): the stream starts with the gateway's own
     ``GetTask`` snapshot (docs/bridge.md §3.2)."""
     pending_push: tuple[str, ...] = ()
+    """The callback ids of the inline push configs this send carried (set by the endpoint):
+    when a notification to one of them recorded the new task before the worker's answer came,
+    the answer is judged as being about that task, not as a reused task id (docs/push.md §1)."""
     retry: Any = None
     """A retried send's :class:`~gateway.exchange.retries.Decision` (set by the shell,
     docs/retries.md): the first call's outcome is given back instead of forwarding."""
     judged: Any = None
     """The judged result of a unary answer, as sent (the shell keeps a Message answer for a
     retry, docs/retries.md §2)."""
-    """The callback ids of the inline push configs this send carried (set by the endpoint):
-    when a notification to one of them recorded the new task before the worker's answer came,
-    the answer is judged as being about that task, not as a reused task id (docs/push.md §1)."""
 
     def __init__(self, ex: Exchange, params: Any, summary: Summary, card: CardView,
                  policy: Policy, rewrite_card: CardRewrite | None = None) -> None:

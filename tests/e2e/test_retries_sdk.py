@@ -69,9 +69,6 @@ def _sends_at_worker(stack: Stack, trace: str) -> int:
 @pytest.mark.parametrize("peer", ["py13", "js13", "py03", "js03"])
 async def test_a_retry_after_a_lost_answer_gets_the_first_task(
         stack: Stack, request: pytest.FixtureRequest, peer: str, transport: str, op: str) -> None:
-    if peer == "js03" and transport == "HTTP+JSON" and op == "stream":
-        pytest.skip("@a2a-js/sdk 0.3.14's REST client cannot stream from a2a-sdk's REST binding "
-                    "(tests/support/peers.py)")
     rest03 = PEERS[peer].protocol == "0.3" and transport == "HTTP+JSON"
     if rest03:
         app, server, recorder = request.getfixturevalue("stack03")
