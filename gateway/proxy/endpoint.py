@@ -9,8 +9,6 @@ until the client's response is complete, and lets a stream drain after that unwa
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import time
 from typing import Any
@@ -245,7 +243,9 @@ class ExchangeHandler:
     async def drive(self, exchange: RequestExchange) -> None:
         """Run the exchange until the client's response is complete, watching for the
         client's disconnect (and, for streams, the shutdown deadline); then let it finish
-        unwatched (the post-terminal drain)."""
+        unwatched (the post-terminal drain). A send with a retry key takes it first
+        (:meth:`gateway.proxy.retries.Retries.begin`); a keyed unary send is not watched: it
+        runs to the worker's answer for its retry (docs/retries.md §2)."""
         self.summary = exchange.summary
         streaming = exchange.streaming
         if streaming:  # an empty Last-Event-ID means none, as in an EventSource's first request
@@ -258,6 +258,8 @@ class ExchangeHandler:
                         task_id=exchange.ex.task_id)
         driver.retry = turn if streaming else None  # a stream's task goes under its key at once
         keep = turn is not None and not streaming  # a keyed unary send runs to the worker's answer
+        if turn is not None:  # its outcome is under its key before the client has it
+            driver.before_respond = functools.partial(turn.finish, exchange)
         tracing = self.rt.tracing
         if tracing is not None:  # off: no span object is built (docs/observability.md §1)
             driver.span = self._server_span(tracing, exchange)
@@ -265,17 +267,13 @@ class ExchangeHandler:
             self.line.trace_id = tracing.trace_id(driver.span)
         gen = exchange.run()
         stop = self.rt.drain_expired if streaming else None
-        inner = asyncio.ensure_future(driver.run(gen)) if keep else None
         try:
-            work = asyncio.shield(inner) if inner is not None else driver.run(gen, until_ended=streaming)
-            finished, done = await until_disconnect(self.receive, work, stop=stop)
-            if not finished and inner is not None:  # the client left: the retry will find the outcome
-                answered = driver.ended  # (or its answer was complete, and the disconnect is its end)
-                with contextlib.suppress(Exception):
-                    await inner
-                if not answered:
-                    self.summary.outcome = "client_disconnected"
-            elif not finished:
+            if keep:  # not watched: the client's leaving does not cancel it; the retry finds the outcome
+                finished, done = True, await driver.run(gen)
+            else:
+                work = driver.run(gen, until_ended=streaming)  # a stream may drain after its end
+                finished, done = await until_disconnect(self.receive, work, stop=stop)
+            if not finished:
                 gen.close()
                 if self.rt.drain_expired.is_set():
                     self.summary.outcome = "shutdown"

@@ -69,6 +69,7 @@ class Turn:
         self.key = key
         self.entry = entry
         self.noted: str | None = None
+        self.finished = False
 
     async def note_task(self, task_id: str) -> None:
         """The first call's task is ``task_id`` (its first record was just stored): kept under
@@ -84,7 +85,12 @@ class Turn:
             pass
 
     async def finish(self, exchange: RequestExchange) -> None:
-        """Leave the first call's outcome under the key (docs/retries.md §2)."""
+        """Leave the first call's outcome under the key (docs/retries.md §2): before a whole
+        response goes to the client (the driver's ``before_respond``), else when the exchange
+        ended (a stream). Once."""
+        if self.finished:
+            return
+        self.finished = True
         summary, now = exchange.summary, time.time()
         task_id = summary.task_id or self.noted
         entry: RetryEntry | None = None
