@@ -103,6 +103,8 @@ class Turn:
             kept = result if len(result) <= self.retries.rt.config.retries.max_result_bytes else None
             entry = RetryEntry(self.entry.digest, DONE, self.entry.created, now, None, kept,
                                form_of(exchange.ex.version.value, exchange.ex.binding))
+        elif summary.outcome == "ok":  # answered without a task (a stream's direct Message)
+            entry = RetryEntry(self.entry.digest, DONE, self.entry.created, now)
         else:
             entry = RetryEntry(self.entry.digest, UNKNOWN, self.entry.created, now)
         store = self.retries.store

@@ -124,3 +124,21 @@ def _task_id(line: str) -> str:
             return result[member].get("id") or result[member]["taskId"]
     raise AssertionError(line)
 
+
+
+async def test_a_message_answer_is_given_again_and_a_stream_of_one_is_not(
+        stack: Stack, http: httpx.AsyncClient, trace: str) -> None:
+    """The worker answers ``direct`` with a Message and no task: a unary retry gets that
+    Message again (docs/retries.md §2); a retried stream, which cannot be attached to a task,
+    gets -32600 — in both cases the worker saw one send."""
+    body = {"message": _message(f"m-{uuid.uuid4().hex}", "direct")}
+    first = (await http.post(stack.gateway.url + "/", json=_rpc("SendMessage", body), headers=V10)).json()
+    again = (await http.post(stack.gateway.url + "/", json=_rpc("SendMessage", body), headers=V10)).json()
+    assert "message" in first["result"] and again["result"] == first["result"]
+    assert _sends(stack, trace) == 1
+    stream = {"message": _message(f"m-{uuid.uuid4().hex}", "direct")}
+    headers = {**V10, "Accept": "text/event-stream"}
+    await http.post(stack.gateway.url + "/", json=_rpc("SendStreamingMessage", stream), headers=headers)
+    refused = await http.post(stack.gateway.url + "/", json=_rpc("SendStreamingMessage", stream), headers=headers)
+    assert refused.json()["error"]["code"] == -32600, refused.text
+    assert _sends(stack, trace, "SendStreamingMessage") == 1
