@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import uuid
 import gc
 import logging
 import sys
@@ -121,7 +122,9 @@ async def _main(args: argparse.Namespace) -> None:
              "client": ("127.0.0.1", 5), "scheme": "http"}
 
     async def one(method: str, rid: int, seen: list[dict[str, Any]] | None = None) -> None:
-        params = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}}
+        # a messageId of its own: the same one again would be a retry (docs/retries.md)
+        params = {"message": {"messageId": f"m-{rid}-{uuid.uuid4().hex[:8]}", "role": "ROLE_USER",
+                              "parts": [{"text": "x"}]}}
         body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         first = [True]
 

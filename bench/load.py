@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import itertools
 import json
+import re
 import resource
 import statistics
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,8 +62,16 @@ def raw_request(port: int, body: bytes) -> bytes:
             f"A2A-Version: 1.0\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
 
 
+_RUN = uuid.uuid4().hex[:8].encode()  # messageIds of this run: unique, or sends are retries (docs/retries.md)
+_MESSAGE_ID = re.compile(rb'"messageId":"([^"]*)"')
+_sent = itertools.count()
+
+
 def with_id(body: bytes, rid: int) -> bytes:
-    return body.replace(b'"id":1,', b'"id":%d,' % rid, 1)
+    """``body`` with the JSON-RPC id ``rid`` and, for a send, a messageId no other request of
+    any run has: the same messageId again is a retry, answered from its key (docs/retries.md)."""
+    body = body.replace(b'"id":1,', b'"id":%d,' % rid, 1)
+    return _MESSAGE_ID.sub(lambda m: b'"messageId":"%s-%s-%d"' % (m.group(1), _RUN, next(_sent)), body, 1)
 
 
 class Conn:

@@ -435,7 +435,8 @@ def legacy_step(http: httpx.Client, url: str, metrics_url: str) -> list[str]:
     lines.append(f'  tasks/get (v0.3 client): worker said "TASK_STATE_CANCELLED"  -> client got "{got03}"')
     if (got, got03) != ('TASK_STATE_INPUT_REQUIRED', 'canceled'):
         raise DemoError(f'states were not normalized: {got!r}, {got03!r}')
-    message = {'messageId': 'm-legacy', 'role': 'ROLE_USER', 'parts': [{'text': 'go'}]}
+    # a messageId of its own each run: the same one again would be a retry (docs/retries.md)
+    message = {'messageId': f'm-legacy-{uuid.uuid4().hex[:8]}', 'role': 'ROLE_USER', 'parts': [{'text': 'go'}]}
     body = {'jsonrpc': '2.0', 'id': 's', 'method': 'SendStreamingMessage', 'params': {'message': message}}
     with http.stream('POST', url, json=body, headers={**v1, 'accept': 'text/event-stream'}) as response:
         raw = b''.join(response.iter_raw()).decode()

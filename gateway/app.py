@@ -30,6 +30,7 @@ from gateway.config import JWKS_PATH, GatewayConfig, load_config
 from gateway.errors import ConfigError, LedgerError
 from gateway.ledger import ledger_from_url
 from gateway.ledger.base import TaskLedger
+from gateway.ledger.retries import retry_store
 from gateway.observability import access
 from gateway.observability.logging import count_drops, get_logger
 from gateway.observability.metrics import Metrics
@@ -45,6 +46,7 @@ from gateway.proxy.forward import Route as ProxyRoute
 from gateway.proxy.auth import AuthFailure, JwtVerifier
 from gateway.proxy.callers import CallerKeys
 from gateway.proxy.jsonrpc import JsonRpcHandler
+from gateway.proxy.retries import Retries
 from gateway.proxy.rest import RestHandler, refuse_rest_auth
 from gateway.ledger.limits import limit_store
 from gateway.proxy.limits import Limiter
@@ -203,6 +205,8 @@ async def _open_ledger(rt: Runtime, *, resync: bool) -> None:
     (recovery)."""
     ledger = rt.ledger
     await ledger.open()
+    if rt.retries is not None:
+        await rt.retries.recover()  # keys left in flight by a stopped gateway: unknown (docs/retries.md §3)
     if resync:
         flagged = await ledger.mark_resync()
         rt.log.info("ledger_opened", extra={"backend": ledger.backend, "needs_resync": flagged})
@@ -357,6 +361,7 @@ def build_app(
     runtime.bodies = BodyBudget(lambda: runtime.config.limits.max_inflight_body_bytes)
     runtime.push = PushRelay(runtime)
     runtime.limiter = Limiter(runtime, limit_store(ledger))  # fair shares (docs/limits.md)
+    runtime.retries = Retries(runtime, retry_store(ledger, config.retries.limits()))
     deliverer = Deliverer(runtime, runtime.push)
     ready = {"value": False}
 

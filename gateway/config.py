@@ -444,6 +444,14 @@ class GatewayCardConfig(_Frozen):
     card follows ``upstreams[].card.signed``)."""
 
 
+class UpstreamRetriesConfig(_Frozen):
+    """Safe retries for one worker (docs/retries.md §1)."""
+
+    message_id_keys: bool = True
+    """A send without an ``Idempotency-Key`` header is keyed by its message's ``messageId``
+    (``false``: only the header makes a retry key)."""
+
+
 class UpstreamConfig(_Frozen):
     """One A2A worker mounted at a path prefix of the gateway.
 
@@ -472,6 +480,8 @@ class UpstreamConfig(_Frozen):
     """How the worker's Agent Card is fetched and served."""
     tls: UpstreamTlsConfig = UpstreamTlsConfig()
     """TLS settings towards this worker (an ``https://`` URL): CA, client certificate."""
+    retries: UpstreamRetriesConfig = UpstreamRetriesConfig()
+    """Safe retries of sends to this worker: which sends carry a retry key (docs/retries.md)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -818,6 +828,37 @@ class ReplayWindowConfig(_Frozen):
                             retention_seconds=self.retention_seconds)
 
 
+class RetriesConfig(_Frozen):
+    """Safe retries of ``SendMessage`` (docs/retries.md): a send with a retry key (its
+    ``Idempotency-Key`` header, or its ``messageId``) that reaches the gateway again gets the
+    first call's task instead of a second one. The keys are kept in the ledger's backend
+    (SQLite, Redis: shared by replicas), bounded in time, count and bytes."""
+
+    enabled: bool = True
+    """Keep retry keys and answer retries from them (``false``: every send is forwarded)."""
+    ttl_seconds: float = Field(default=86_400.0, gt=0, le=TEN_YEARS)
+    """Seconds a key is kept after its last change: a retry later than that is a new send."""
+    max_keys: int = Field(default=100_000, gt=0)
+    """Keys kept at most (the oldest go first)."""
+    max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    """Bytes of all keys' entries kept at most on memory and SQLite (the oldest go first)."""
+    max_result_bytes: int = Field(default=64 * 1024, ge=0)
+    """The largest Message answer (a send answered without a task) kept for its retries;
+    a larger one is not kept (its retry gets an error)."""
+    wait_seconds: float = Field(default=30.0, ge=0)
+    """How long a retry waits for a first call still in flight before it gets the task as
+    recorded now (or, with no task yet, "in progress")."""
+    in_flight_seconds: float = Field(default=600.0, gt=0)
+    """After how long without news a key still in flight counts as ``unknown`` (its gateway
+    may have died): what a Redis ledger relies on, whose keys other replicas may be running."""
+
+    def limits(self) -> Any:
+        """The bounds as the store takes them (:class:`~gateway.ledger.retries.RetryLimits`)."""
+        from gateway.ledger.retries import RetryLimits
+
+        return RetryLimits(ttl_seconds=self.ttl_seconds, max_keys=self.max_keys, max_bytes=self.max_bytes)
+
+
 class SweepConfig(_Frozen):
     """The proactive sweep (docs/sweep.md): a background loop that sends one ``GetTask`` per
     heartbeat gap to the worker of each live task the gateway has not observed for longer
@@ -1051,6 +1092,8 @@ class GatewayConfig(_Frozen):
     """The version bridge between v0.3 and v1.0 peers."""
     replay_window: ReplayWindowConfig = ReplayWindowConfig()
     """The replay window behind ``Last-Event-ID``."""
+    retries: RetriesConfig = RetriesConfig()
+    """Safe retries of ``SendMessage``: retry keys and what a retry gets."""
     sweep: SweepConfig = SweepConfig()
     """The proactive sweep: a ``GetTask`` for live tasks nobody asked about for a heartbeat."""
     timeline: TimelineConfig = TimelineConfig()

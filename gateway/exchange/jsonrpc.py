@@ -155,6 +155,9 @@ class JsonRpcExchange(RequestExchange):
             return Respond(200, encode_event(body), "sse", relay)
         return Respond(status, body, "json", relay)
 
+    def own_result(self, result: Any) -> Respond:
+        return self.respond(200, jsonrpc.dumps({"jsonrpc": "2.0", "id": self.req.reply_id, "result": result}))
+
     def transport_error(self, exc: UpstreamError) -> Respond:
         doc = jsonrpc.error_response(self.req.reply_id, jsonrpc.INTERNAL_ERROR, error_message(exc))
         return Respond(exc.http_status, jsonrpc.dumps(doc), headers=retry_after(exc))

@@ -50,6 +50,7 @@ from gateway.exchange.commands import (
     Respond,
     for_reason,
 )
+from gateway.exchange import retries
 from gateway.exchange.judge import clear_resync, judge, load
 from gateway.exchange.model import Policy, Summary
 from gateway.exchange.stream import StreamExchange
@@ -119,6 +120,12 @@ class RequestExchange:
     """The callback ids of the inline push configs this send carried (set by the endpoint):
     when a notification to one of them recorded the new task before the worker's answer came,
     the answer is judged as being about that task, not as a reused task id (docs/push.md §1)."""
+    retry: Any = None
+    """A retried send's :class:`~gateway.exchange.retries.Decision` (set by the shell,
+    docs/retries.md): the first call's outcome is given back instead of forwarding."""
+    judged: Any = None
+    """The judged result of a unary answer, as sent (the shell keeps a Message answer for a
+    retry, docs/retries.md §2)."""
 
     def __init__(self, ex: Exchange, params: Any, summary: Summary, card: CardView,
                  policy: Policy, rewrite_card: CardRewrite | None = None) -> None:
@@ -135,6 +142,8 @@ class RequestExchange:
         try:
             if not (yield from self._admit()):
                 pass
+            elif self.retry is not None:
+                yield from retries.replay(self, self.retry)
             elif self.resumes():
                 assert self.last_event_id is not None
                 yield from StreamExchange(self).resume(self.last_event_id)
@@ -185,6 +194,11 @@ class RequestExchange:
     def error(self, status: int, code: int, message: str, *, task_id: str | None = None) -> Respond:
         """A refusal of the gateway's own: A2A error ``code`` in the binding's form. ``status``
         is 200 for an A2A refusal (the binding picks its HTTP status) or 503 for "not now"."""
+        raise NotImplementedError
+
+    def own_result(self, result: Any) -> Respond:
+        """A unary answer of the gateway's own carrying ``result`` (a retry's replay,
+        docs/retries.md §2)."""
         raise NotImplementedError
 
     def transport_error(self, exc: UpstreamError) -> Respond:
@@ -449,6 +463,7 @@ class RequestExchange:
             judged = self.rewrite_card(judged)
         if self.rewrite_result is not None:
             judged = self.rewrite_result(judged)
+        self.judged = judged
         yield self._encodable(answer, lambda: self.reply(answer, doc, changed, judged))
 
     def adopt_pushed_task(self, task_id: str) -> CommandGenerator[bool]:

@@ -104,6 +104,9 @@ class RestExchange(RequestExchange):
         http = status if status != 200 else rest.http_status(code, version)
         return Respond(http, jsonrpc.dumps(body))
 
+    def own_result(self, result: Any) -> Respond:
+        return Respond(200, jsonrpc.dumps(result))
+
     def transport_error(self, exc: UpstreamError) -> Respond:
         message = error_message(exc)
         if self.ex.version is ProtocolVersion.V0_3:

@@ -118,6 +118,8 @@ class RequestSide(Protocol):
 
     def probe_task(self, task_id: str, reason: str = "probe") -> CommandGenerator[tuple[Any, TaskRecord | None]]: ...
 
+    def error(self, status: int, code: int, message: str, *, task_id: str | None = None) -> Any: ...
+
     def event_doc(self, event: Event) -> dict[str, Any] | None:
         """The event as ``{"result": …}`` / ``{"error": …}``, ``None`` when it is no A2A
         stream response; raises :class:`~gateway.errors.NestingTooDeepError`."""
@@ -238,6 +240,42 @@ class StreamExchange:
         self.summary.close_reason = "upstream_closed"
         yield StartStream()
         nxt = yield from self._pump_upstreams(self._replay(replay, after), refused=None if reply is OPENED else reply)
+        yield EndStream()
+        if nxt is Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
+            yield from self._drain()
+
+    def attach(self, task_id: str) -> CommandGenerator[None]:
+        """A retried ``SendStreamingMessage`` / ``message/stream`` whose first call's task is
+        ``task_id`` (docs/retries.md §2): the task's snapshot (a ``GetTask`` to the worker,
+        judged and stored as every probe), then — while the task is not terminal — the live
+        events of a ``SubscribeToTask`` of the gateway's own, the worker's repeated snapshot
+        dropped. Never a second send: a task the worker no longer gives is an error (-32603)."""
+        self.ex = dataclasses.replace(self.ex, task_id=task_id)
+        self.stream = dataclasses.replace(self.stream, task_id=task_id)
+        task, record = yield from self.owner.probe_task(task_id, "retry")
+        if not isinstance(task, dict):
+            self.summary.outcome = "stream_error"
+            yield self.owner.error(200, jsonrpc.INTERNAL_ERROR,
+                                   f"task {task_id} of the first request could not be read from the agent",
+                                   task_id=task_id)
+            return
+        if record is not None and record.terminal:
+            self.summary.close_reason = "terminal"
+            yield StartStream()
+            yield from self._send_snapshot(task, record)
+            yield EndStream()
+            return
+        try:
+            reply = yield from self.owner.resubscribe_own(task_id)
+        except UpstreamError as exc:
+            yield Count("upstream_errors", (exc.reason,))
+            reply = exc
+        if reply is OPENED:
+            self.decoder = SSEDecoder(self.policy.max_event_bytes)
+        self.summary.close_reason = "upstream_closed"
+        yield StartStream()
+        nxt = yield from self._pump_upstreams(self._send_snapshot(task, record),
+                                              refused=None if reply is OPENED else reply)
         yield EndStream()
         if nxt is Next.CLOSE_AND_DRAIN and self.ex.mode is Mode.ENFORCE:
             yield from self._drain()

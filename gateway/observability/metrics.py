@@ -200,6 +200,13 @@ class Metrics:
             ["upstream", "reason"],
             registry=registry,
         ))
+        self.retries = Labelled(Counter(
+            "a2a_gateway_retries",
+            "Sends that came again under a retry key already taken, by outcome (replayed, waited, "
+            "attached, conflict, in_progress, unknown; docs/retries.md §4)",
+            ["upstream", "outcome"],
+            registry=registry,
+        ))
         self.sweeps = Labelled(Counter(
             "a2a_gateway_sweep_total",
             "Live tasks the proactive sweep took up, by outcome (unchanged, changed, not_found, "

@@ -221,6 +221,12 @@ class CallerKeys:
                 return value or None
         return None
 
+    def retry_secret(self) -> bytes:
+        """The key under which retry keys are digested before they are stored
+        (docs/retries.md §3): derived from the signing secret, so replicas that share it
+        share their retry keys."""
+        return hmac.new(self._secrets[0], b"a2a-gateway retry keys", hashlib.sha256).digest()
+
     def caller(self, identity: bytes | None) -> Caller:
         """The :class:`~gateway.invariants.model.Caller` of ``identity`` (``None``: the caller
         ``anonymous``); :data:`~gateway.invariants.model.NO_CALLER` with ``callers.enabled:

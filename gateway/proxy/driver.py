@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -109,7 +109,7 @@ class Driver:
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
                  "_streaming", "_stream_task", "_stream_tenant", "_stream_key", "span", "status", "state", "card",
-                 "_stream_span", "version", "task_id", "_held", "grant")
+                 "_stream_span", "version", "task_id", "_held", "grant", "retry", "before_respond")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
                  operation: str, *, task_id: str | None = None, tenant: str = "") -> None:
@@ -148,6 +148,10 @@ class Driver:
         # flag: what answers a Load(cached=True) (docs/architecture.md, "A stream holds its record")
         self._held: dict[tuple[str, str], tuple[Stored, int]] = {}
         self.grant = NO_GRANT  # the request's fair-share slots (docs/limits.md; set by the endpoint)
+        self.retry: Any = None  # the send's retry key it owns (gateway.proxy.retries.Turn), if any
+        # awaited once before a whole response is sent: a keyed send's outcome goes under its key
+        # before the client has it (docs/retries.md §2)
+        self.before_respond: Callable[[], Awaitable[None]] | None = None
 
     async def run(self, gen: CommandGenerator[Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
@@ -258,6 +262,8 @@ class Driver:
         version: int = await self._put(record, "put", lambda: ledger.put(record, cmd.expected_version))
         self._stored(record, version)
         await self._limit_stored(record)
+        if self.retry is not None:  # the send's task is known: under its retry key (docs/retries.md §2)
+            await self.retry.note_task(record.task_id)
         return version
 
     async def _store_and_append(self, cmd: StoreAndAppend) -> tuple[int, str, str]:
@@ -266,6 +272,8 @@ class Driver:
             record, cmd.expected_version, event.lineage, event.payload, time.time()))
         self._stored(record, reply[0])
         await self._limit_stored(record)
+        if self.retry is not None:
+            await self.retry.note_task(record.task_id)
         return reply
 
     async def _put(self, record: TaskRecord, operation: str, call: Any) -> Any:
@@ -409,7 +417,10 @@ class Driver:
     # --- the client -------------------------------------------------------------------------------
 
     async def respond(self, cmd: Respond) -> None:
-        """Send one whole response (:class:`Respond`)."""
+        """Send one whole response (:class:`Respond`), after :attr:`before_respond`."""
+        if self.before_respond is not None:
+            hook, self.before_respond = self.before_respond, None
+            await hook()
         relayed = cmd.relay.headers if cmd.relay is not None else _NO_HEADERS
         if cmd.media == "raw":
             headers = client_response_headers(relayed, drop=("content-length", "content-encoding"))

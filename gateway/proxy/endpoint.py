@@ -23,6 +23,7 @@ from gateway.exchange.bridge import worker_version
 from gateway.exchange.commands import Count
 from gateway.exchange.model import Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
+from gateway.exchange.retries import SEND_OPERATIONS
 from gateway.invariants.admission import CardView, admit
 from gateway.invariants.model import NO_CALLER, Caller, Mode
 from gateway.observability import access
@@ -291,15 +292,24 @@ class ExchangeHandler:
     async def drive(self, exchange: RequestExchange) -> None:
         """Run the exchange until the client's response is complete, watching for the
         client's disconnect (and, for streams, the shutdown deadline); then let it finish
-        unwatched (the post-terminal drain)."""
+        unwatched (the post-terminal drain). A send with a retry key takes it first
+        (:meth:`gateway.proxy.retries.Retries.begin`); a keyed unary send is not watched: it
+        runs to the worker's answer for its retry (docs/retries.md §2)."""
         self.summary = exchange.summary
         streaming = exchange.streaming
         if streaming:  # an empty Last-Event-ID means none, as in an EventSource's first request
             exchange.last_event_id = (self.header(b"last-event-id") or "").strip() or None
+        turn = None  # the send's retry key, when it owns one (docs/retries.md)
+        if self.rt.retries is not None and exchange.ex.operation in SEND_OPERATIONS:
+            turn = await self.rt.retries.begin(self, exchange)
         driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter,
                         exchange.ex.operation,  # a StrEnum: the v1.0 method name
                         task_id=exchange.ex.task_id)
         driver.grant = self.grant
+        driver.retry = turn if streaming else None  # a stream's task goes under its key at once
+        keep = turn is not None and not streaming  # a keyed unary send runs to the worker's answer
+        if turn is not None:  # its outcome is under its key before the client has it
+            driver.before_respond = functools.partial(turn.finish, exchange)
         tracing = self.rt.tracing
         if tracing is not None:  # off: no span object is built (docs/observability.md §1)
             driver.span = self._server_span(tracing, exchange)
@@ -307,9 +317,13 @@ class ExchangeHandler:
             self.line.trace_id = tracing.trace_id(driver.span)
         gen = exchange.run()
         stop = self.rt.drain_expired if streaming else None
+        done: bool | None
         try:
-            work = driver.run(gen, until_ended=streaming)  # a stream may drain after its end
-            finished, done = await until_disconnect(self.receive, work, stop=stop)
+            if keep:  # not watched: the client's leaving does not cancel it; the retry finds the outcome
+                finished, done = True, await driver.run(gen)
+            else:
+                work = driver.run(gen, until_ended=streaming)  # a stream may drain after its end
+                finished, done = await until_disconnect(self.receive, work, stop=stop)
             if self.grant.stream is not None:  # the client's stream is over: its slot is free
                 await self.rt.limiter.release_stream(self.grant)  # type: ignore[union-attr]
             if not finished:
@@ -330,6 +344,8 @@ class ExchangeHandler:
                 await driver.run(gen)
         finally:
             await driver.aclose()
+            if turn is not None:
+                await turn.finish(exchange)
             if driver.span is not None:
                 s = self.summary
                 Tracing.end_server(driver.span, outcome=s.outcome, status=driver.status, task_id=s.task_id,

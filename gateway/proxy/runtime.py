@@ -37,6 +37,7 @@ from gateway.proxy.transport import UpstreamClient
 
 if TYPE_CHECKING:
     from gateway.proxy.limits import Limiter
+    from gateway.proxy.retries import Retries
     from gateway.proxy.signing import CardSigner
 
 T = TypeVar("T")
@@ -110,6 +111,8 @@ class Runtime:
     :func:`gateway.app.build_app`); ``None``: none. Typed ``Any``: the relay imports this
     module, and naming its class here made the two import each other (docs/architecture.md
     §3: no import cycles)."""
+    retries: Retries | None = None
+    """Safe retries' keys (docs/retries.md; set by :func:`gateway.app.build_app`)."""
     ledger_down: str | None = None
     """Why the ledger could not be written at the last write or probe (``None``: it could): a
     failed ledger call sets it, a write that succeeds clears it (:meth:`ledger_call`, and the

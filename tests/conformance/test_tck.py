@@ -114,7 +114,10 @@ def _gateway_config(path: Path, bridge: str) -> Path:
         f"bridge: {{enabled: {'true' if bridge == 'on' else 'false'}}}\n"
         "upstreams:\n"
         "  - name: worker\n"
-        "    url: http://127.0.0.1:1/   # replaced by --upstream\n",
+        "    url: http://127.0.0.1:1/   # replaced by --upstream\n"
+        "    # the TCK reuses messageIds across its tests for different requests: keyed by them,\n"
+        "    # its later sends would be refused as conflicting retries (docs/retries.md §1)\n"
+        "    retries: {message_id_keys: false}\n",
         encoding="utf-8",
     )
     return path

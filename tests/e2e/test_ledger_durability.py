@@ -121,7 +121,8 @@ def test_ledger_down_fails_closed_with_transport_error(worker: Any) -> None:
         assert "ledger" in r.json()["error"]["message"]
         assert w.calls("SendMessage") == []
         metrics = httpx.get(admin + "/metrics", trust_env=False).text
-        assert 'a2a_gateway_ledger_errors_total{backend="redis",operation="get"} 1.0' in metrics
+        # the send's retry key is its first ledger call (docs/retries.md §3)
+        assert 'a2a_gateway_ledger_errors_total{backend="redis",operation="retry_claim"} 1.0' in metrics
 
 
 def test_an_outage_logs_each_kind_of_error_once_per_window_not_per_request(worker: Any) -> None:
@@ -142,7 +143,7 @@ def test_an_outage_logs_each_kind_of_error_once_per_window_not_per_request(worke
         # the first failure may read differently ("connection refused" once the pool notices)
         assert 1 <= len(errors) <= 5, errors  # + the background tracked-task count's own
         metrics = httpx.get(admin + "/metrics", trust_env=False).text
-        assert 'a2a_gateway_ledger_errors_total{backend="redis",operation="get"} 40.0' in metrics
+        assert 'a2a_gateway_ledger_errors_total{backend="redis",operation="retry_claim"} 40.0' in metrics
 
 
 def _serve_on_state_dir(wurl: str, state: Path, *extra: str) -> Any:

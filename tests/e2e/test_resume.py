@@ -70,7 +70,8 @@ def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def cut_first_stream(url: str, w: ScriptedWorker, gate: Gate, client: httpx.Client, tid: str) -> list[str | None]:
     """The first stream through ``url``: returns the SSE ids of its seven events."""
     first_stream(w, tid, gate)
-    frames = read_stream(client, url + "/", SEND, V1, stop_after=7)
+    send = {**SEND, "params": {"message": {**SEND["params"]["message"], "messageId": uuid.uuid4().hex}}}
+    frames = read_stream(client, url + "/", send, V1, stop_after=7)
     assert chunks_of(frames) == [f"chunk {n}" for n in range(1, 7)]
     assert len(w.calls("SendStreamingMessage")) == 1  # it went through the gateway
     return [f.id for f in frames]

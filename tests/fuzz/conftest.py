@@ -69,6 +69,9 @@ def running_harness(**overrides: Any) -> Iterator[Harness]:
     """A scripted worker behind a real gateway (``overrides`` as for tests/proxy/conftest.py's
     ``make_harness``), stopped again on exit — servers never outlive the module."""
     worker = ScriptedWorker()
+    # examples reuse messageIds for different requests: keyed by them, later examples would be
+    # answered as conflicting retries (docs/retries.md §1) instead of reaching the worker
+    overrides.setdefault("retries", {"enabled": False})
     with serve_in_thread(worker, name="worker") as wsrv:
         registry = CollectorRegistry()
         app = build_app(_config(wsrv.url + "/", **overrides), registry=registry)

@@ -4,6 +4,8 @@ real uvicorn, a real HTTP client talks to the gateway, and each test asserts the
 
 from __future__ import annotations
 
+import uuid
+
 import asyncio
 import logging
 from typing import Any
@@ -23,14 +25,14 @@ V1 = {"A2A-Version": "1.0"}
 
 
 def send_msg(req_id: Any, text: str = "hi", task_id: str | None = None, method: str = "SendMessage") -> dict[str, Any]:
-    message: dict[str, Any] = {"messageId": f"m-{req_id}", "role": "ROLE_USER", "parts": [{"text": text}]}
+    message: dict[str, Any] = {"messageId": f"m-{req_id}-{uuid.uuid4().hex[:8]}", "role": "ROLE_USER", "parts": [{"text": text}]}
     if task_id:
         message.update(taskId=task_id, contextId=task_id.replace("t-", "c-"))
     return {"jsonrpc": "2.0", "id": req_id, "method": method, "params": {"message": message}}
 
 
 def send_msg_v03(req_id: Any, task_id: str | None = None, method: str = "message/send") -> dict[str, Any]:
-    message: dict[str, Any] = {"kind": "message", "messageId": f"m-{req_id}", "role": "user",
+    message: dict[str, Any] = {"kind": "message", "messageId": f"m-{req_id}-{uuid.uuid4().hex[:8]}", "role": "user",
                                "parts": [{"kind": "text", "text": "hi"}]}
     if task_id:
         message["taskId"] = task_id
@@ -690,11 +692,13 @@ def test_metrics_endpoint_exposes_divergences_by_kind(make_harness: Any) -> None
     wait_until(lambda: h.http.get(h.admin.url + "/readyz").status_code == 200)
 
 
-def test_client_that_abandons_a_blocking_call_releases_the_worker_request(h: Harness) -> None:
+def test_client_that_abandons_a_blocking_call_releases_the_worker_request(make_harness: Any) -> None:
     """A blocking SendMessage may take minutes; when the client hangs up, the gateway closes
-    its worker request instead of holding it until the read timeout."""
+    its worker request instead of holding it until the read timeout — for a send with no
+    retry key (here: ``messageId`` keys off; a keyed one runs on, docs/retries.md §2)."""
     import socket
 
+    h = make_harness(upstream={"retries": {"message_id_keys": False}})
     gate = Gate(timeout=10)
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": {"task": task("t-x", "TASK_STATE_COMPLETED")}})
     h.worker.on("SendMessage", sse=[gate, body], headers={"content-type": "application/json"})
@@ -707,6 +711,29 @@ def test_client_that_abandons_a_blocking_call_releases_the_worker_request(h: Har
     wait_until(lambda: h.worker.stream_closed.is_set())
     gate.release()
     wait_until(lambda: h.metric("a2a_gateway_requests_total", method="SendMessage", outcome="client_disconnected") == 1)
+
+
+def test_client_that_abandons_a_keyed_send_leaves_its_outcome_for_the_retry(h: Harness) -> None:
+    """A keyed SendMessage (its ``messageId``) whose client hangs up runs on to the worker's
+    answer (docs/retries.md §2): the retry gets that task, and the worker saw one send."""
+    import socket
+
+    gate = Gate(timeout=10)
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": {"task": task("t-kept", "TASK_STATE_COMPLETED")}})
+    h.worker.on("SendMessage", sse=[gate, body], headers={"content-type": "application/json"})
+    h.worker.on("GetTask", json_result=task("t-kept", "TASK_STATE_COMPLETED"))
+    request = send_msg(1)
+    payload = orjson.dumps(request)
+    sock = socket.create_connection(("127.0.0.1", h.gateway.port))
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
+                 b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    wait_until(lambda: gate.reached.is_set())
+    sock.close()
+    gate.release()
+    wait_until(lambda: h.metric("a2a_gateway_requests_total", method="SendMessage") == 1)
+    retry = httpx.post(h.gateway.url + "/", json={**request, "id": 2}, headers=V1, trust_env=False, timeout=10)
+    assert retry.json()["result"]["task"]["id"] == "t-kept"
+    assert len(h.worker.calls("SendMessage")) == 1
 
 
 def test_worker_cookies_are_relayed_but_never_kept_or_replayed(h: Harness) -> None:

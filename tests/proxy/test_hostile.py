@@ -10,6 +10,8 @@ kept. Raw sockets are used where httpx would normalize the input away.
 
 from __future__ import annotations
 
+import uuid
+
 import asyncio
 import gzip
 import math
@@ -50,7 +52,7 @@ def rpc(req_id: Any, method: str, params: Any) -> dict[str, Any]:
 
 
 def send_msg(req_id: Any, task_id: str | None = None, method: str = "SendMessage") -> dict[str, Any]:
-    message: dict[str, Any] = {"messageId": f"m-{req_id}", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    message: dict[str, Any] = {"messageId": f"m-{req_id}-{uuid.uuid4().hex[:8]}", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
     if task_id:
         message["taskId"] = task_id
     return rpc(req_id, method, {"message": message})
@@ -976,7 +978,9 @@ ALLOWED_LABELS: dict[str, Callable[[str], bool]] = {
     "backend": lambda v: v == "memory",
     "operation": lambda v: v in ("get", "put", "count", "prune", "append_timeline", "outbox_claim",
                                  "outbox_depth",  # the push loop's
-                                 "observe_card"),  # each card fetch's (docs/field-cases.md F20)
+                                 "observe_card",  # each card fetch's (docs/field-cases.md F20)
+                                 # the retry keys' (docs/retries.md §3)
+                                 "retry_recover", "retry_claim", "retry_get", "retry_put", "retry_delete"),
     "version": lambda v: True,
     "le": lambda v: True,
 }

@@ -10,6 +10,8 @@ conditions (the worker's and the gateway's own counts), never for time.
 
 from __future__ import annotations
 
+import uuid
+
 import asyncio
 import logging
 from collections.abc import Callable
@@ -37,7 +39,7 @@ def status_update(tid: str, state: str) -> dict[str, Any]:
 
 
 def message(req: str) -> dict[str, Any]:
-    return {"messageId": f"m-{req}", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    return {"messageId": f"m-{req}-{uuid.uuid4().hex[:8]}", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
 
 
 def rpc(req_id: Any, method: str, params: Any) -> bytes:
@@ -105,7 +107,9 @@ async def test_a_full_pool_answers_gateway_at_capacity_on_every_binding(
         assert len(h.rpc_calls()) == calls_before  # none of them reached the worker
         assert h.metric("a2a_gateway_upstream_errors_total", reason="pool_exhausted") == refused
         assert h.metric("a2a_gateway_upstream_errors_total", reason="timeout") == 0
-        assert h.metric("a2a_gateway_requests_total", outcome="at_capacity") == refused
+        # the request line and its metrics come after the answer (and its retry key's release)
+        await await_until(lambda: h.metric("a2a_gateway_requests_total", outcome="at_capacity") == refused,
+                          message="every refusal counted")
         assert h.metric("a2a_gateway_requests_total", outcome="upstream_error") == 0
         at_capacity = gateway_warnings("gateway_at_capacity")
         assert [r.__dict__["reason"] for r in at_capacity] == ["pool_exhausted"] * refused

@@ -12,6 +12,8 @@ behind a real gateway (tests/proxy/conftest.py), a raw HTTP client.
 
 from __future__ import annotations
 
+import uuid
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,12 +65,12 @@ class Form:
 
     def message(self, task_id: str | None = None) -> dict[str, Any]:
         if self.binding == "jsonrpc" and self.version == "0.3":
-            msg: dict[str, Any] = {"kind": "message", "messageId": "m-1", "role": "user",
+            msg: dict[str, Any] = {"kind": "message", "messageId": uuid.uuid4().hex, "role": "user",
                                    "parts": [{"kind": "text", "text": "more"}]}
         elif self.binding == "rest" and self.version == "0.3":
-            msg = {"messageId": "m-1", "role": "ROLE_USER", "content": [{"text": "more"}]}
+            msg = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "content": [{"text": "more"}]}
         else:
-            msg = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "more"}]}
+            msg = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "more"}]}
         if task_id:
             msg.update(taskId=task_id, contextId="c-1")
         return {"message": msg}

@@ -11,6 +11,8 @@ states are spelled ``TASK_STATE_*`` with ``TASK_STATE_CANCELLED``."""
 
 from __future__ import annotations
 
+import uuid
+
 import logging
 import re
 from typing import Any
@@ -34,7 +36,7 @@ SSE_ACCEPT = {"accept": "text/event-stream"}
 
 def message(text: str = "hi", task_id: str | None = None, **extra: Any) -> dict[str, Any]:
     """A v1.0 REST send body: ``{"message": …}``."""
-    msg: dict[str, Any] = {"messageId": f"m-{text}", "role": "ROLE_USER", "parts": [{"text": text}]}
+    msg: dict[str, Any] = {"messageId": f"m-{text}-{uuid.uuid4().hex[:8]}", "role": "ROLE_USER", "parts": [{"text": text}]}
     if task_id:
         msg.update(taskId=task_id, contextId=task_id.replace("t-", "c-"))
     return {"message": msg, **extra}
@@ -1217,7 +1219,7 @@ def test_jsonrpc_path_in_another_case_or_with_doubled_slashes_is_guarded(make_ha
     rpc_complete_at(h, "t-5", "/a2a/jsonrpc")
     for path in ("/A2A/JSONRPC", "/a2a//jsonrpc"):
         r = h.http.post(h.gateway.url + path, headers=V1, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                        "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}],
+                        "params": {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "x"}],
                                                "taskId": "t-5"}}})
         assert r.json()["error"]["code"] == -32004, path
     assert h.worker.calls("SendMessage") == []
