@@ -53,8 +53,8 @@ SERVE_SETTINGS = (
     Setting("config", "A2A_GATEWAY_CONFIG", str, None, "YAML configuration file", "FILE"),
     Setting("upstream", "A2A_GATEWAY_UPSTREAM", str, None,
             "the worker's base URL. Without a config file: the sidecar form (one upstream "
-            "'worker' mounted at /); with one: the url of its only upstream (a file with "
-            "several upstreams is refused)", "URL"),
+            "'worker' mounted at /); with one: the url of its only upstream, or that sidecar "
+            "upstream when it names none (a file with several upstreams is refused)", "URL"),
     Setting("host", "A2A_GATEWAY_HOST", str, ("listen", "host"), "listen address (default 127.0.0.1)"),
     Setting("port", "A2A_GATEWAY_PORT", int, ("listen", "port"), "listen port (default 8080)"),
     Setting("admin_host", "A2A_GATEWAY_ADMIN_HOST", str, ("admin", "host"),
@@ -174,7 +174,7 @@ def serve_config(given: Mapping[str, tuple[Any, str]]) -> GatewayConfig:
     """The configuration ``serve`` runs: the config file (if one is given), then every
     setting ``given`` (:func:`resolve`) on top of it. ``upstream`` without a file is the
     sidecar form (one upstream ``worker`` at ``/``); with a file it replaces the url of the
-    file's only upstream.
+    file's only upstream, or is that sidecar upstream when the file names none.
 
     Raises:
         ConfigError: an unreadable or invalid file, a value that does not validate (its line
@@ -197,6 +197,9 @@ def serve_config(given: Mapping[str, tuple[Any, str]]) -> GatewayConfig:
     else:
         raise ConfigError(["a2a-gateway serve: give --config FILE or --upstream URL "
                            "(or A2A_GATEWAY_CONFIG / A2A_GATEWAY_UPSTREAM)"])
+    if config_file and upstream and "upstreams" not in data:  # a file of settings, the sidecar's upstream
+        data["upstreams"] = [{"name": "worker", "url": upstream[0], "prefix": "/"}]
+        sources["upstreams[0].url"] = upstream[1]
     upstreams = data.get("upstreams")
     if config_file and upstream:
         if not (isinstance(upstreams, list) and len(upstreams) == 1 and isinstance(upstreams[0], dict)):
@@ -227,15 +230,18 @@ def serve_config(given: Mapping[str, tuple[Any, str]]) -> GatewayConfig:
     try:
         return parse_config(data)
     except ConfigError as err:
-        raise ConfigError([_with_source(line, sources) for line in err.problems]) from None
+        raise ConfigError([_with_source(line, sources, config_file) for line in err.problems]) from None
 
 
-def _with_source(line: str, sources: Mapping[str, str]) -> str:
+def _with_source(line: str, sources: Mapping[str, str], config_file: str | None = None) -> str:
     """A problem line with the flag or variable its value came from: ``listen.port (from
-    A2A_GATEWAY_PORT): …``."""
+    A2A_GATEWAY_PORT): …``; any other with the config file's name before it, when there is one
+    (``gateway.yaml: upstreams: Field required``)."""
     path, sep, message = line.partition(": ")
     source = sources.get(path)
-    return f"{path} (from {source}){sep}{message}" if source else line
+    if source:
+        return f"{path} (from {source}){sep}{message}"
+    return f"{config_file}: {line}" if config_file else line
 
 
 def _parser() -> argparse.ArgumentParser:

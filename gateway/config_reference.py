@@ -44,7 +44,8 @@ For every setting: a command-line flag wins over its `A2A_GATEWAY_*` environment
 the variable over the config file, the file over the default. `a2a-gateway --help` lists every
 flag and variable with the key it sets. `--upstream URL` (`A2A_GATEWAY_UPSTREAM`) without a
 file is the sidecar form (one upstream `worker` at `/`); with a file it replaces the `url` of
-the file's only upstream (a file of several upstreams is refused: set their URLs in the file).
+the file's only upstream, or is the sidecar's upstream when the file names none (a file of
+several upstreams is refused: set their URLs in the file).
 `--heartbeat-interval` and `--card-ttl` set `heartbeat_seconds` and `card.ttl_seconds` of
 every upstream. A SIGHUP re-reads the file and applies the same flags and variables over it.
 

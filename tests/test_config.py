@@ -590,6 +590,26 @@ class TestPrecedence:
             serve_config(resolve(args, environ={"A2A_GATEWAY_UPSTREAM": "http://x:1/"}))
         assert info.value.problems[0].startswith("upstreams (A2A_GATEWAY_UPSTREAM): ")
 
+    def test_an_upstream_for_a_file_without_upstreams_is_the_sidecar_upstream(self, tmp_path):
+        """A file of settings only (docs/limits.md §2's example without its ``upstreams``) with
+        ``--upstream``: the sidecar's one upstream ``worker`` at ``/``, the file's settings kept."""
+        from gateway.cli import _parser, resolve, serve_config
+
+        path = write(tmp_path, "limits:\n  per_caller: {live_tasks: 3}\n")
+        args = _parser().parse_args(["serve", "--config", str(path), "--upstream", "http://w:1/"])
+        config = serve_config(resolve(args, environ={}))
+        assert [(u.name, u.url, u.prefix) for u in config.upstreams] == [("worker", "http://w:1/", "/")]
+        assert config.limits.per_caller.live_tasks == 3
+
+    def test_a_problem_of_the_file_names_the_file(self, tmp_path):
+        from gateway.cli import _parser, resolve, serve_config
+
+        path = write(tmp_path, "limits:\n  per_caller: {live_tasks: 3}\n")
+        args = _parser().parse_args(["serve", "--config", str(path)])
+        with pytest.raises(ConfigError) as info:
+            serve_config(resolve(args, environ={}))
+        assert info.value.problems[0].startswith(f"{path}: upstreams: ")
+
     def test_a_value_error_names_the_variable_or_flag_it_came_from(self, tmp_path):
         from gateway.cli import UsageError, _parser, resolve
 

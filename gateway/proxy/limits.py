@@ -399,9 +399,12 @@ class Limiter:
 
 def _refusal(scope: Scope, limit: str, value: str, wait: float) -> Refusal:
     retry = max(1, math.ceil(wait))
-    return Refusal(f"{scope.kind}.{limit}", retry,
-                   f"rate limited: {scope.kind} limit {limit} ({value} {_UNITS[limit]}) reached; "
-                   f"retry after {retry} s")
+    if limit == "requests_per_second":
+        text = f"rate limited: {scope.kind} limit {limit} ({value} per second) reached; retry after {retry} s"
+    else:  # a count: a slot comes free when one of them ends, not after a fixed wait
+        text = (f"{scope.kind} limit {limit} reached (at most {value} {_UNITS[limit]}); "
+                f"retry once one has ended (asked again after {retry} s at the earliest)")
+    return Refusal(f"{scope.kind}.{limit}", retry, text)
 
 
 def limited_answer(refusal: Refusal, binding: Binding, version: ProtocolVersion,
