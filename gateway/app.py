@@ -56,6 +56,7 @@ from gateway.proxy.transport import UpstreamClient
 from gateway.proxy.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.push.delivery import Deliverer
 from gateway.push.relay import CALLBACK_PATH, PushRelay
+from gateway.proxy.push import perform_for, serve_callback
 
 
 _REST_METHODS = frozenset({"GET", "POST", "DELETE"})
@@ -190,7 +191,7 @@ class GatewayApp:
         if scope["type"] == "http" and path.startswith(CALLBACK_PATH) and push is not None:
             # a worker's push notification (docs/push.md §2); served with push.enabled false too,
             # for the configs relayed before a reload turned it off
-            await push.callback(scope, receive, send)
+            await serve_callback(self.proxy.rt, scope, receive, send)
             return
         if scope["type"] == "http" and path.startswith("/") and not own:
             await self.proxy(scope, receive, send)
@@ -355,7 +356,7 @@ def build_app(
                       signer=_card_signer(config, metrics))
     runtime.apply_config(config)
     runtime.bodies = BodyBudget(lambda: runtime.config.limits.max_inflight_body_bytes)
-    runtime.push = PushRelay(runtime)
+    runtime.push = PushRelay(lambda: runtime.config.push, perform_for(runtime))
     runtime.limiter = Limiter(runtime, limit_store(ledger))  # fair shares (docs/limits.md)
     deliverer = Deliverer(runtime, runtime.push)
     ready = {"value": False}

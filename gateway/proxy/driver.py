@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -44,7 +45,14 @@ import httpx
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.sse import encode_comment
 from gateway.a2a.states import TERMINAL_STATES
-from gateway.errors import LedgerError, UpstreamError, VersionConflictError
+from gateway.errors import (
+    BodyTooLargeError,
+    ClientGoneError,
+    LedgerError,
+    PushLimitError,
+    UpstreamError,
+    VersionConflictError,
+)
 from gateway.exchange.commands import (
     ENDED,
     OPENED,
@@ -52,18 +60,26 @@ from gateway.exchange.commands import (
     Answer,
     AppendEvent,
     AppendTimeline,
+    CheckWebhook,
     CommandGenerator,
     Deadline,
+    DeletePushConfig,
     Emit,
     EndStream,
+    Enqueue,
     Flush,
+    GetPushConfig,
     Load,
     Loaded,
     MarkCardStale,
+    NewCallback,
     Open,
     Post,
     PushBound,
+    PushConfigs,
+    PutPushConfig,
     Read,
+    ReadBody,
     ReadWindow,
     Respond,
     Sleep,
@@ -78,11 +94,13 @@ from gateway.proxy.forward import (
     Route,
     client_response_headers,
     is_event_stream,
+    read_body,
     upstream_request_headers,
 )
 from gateway.proxy.limits import NO_GRANT
 from gateway.proxy.runtime import Runtime
-from gateway.proxy.types import Scope, Send
+from gateway.proxy.types import Receive, Scope, Send
+from gateway.push.ssrf import Refused, check_webhook
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [
@@ -97,7 +115,8 @@ previous event alone took this long. So a stored event waits for at most one sto
 slow after fast ones; with a fast ledger a read still costs one write."""
 _BODY_HEADERS = ("content-length", "content-encoding", "content-type")
 _STREAM_HEADERS = (*_BODY_HEADERS, "cache-control", "x-accel-buffering")
-_THROWN = (LedgerError, UpstreamError, VersionConflictError, TimeoutError)
+_THROWN = (LedgerError, UpstreamError, VersionConflictError, TimeoutError, PushLimitError, BodyTooLargeError,
+           ClientGoneError)
 _BODILESS = frozenset({"GET", "HEAD", "DELETE"})
 _NO_HEADERS = httpx.Headers()
 
@@ -109,7 +128,7 @@ class Driver:
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
                  "_streaming", "_stream_task", "_stream_tenant", "_stream_key", "span", "status", "state", "card",
-                 "_stream_span", "version", "task_id", "_held", "grant")
+                 "_stream_span", "version", "task_id", "_held", "grant", "receive", "value")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
                  operation: str, *, task_id: str | None = None, tenant: str = "") -> None:
@@ -148,6 +167,8 @@ class Driver:
         # flag: what answers a Load(cached=True) (docs/architecture.md, "A stream holds its record")
         self._held: dict[tuple[str, str], tuple[Stored, int]] = {}
         self.grant = NO_GRANT  # the request's fair-share slots (docs/limits.md; set by the endpoint)
+        self.receive: Receive | None = None  # the client's body, for ReadBody (a push callback)
+        self.value: Any = None  # what the last exchange run to its end returned
 
     async def run(self, gen: CommandGenerator[Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
@@ -161,7 +182,8 @@ class Driver:
                     cmd = gen.throw(exc)
                 else:
                     cmd = gen.send(self._reply)
-            except StopIteration:
+            except StopIteration as stop:
+                self.value = stop.value
                 return True
             self._reply = None
             kind = type(cmd)
@@ -252,6 +274,45 @@ class Driver:
             if entry is not None and entry.task_id:
                 tasks.add(entry.task_id)
         return frozenset(tasks)
+
+    async def _push_configs(self, cmd: PushConfigs) -> list[Any]:
+        ledger, upstream = self.rt.ledger, self.route.upstream.name
+        return await self.rt.ledger_call("push_configs", lambda: ledger.push_configs(
+            upstream, cmd.task_id, tenant=cmd.tenant))
+
+    async def _get_push_config(self, cmd: GetPushConfig) -> Any:
+        ledger = self.rt.ledger
+        return await self.rt.ledger_call("get_push_config", lambda: ledger.get_push_config(cmd.callback_id))
+
+    async def _put_push_config(self, cmd: PutPushConfig) -> None:
+        ledger = self.rt.ledger
+        await self.rt.ledger_call("put_push_config", lambda: ledger.put_push_config(
+            cmd.entry, time.time(), max_per_task=cmd.max_per_task, max_total=cmd.max_total))
+
+    async def _delete_push_config(self, cmd: DeletePushConfig) -> bool:
+        ledger = self.rt.ledger
+        deleted: bool = await self.rt.ledger_call("delete_push_config", lambda: ledger.delete_push_config(
+            cmd.callback_id))
+        return deleted
+
+    async def _enqueue(self, cmd: Enqueue) -> str:
+        ledger, upstream, cfg = self.rt.ledger, self.route.upstream.name, self.rt.config.push
+        entry_id: str = await self.rt.ledger_call("outbox_add", lambda: ledger.outbox_add(
+            upstream, cmd.task_id, cmd.callback_id, cmd.body, time.time(), tenant=cmd.tenant,
+            max_per_task=cfg.max_outbox_per_task, max_total=cfg.max_outbox_total))
+        if self.rt.push is not None:
+            self.rt.push.wake.set()  # the delivery loop looks at once
+        return entry_id
+
+    async def _new_callback(self, cmd: NewCallback) -> tuple[str, str]:
+        return secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+
+    async def _check_webhook(self, cmd: CheckWebhook) -> tuple[str, str] | None:
+        try:
+            await check_webhook(cmd.url, self.rt.config.push)
+        except Refused as refused:
+            return refused.reason, str(refused)
+        return None
 
     async def _store(self, cmd: Store) -> int:
         ledger, record = self.rt.ledger, cmd.record
@@ -427,6 +488,10 @@ class Driver:
         await self.client_send({"type": "http.response.body", "body": cmd.body})
         self.ended = True
 
+    async def _read_body(self, cmd: ReadBody) -> bytes:
+        assert self.receive is not None
+        return await read_body(self.receive, self.scope, cmd.limit)
+
     async def _start_stream(self, cmd: StartStream) -> None:
         relayed = client_response_headers(self._head_headers or httpx.Headers(), drop=_STREAM_HEADERS)
         self.started = True
@@ -522,7 +587,9 @@ _HANDLERS: dict[type, Any] = {
     Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver.respond,
     StartStream: Driver._start_stream, Flush: Driver._flush,
     EndStream: Driver._end_stream, Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale,
-    PushBound: Driver._push_bound,
+    PushBound: Driver._push_bound, PushConfigs: Driver._push_configs, GetPushConfig: Driver._get_push_config,
+    PutPushConfig: Driver._put_push_config, DeletePushConfig: Driver._delete_push_config, Enqueue: Driver._enqueue,
+    NewCallback: Driver._new_callback, CheckWebhook: Driver._check_webhook, ReadBody: Driver._read_body,
 }
 """What performs each command (``Emit`` is queued in :meth:`Driver.run` itself; any other
 command is a report for the Reporter)."""

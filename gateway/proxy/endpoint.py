@@ -33,11 +33,11 @@ from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import Route, read_body, until_disconnect
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
-from gateway.exchange.push import CONFIG_OPERATIONS, client_webhooks
+from gateway.exchange.push import CONFIG_OPERATIONS, NOTHING, PushStep, client_webhooks, intake, settle
 from gateway.invariants.timeline import TimelineEntry
 from gateway.proxy.limits import NO_GRANT, limited_answer
 from gateway.proxy.limits import Scope as LimitScope
-from gateway.push.relay import NOTHING, PushStep
+from gateway.proxy.push import callback_base
 
 
 async def send_json(send: Send, status: int, doc: Any, *,
@@ -86,7 +86,7 @@ class ExchangeHandler:
             await self.handle()
         finally:
             if self.grant is not NO_GRANT:
-                await self.rt.limiter.release(self.grant)  # type: ignore[union-attr]
+                await self.rt.limiter.release(self.grant)
             if self.held:
                 self.rt.bodies.give(self.held)  # type: ignore[union-attr]
             refused = self.scope.get(access.REFUSED_KEY)  # the connection layer answered it (a bound)
@@ -228,9 +228,11 @@ class ExchangeHandler:
                 ex, exchange.params, card, allow_stale=policy.allow_stale,
                 required_skill=policy.required_skill, skill_key=policy.skill_key) is not None:
             return NOTHING
+        gen = intake(self.upstream, ex.operation, ex.version, ex.binding, doc, ex.task_id, config_id, ex.tenant,
+                     callback_base=callback_base(self.rt, self.route, self.scope), limits=push.limits)
         try:
-            return await push.intercept(self.route, self.scope, ex.operation, ex.version, ex.binding, doc,
-                                        ex.task_id, config_id, tenant=ex.tenant)
+            step: PushStep = await self.perform(gen, ex.operation)
+            return step
         except LedgerError:
             await self.refuse(exchange, jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable", status=503)
             return None
@@ -282,11 +284,24 @@ class ExchangeHandler:
             await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
             return
         if self.scopes and (push.created or push.pending):  # counted against limits.*.push_configs
-            await self.rt.limiter.pushed(self.scopes, [e.callback_id for e in (*push.created, *push.pending)])  # type: ignore[union-attr]
+            await self.rt.limiter.pushed(self.scopes, [e.callback_id for e in (*push.created, *push.pending)])
         exchange.rewrite_result = push.restore
         exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
         await self.drive(exchange)
-        await push.settle(exchange.summary)
+        relay = self.rt.push
+        if relay is not None and (push.created or push.replaced or push.pending):
+            summary = exchange.summary
+            await self.perform(settle(push, summary.outcome, summary.task_id, relay.limits), "push")
+
+    async def perform(self, gen: Any, operation: str) -> Any:
+        """Perform an exchange that answers the client nothing (the push relay's intake and
+        settling, docs/push.md §1) with a driver of its own; returns what it returns."""
+        driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter, operation)
+        try:
+            await driver.run(gen)
+        finally:
+            await driver.aclose()
+        return driver.value
 
     async def drive(self, exchange: RequestExchange) -> None:
         """Run the exchange until the client's response is complete, watching for the

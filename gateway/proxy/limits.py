@@ -16,6 +16,7 @@ left the ledger is reclaimed by asking the ledger when the scope reaches its lim
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import secrets
 from dataclasses import dataclass, field
@@ -250,8 +251,7 @@ class Limiter:
             if not member.startswith("t\0"):
                 continue  # a pending new task: it leaves by its request's end, or by age
             _, upstream, tenant, task_id = member.split("\0", 3)
-            stored = await self.rt.ledger_call("get", lambda u=upstream, t=task_id, n=tenant: ledger.get(
-                u, t, tenant=n))
+            stored = await self.rt.ledger_call("get", functools.partial(ledger.get, upstream, task_id, tenant=tenant))
             if stored is None or stored.record.state in TERMINAL_STATES:
                 gone.append(member)
         if gone:
@@ -262,7 +262,7 @@ class Limiter:
         """Drop the push configs of set ``key`` the ledger no longer holds (deleted, expired)."""
         ledger, gone = self.rt.ledger, []
         for member, _ in (await self.store.members(key))[:MAX_RECLAIM]:
-            entry = await self.rt.ledger_call("get_push_config", lambda m=member: ledger.get_push_config(m))
+            entry = await self.rt.ledger_call("get_push_config", functools.partial(ledger.get_push_config, member))
             if entry is None:
                 gone.append(member)
         if gone:
@@ -321,7 +321,8 @@ class Limiter:
         ``None`` for a rate: a bucket has no "use"). Raises what the store raises."""
         rows = []
         for scope in reversed(self._seen.values()):
-            q, limits = scope.quota, []
+            q = scope.quota
+            limits: list[dict[str, Any]] = []
             if q.requests_per_second is not None:
                 limits.append({"limit": "requests_per_second", "use": None,
                                "max": f"{q.requests_per_second:g}/s, burst {q.burst or max(1, math.ceil(q.requests_per_second))}"})

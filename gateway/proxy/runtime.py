@@ -34,9 +34,9 @@ from gateway.proxy.callers import CallerKeys
 from gateway.proxy.card import CardCache
 from gateway.proxy.forward import BodyBudget, Router, Signal
 from gateway.proxy.transport import UpstreamClient
+from gateway.push.relay import PushRelay
 
 if TYPE_CHECKING:
-    from gateway.proxy.limits import Limiter
     from gateway.proxy.signing import CardSigner
 
 T = TypeVar("T")
@@ -105,11 +105,8 @@ class Runtime:
     """Who is asking (docs/callers.md §2); ``None``: callers are not told apart."""
     auth: JwtVerifier | None = None
     """Bearer JWT checking (``auth.jwt``, docs/callers.md §5); ``None``: off."""
-    push: Any = None
-    """The push relay, a :class:`gateway.push.relay.PushRelay` (docs/push.md; set by
-    :func:`gateway.app.build_app`); ``None``: none. Typed ``Any``: the relay imports this
-    module, and naming its class here made the two import each other (docs/architecture.md
-    §3: no import cycles)."""
+    push: PushRelay | None = None
+    """The push relay (docs/push.md; set by :func:`gateway.app.build_app`); ``None``: none."""
     ledger_down: str | None = None
     """Why the ledger could not be written at the last write or probe (``None``: it could): a
     failed ledger call sets it, a write that succeeds clears it (:meth:`ledger_call`, and the
@@ -121,8 +118,11 @@ class Runtime:
     signer: CardSigner | None = None
     """The gateway's Agent Card signatures (``card.signing``, docs/protocol.md §4.5); ``None``:
     served cards are not signed."""
-    limiter: Limiter | None = None
-    """The fair-share limits (docs/limits.md; set by :func:`gateway.app.build_app`)."""
+    limiter: Any = None
+    """The fair-share limits, a :class:`gateway.proxy.limits.Limiter` (docs/limits.md; set by
+    :func:`gateway.app.build_app`); ``None``: none. Typed ``Any``: the limiter imports this
+    module, and naming its class here made the two import each other (docs/architecture.md
+    §3: no import cycles)."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 

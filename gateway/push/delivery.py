@@ -12,17 +12,38 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from gateway.a2a.version import ProtocolVersion
+from gateway.config import GatewayConfig
 from gateway.errors import LedgerError
 from gateway.invariants.timeline import TimelineEntry
-from gateway.ledger.base import OutboxEntry
-from gateway.proxy.runtime import Runtime
+from gateway.ledger.base import OutboxEntry, TaskLedger
+from gateway.observability.metrics import Metrics
 from gateway.push.relay import PushConfigData, PushRelay
 from gateway.push.ssrf import Refused, Target, check_webhook
+
+T = TypeVar("T")
+
+
+class Host(Protocol):
+    """What the delivery loop needs of the running gateway (the proxy's ``Runtime`` is one;
+    named structurally so that push does not import the proxy, docs/architecture.md §3)."""
+
+    config: GatewayConfig
+    ledger: TaskLedger
+    metrics: Metrics
+    log: logging.Logger
+
+    async def ledger_call(self, operation: str, call: Callable[[], Awaitable[T]]) -> T: ...
+
+    async def keep_timeline(self, upstream: str, task_id: str, entry: TimelineEntry, *,
+                            tenant: str = "") -> None: ...
+
 
 CLAIM_BATCH = 32
 """Entries claimed (and delivered concurrently) per round."""
@@ -46,7 +67,7 @@ def pinned_request(target: Target) -> tuple[str, dict[str, str], dict[str, objec
 class Deliverer:
     """Empties the outbox of one gateway process into the clients' webhooks."""
 
-    def __init__(self, rt: Runtime, relay: PushRelay) -> None:
+    def __init__(self, rt: Host, relay: PushRelay) -> None:
         self.rt = rt
         self.relay = relay
         cfg = rt.config.push

@@ -12,10 +12,21 @@ import pytest
 
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.version import Binding, ProtocolVersion
-from gateway.exchange.commands import AppendTimeline, Count, Enqueue, Found, Load, Log, Store
+from gateway.exchange.commands import (
+    AppendTimeline,
+    Count,
+    Enqueue,
+    Found,
+    GetPushConfig,
+    Load,
+    Log,
+    PutPushConfig,
+    Store,
+)
 from gateway.exchange.model import Policy
 from gateway.exchange.offline import Ledger
 from gateway.exchange.push import (
+    PushConfigData,
     Subscription,
     Webhook,
     client_body,
@@ -27,6 +38,7 @@ from gateway.exchange.push import (
 )
 from gateway.a2a.states import TaskState
 from gateway.invariants.model import Clock, TaskRecord
+from gateway.records import PushConfigEntry
 
 CB = "https://gw.example/_a2a_gateway/push/cb-1"
 
@@ -108,8 +120,11 @@ def test_a_callback_of_another_task_or_tenant_loses_the_worker_token() -> None:
 # --- docs/push.md §2: notifications -------------------------------------------------------------------------
 
 
-def run(gen: Generator[Any, Any, Any], ledger: Ledger, *, now: float = 1000.0) -> tuple[Any, list[Any]]:
-    """Perform the commands against a dict ledger; returns (verdict, the commands seen)."""
+def run(gen: Generator[Any, Any, Any], ledger: Ledger, *, now: float = 1000.0,
+        configs: dict[str, PushConfigEntry] | None = None) -> tuple[Any, list[Any]]:
+    """Perform the commands against a dict ledger (and ``configs``, push configs by callback
+    id); returns (verdict, the commands seen)."""
+    configs = {} if configs is None else configs
     seen: list[Any] = []
     reply: Any = None
     while True:
@@ -125,6 +140,10 @@ def run(gen: Generator[Any, Any, Any], ledger: Ledger, *, now: float = 1000.0) -
             reply = ledger.put(cmd.record, cmd.expected_version)
         elif isinstance(cmd, Enqueue):
             reply = "1"
+        elif isinstance(cmd, GetPushConfig):
+            reply = configs.get(cmd.callback_id)
+        elif isinstance(cmd, PutPushConfig):
+            configs[cmd.entry.callback_id] = cmd.entry
         else:
             assert isinstance(cmd, (Count, Found, Log, AppendTimeline)), cmd
 
@@ -198,8 +217,17 @@ def test_another_tasks_notification_and_garbage_are_400() -> None:
 
 
 def test_a_pending_inline_config_takes_the_task_the_notification_names() -> None:
-    verdict, seen = run(judge_notification(POLICY, sub(""), status("working", "t-new")), Ledger())
+    data = PushConfigData(Webhook("https://client.example/hook", None, None), "x", "cb", ProtocolVersion.V1_0,
+                          Binding.JSONRPC, None)
+    configs = {"cb-1": PushConfigEntry("cb-1", "w", "", data.encode())}
+    verdict, seen = run(judge_notification(POLICY, sub(""), status("working", "t-new")), Ledger(),
+                        configs=configs)
     assert verdict.status == 200 and verdict.task_id == "t-new" and len(enqueued(seen)) == 1
+    # bound to its task before anything of the notification is read or stored (docs/push.md §1.3)
+    kinds = [type(c) for c in seen]
+    assert kinds.index(PutPushConfig) < kinds.index(Load)
+    assert configs["cb-1"].task_id == "t-new"
+    assert PushConfigData.decode(configs["cb-1"].data).config_id == "t-new"  # a2a-sdk names it after its task
 
 
 def test_a_v03_task_as_a2a_sdk_03_posts_it_is_read_and_a_v03_client_gets_v03() -> None:
