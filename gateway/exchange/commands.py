@@ -14,7 +14,6 @@ then ends with a ``Reply:`` line and, when something may be thrown in, a ``Throw
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar, dataclass_transform
@@ -498,27 +497,6 @@ class Log(Command):
     level: str
     event: str
     fields: tuple[tuple[str, Any], ...] = ()
-
-
-def for_reason(reason: str, steps: CommandGenerator[T]) -> CommandGenerator[T]:
-    """Run the generator ``steps`` (a binding's resubscribe), marking every :class:`Post` /
-    :class:`Open` it yields as a request of the gateway's own for ``reason``; returns what
-    ``steps`` returns. Replies and thrown exceptions pass through unchanged."""
-    reply: Any = None
-    thrown: BaseException | None = None
-    while True:
-        try:
-            cmd = steps.throw(thrown) if thrown is not None else steps.send(reply)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        thrown = None
-        if type(cmd) is Post or type(cmd) is Open:
-            cmd = dataclasses.replace(cmd, reason=reason)
-        try:
-            reply = yield cmd
-        except BaseException as exc:  # noqa: BLE001 - handed to ``steps`` as it came
-            thrown, reply = exc, None
 
 
 REPORTS = (Count, Found, Degraded, Log)

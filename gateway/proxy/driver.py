@@ -35,52 +35,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.sse import encode_comment
 from gateway.a2a.states import TERMINAL_STATES
-from gateway.errors import (
-    BodyTooLargeError,
-    ClientGoneError,
-    LedgerError,
-    PushLimitError,
-    UpstreamError,
-    VersionConflictError,
-)
+from gateway.errors import UpstreamError, VersionConflictError
 from gateway.exchange.commands import (
     ENDED,
     OPENED,
     REPORTS,
     Answer,
-    AppendEvent,
-    AppendTimeline,
     CheckWebhook,
     CommandGenerator,
     Deadline,
-    DeletePushConfig,
     Emit,
     EndStream,
-    Enqueue,
     Flush,
-    GetPushConfig,
     Load,
     Loaded,
     MarkCardStale,
-    NewCallback,
     Open,
     Post,
-    PushBound,
-    PushConfigs,
-    PutPushConfig,
     Read,
     ReadBody,
-    ReadWindow,
     Respond,
     Sleep,
     StartStream,
@@ -88,8 +70,10 @@ from gateway.exchange.commands import (
     StoreAndAppend,
 )
 from gateway.invariants.model import Clock, TaskRecord
-from gateway.ledger.base import Stored
+from gateway.invariants.timeline import TimelineEntry
+from gateway.ledger.base import Stored, TaskLedger
 from gateway.observability.reporter import Reporter
+from gateway.perform import THROWN, Performer
 from gateway.proxy.forward import (
     Route,
     client_response_headers,
@@ -115,14 +99,15 @@ previous event alone took this long. So a stored event waits for at most one sto
 slow after fast ones; with a fast ledger a read still costs one write."""
 _BODY_HEADERS = ("content-length", "content-encoding", "content-type")
 _STREAM_HEADERS = (*_BODY_HEADERS, "cache-control", "x-accel-buffering")
-_THROWN = (LedgerError, UpstreamError, VersionConflictError, TimeoutError, PushLimitError, BodyTooLargeError,
-           ClientGoneError)
+T = TypeVar("T")
 _BODILESS = frozenset({"GET", "HEAD", "DELETE"})
 _NO_HEADERS = httpx.Headers()
 
 
-class Driver:
-    """Performs the commands of one exchange for one client request."""
+class Driver(Performer):
+    """Performs the commands of one exchange for one client request: the online
+    :class:`~gateway.perform.Performer` (its ledger handlers, every call timed and counted by
+    :meth:`Runtime.ledger_call`), with the worker, the client and a stream's held record."""
 
     __slots__ = ("rt", "route", "scope", "client_send", "reporter", "operation", "started", "ended",
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
@@ -170,11 +155,38 @@ class Driver:
         self.receive: Receive | None = None  # the client's body, for ReadBody (a push callback)
         self.value: Any = None  # what the last exchange run to its end returned
 
+    # --- the Performer's hooks ------------------------------------------------------------------
+
+    @property
+    def port(self) -> TaskLedger:
+        return self.rt.ledger
+
+    @property
+    def upstream_name(self) -> str:
+        return self.route.upstream.name
+
+    async def call(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+        return await self.rt.ledger_call(operation, call)
+
+    @property
+    def outbox_limits(self) -> tuple[int, int]:
+        cfg = self.rt.config.push
+        return cfg.max_outbox_per_task, cfg.max_outbox_total
+
+    async def keep_timeline(self, task_id: str, entry: TimelineEntry, tenant: str) -> None:
+        await self.rt.keep_timeline(self.route.upstream.name, task_id, entry, tenant=tenant)
+
+    def enqueued(self) -> None:
+        if self.rt.push is not None:
+            self.rt.push.wake.set()  # the delivery loop looks at once
+
+    # --- the run ----------------------------------------------------------------------------------
+
     async def run(self, gen: CommandGenerator[Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
         until the client's response is complete (False; call again to go on)."""
         report = self.reporter.report
-        handlers = _HANDLERS
+        handlers = self.HANDLERS
         while True:
             try:
                 if self._exc is not None:
@@ -202,7 +214,7 @@ class Driver:
             else:
                 try:
                     self._reply = await handler(self, cmd)
-                except _THROWN as exc:
+                except THROWN as exc:
                     self._exc = exc
             if until_ended and self.ended:
                 return False
@@ -266,54 +278,6 @@ class Driver:
         record = stored.record
         self._held[(record.tenant, record.task_id)] = (stored, getattr(self.rt.ledger, "evicted", 0))
 
-    async def _push_bound(self, cmd: PushBound) -> frozenset[str]:
-        ledger = self.rt.ledger
-        tasks = set()
-        for callback_id in cmd.callback_ids:
-            entry = await self.rt.ledger_call("get_push_config", lambda c=callback_id: ledger.get_push_config(c))
-            if entry is not None and entry.task_id:
-                tasks.add(entry.task_id)
-        return frozenset(tasks)
-
-    async def _push_configs(self, cmd: PushConfigs) -> list[Any]:
-        ledger, upstream = self.rt.ledger, self.route.upstream.name
-        return await self.rt.ledger_call("push_configs", lambda: ledger.push_configs(
-            upstream, cmd.task_id, tenant=cmd.tenant))
-
-    async def _get_push_config(self, cmd: GetPushConfig) -> Any:
-        ledger = self.rt.ledger
-        return await self.rt.ledger_call("get_push_config", lambda: ledger.get_push_config(cmd.callback_id))
-
-    async def _put_push_config(self, cmd: PutPushConfig) -> None:
-        ledger = self.rt.ledger
-        await self.rt.ledger_call("put_push_config", lambda: ledger.put_push_config(
-            cmd.entry, time.time(), max_per_task=cmd.max_per_task, max_total=cmd.max_total))
-
-    async def _delete_push_config(self, cmd: DeletePushConfig) -> bool:
-        ledger = self.rt.ledger
-        deleted: bool = await self.rt.ledger_call("delete_push_config", lambda: ledger.delete_push_config(
-            cmd.callback_id))
-        return deleted
-
-    async def _enqueue(self, cmd: Enqueue) -> str:
-        ledger, upstream, cfg = self.rt.ledger, self.route.upstream.name, self.rt.config.push
-        entry_id: str = await self.rt.ledger_call("outbox_add", lambda: ledger.outbox_add(
-            upstream, cmd.task_id, cmd.callback_id, cmd.body, time.time(), tenant=cmd.tenant,
-            max_per_task=cfg.max_outbox_per_task, max_total=cfg.max_outbox_total))
-        if self.rt.push is not None:
-            self.rt.push.wake.set()  # the delivery loop looks at once
-        return entry_id
-
-    async def _new_callback(self, cmd: NewCallback) -> tuple[str, str]:
-        return secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-
-    async def _check_webhook(self, cmd: CheckWebhook) -> tuple[str, str] | None:
-        try:
-            await check_webhook(cmd.url, self.rt.config.push)
-        except Refused as refused:
-            return refused.reason, str(refused)
-        return None
-
     async def _store(self, cmd: Store) -> int:
         ledger, record = self.rt.ledger, cmd.record
         version: int = await self._put(record, "put", lambda: ledger.put(record, cmd.expected_version))
@@ -353,18 +317,12 @@ class Driver:
         if (terminal and limiter.counts_live) or (not terminal and self.grant.pending is not None):
             await limiter.stored(self.grant, self.route.upstream.name, record.tenant, record.task_id, terminal)
 
-    async def _append_timeline(self, cmd: AppendTimeline) -> None:
-        await self.rt.keep_timeline(self.route.upstream.name, cmd.task_id, cmd.entry, tenant=cmd.tenant)
-
-    async def _append_event(self, cmd: AppendEvent) -> tuple[str, str]:
-        ledger, upstream = self.rt.ledger, self.route.upstream.name
-        return await self.rt.ledger_call("append_event", lambda: ledger.append_event(
-            upstream, cmd.task_id, cmd.lineage, cmd.payload, time.time(), tenant=cmd.tenant))
-
-    async def _read_window(self, cmd: ReadWindow) -> Any:
-        ledger, upstream = self.rt.ledger, self.route.upstream.name
-        return await self.rt.ledger_call("events_after", lambda: ledger.events_after(
-            upstream, cmd.task_id, cmd.after, tenant=cmd.tenant))
+    async def _check_webhook(self, cmd: CheckWebhook) -> tuple[str, str] | None:
+        try:
+            await check_webhook(cmd.url, self.rt.config.push)
+        except Refused as refused:
+            return refused.reason, str(refused)
+        return None
 
     # --- the worker -------------------------------------------------------------------------------
 
@@ -580,19 +538,18 @@ class Driver:
         self.rt.card_cache(self.route.upstream).mark_stale()
 
 
-_HANDLERS: dict[type, Any] = {
+Driver.HANDLERS = {
+    **Performer.HANDLERS,
     Load: Driver._load, Store: Driver._store, StoreAndAppend: Driver._store_and_append,
-    AppendEvent: Driver._append_event,
-    ReadWindow: Driver._read_window, AppendTimeline: Driver._append_timeline, Post: Driver._post, Open: Driver._open,
-    Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver.respond,
-    StartStream: Driver._start_stream, Flush: Driver._flush,
-    EndStream: Driver._end_stream, Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale,
-    PushBound: Driver._push_bound, PushConfigs: Driver._push_configs, GetPushConfig: Driver._get_push_config,
-    PutPushConfig: Driver._put_push_config, DeletePushConfig: Driver._delete_push_config, Enqueue: Driver._enqueue,
-    NewCallback: Driver._new_callback, CheckWebhook: Driver._check_webhook, ReadBody: Driver._read_body,
+    Post: Driver._post, Open: Driver._open, Read: Driver._read, Deadline: Driver._set_deadline,
+    Respond: Driver.respond, StartStream: Driver._start_stream, Flush: Driver._flush, EndStream: Driver._end_stream,
+    Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale, CheckWebhook: Driver._check_webhook,
+    ReadBody: Driver._read_body,
 }
-"""What performs each command (``Emit`` is queued in :meth:`Driver.run` itself; any other
-command is a report for the Reporter)."""
+"""What performs each command: :class:`~gateway.perform.Performer`'s ledger handlers, the
+ones the driver does its own way, and the worker's and the client's (``Emit`` is queued in
+:meth:`Driver.run` itself; any other command is a report for the Reporter). A new command:
+a handler method here, and its entry in this dict."""
 
 
 _EXTENSIONS = (b"a2a-extensions", b"x-a2a-extensions")

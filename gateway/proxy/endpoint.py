@@ -23,8 +23,8 @@ from gateway.exchange.bridge import worker_version
 from gateway.exchange.commands import Count
 from gateway.exchange.model import Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
-from gateway.invariants.admission import CardView, admit
-from gateway.invariants.model import NO_CALLER, Caller, Mode
+from gateway.invariants.admission import CardView
+from gateway.invariants.model import NO_CALLER, Caller
 from gateway.observability import access
 from gateway.observability.tracing import Tracing
 from gateway.proxy.auth import AuthFailure
@@ -221,12 +221,10 @@ class ExchangeHandler:
         (the card does not admit it) comes first; in observe mode such a request is forwarded
         all the same, so its push configs are rewritten and checked like any.
         ``None``: the ledger failed and the client was answered 503."""
-        push, ex, policy = self.rt.push, exchange.ex, exchange.policy
+        push, ex = self.rt.push, exchange.ex
         if push is None or not push.handles(ex.operation):
             return NOTHING
-        if policy.mode is not Mode.OBSERVE and admit(
-                ex, exchange.params, card, allow_stale=policy.allow_stale,
-                required_skill=policy.required_skill, skill_key=policy.skill_key) is not None:
+        if not exchange.forwards():
             return NOTHING
         gen = intake(self.upstream, ex.operation, ex.version, ex.binding, doc, ex.task_id, config_id, ex.tenant,
                      callback_base=callback_base(self.rt, self.route, self.scope), limits=push.limits)

@@ -24,7 +24,7 @@ from gateway.exchange.commands import (
     Store,
 )
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger
+from gateway.offline import Ledger
 from gateway.exchange.push import (
     PushConfigData,
     Subscription,
