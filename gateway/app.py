@@ -218,12 +218,12 @@ async def _prune_forever(rt: Runtime) -> None:
         await asyncio.sleep(cfg.prune_interval_seconds)
         now = time.time()
         try:
-            deleted = await rt.ledger_call("prune", lambda: rt.ledger.prune(now - cfg.retention_seconds))
-            events = await rt.ledger_call("prune_events", lambda: rt.ledger.prune_events(
-                now - rt.config.replay_window.retention_seconds))
-            await rt.ledger_call("prune_timeline", lambda: rt.ledger.prune_timeline(now - cfg.retention_seconds))
-            await rt.ledger_call("prune_push_configs", lambda: rt.ledger.prune_push_configs(
-                now - rt.config.push.config_retention_seconds))
+            deleted = await rt.ledger.prune(now - cfg.retention_seconds)
+            events = await rt.ledger.prune_events(
+                now - rt.config.replay_window.retention_seconds)
+            await rt.ledger.prune_timeline(now - cfg.retention_seconds)
+            await rt.ledger.prune_push_configs(
+                now - rt.config.push.config_retention_seconds)
         except LedgerError:
             continue
         if deleted or events:
@@ -233,7 +233,7 @@ async def _prune_forever(rt: Runtime) -> None:
 
 async def _probe_ledger_forever(rt: Runtime) -> None:
     """Every ``ledger.probe_interval_seconds``, one probe write (:meth:`TaskLedger.probe`):
-    :meth:`Runtime.ledger_call` notes a failure in ``rt.ledger_down`` and a success clears it,
+    the instrumented ledger notes a failure in ``rt.ledger_down`` and a success clears it,
     so ``/readyz`` follows the ledger with no traffic too (a load balancer that stopped
     sending requests on a 503 sees the gateway ready again once the ledger is back). A probe
     that takes longer than the interval counts as failed."""
@@ -241,7 +241,7 @@ async def _probe_ledger_forever(rt: Runtime) -> None:
         interval = rt.config.ledger.probe_interval_seconds
         await asyncio.sleep(interval)
         try:
-            await asyncio.wait_for(rt.ledger_call("probe", rt.ledger.probe), timeout=interval)
+            await asyncio.wait_for(rt.ledger.probe(), timeout=interval)
         except LedgerError:
             continue
         except TimeoutError:

@@ -7,7 +7,8 @@ in its table :attr:`Performer.HANDLERS`; its subclasses add the worker and the c
 override what they do differently:
 
 * :class:`gateway.proxy.driver.Driver`, the online performer: a real upstream client and client
-  socket, every ledger call timed and counted (:meth:`Performer.call`), a stream's held record;
+  socket, the instrumented ledger (:class:`~gateway.proxy.instrumented.InstrumentedLedger`:
+  every call timed and counted), a stream's held record;
 * :class:`gateway.offline.Offline`, the offline one: a scripted worker, the client's documents
   collected, over a :class:`~gateway.ledger.memory.MemoryLedger` — the same handlers, so a
   transcript replays as the gateway would judge it (docs/architecture.md, "The exchange layer").
@@ -20,11 +21,10 @@ names is a report (``Count``, ``Found``, ``Degraded``, ``Log``) or a ``TypeError
 
 from __future__ import annotations
 
-import functools
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from gateway.errors import (
     BodyTooLargeError,
@@ -56,7 +56,6 @@ from gateway.invariants.timeline import TimelineEntry
 from gateway.ledger.base import TaskLedger
 from gateway.records import PushConfigEntry, Replay
 
-T = TypeVar("T")
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 """A command handler: ``await handler(performer, cmd)`` is the command's reply."""
@@ -70,9 +69,9 @@ the run)."""
 class Performer:
     """Performs the ledger commands of exchanges on the upstream :attr:`upstream_name` against
     the ledger :attr:`port`. Subclasses add their own commands to :attr:`HANDLERS` and set the
-    hooks: :attr:`port`, :attr:`upstream_name`, :meth:`call` (how one ledger call is made),
-    :meth:`clock` (the wall clock), :meth:`keep_timeline`, :meth:`enqueued` and
-    :attr:`outbox_limits`."""
+    hooks: :attr:`port` (the online driver's is the instrumented ledger: every call timed and
+    counted), :attr:`upstream_name`, :meth:`clock` (the wall clock), :meth:`keep_timeline`,
+    :meth:`enqueued` and :attr:`outbox_limits`."""
 
     __slots__ = ()
 
@@ -90,10 +89,6 @@ class Performer:
     def upstream_name(self) -> str:
         """The upstream whose tasks the commands name."""
         raise NotImplementedError
-
-    async def call(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Make one ledger call named ``operation`` (the online driver times and counts it)."""
-        return await call()
 
     def clock(self) -> float:
         """The wall clock, in seconds since the epoch (the time a ``Load`` reads)."""
@@ -117,32 +112,32 @@ class Performer:
         if task_id is None:
             return Loaded(None, Clock(self.clock()))
         ledger, upstream, tenant = self.port, self.upstream_name, cmd.tenant
-        stored = await self.call("get", lambda: ledger.get(upstream, task_id, tenant=tenant))
+        stored = await ledger.get(upstream, task_id, tenant=tenant)
         if stored is None:
             return Loaded(None, Clock(self.clock()))
         return Loaded(stored.record, Clock(self.clock()), stored.version, stored.needs_resync)
 
     async def _store(self, cmd: Store) -> int:
         ledger = self.port
-        version: int = await self.call("put", lambda: ledger.put(cmd.record, cmd.expected_version))
+        version: int = await ledger.put(cmd.record, cmd.expected_version)
         return version
 
     async def _store_and_append(self, cmd: StoreAndAppend) -> tuple[int, str, str]:
         ledger, event = self.port, cmd.event
-        reply: tuple[int, str, str] = await self.call("put_with_event", lambda: ledger.put_with_event(
-            cmd.record, cmd.expected_version, event.lineage, event.payload, self.clock()))
+        reply: tuple[int, str, str] = await ledger.put_with_event(
+            cmd.record, cmd.expected_version, event.lineage, event.payload, self.clock())
         return reply
 
     async def _append_event(self, cmd: AppendEvent) -> tuple[str, str]:
         ledger, upstream = self.port, self.upstream_name
-        reply: tuple[str, str] = await self.call("append_event", lambda: ledger.append_event(
-            upstream, cmd.task_id, cmd.lineage, cmd.payload, self.clock(), tenant=cmd.tenant))
+        reply: tuple[str, str] = await ledger.append_event(
+            upstream, cmd.task_id, cmd.lineage, cmd.payload, self.clock(), tenant=cmd.tenant)
         return reply
 
     async def _read_window(self, cmd: ReadWindow) -> Replay:
         ledger, upstream = self.port, self.upstream_name
-        replay: Replay = await self.call("events_after", lambda: ledger.events_after(
-            upstream, cmd.task_id, cmd.after, tenant=cmd.tenant))
+        replay: Replay = await ledger.events_after(
+            upstream, cmd.task_id, cmd.after, tenant=cmd.tenant)
         return replay
 
     async def _append_timeline(self, cmd: AppendTimeline) -> None:
@@ -154,39 +149,39 @@ class Performer:
         ledger = self.port
         tasks = set()
         for callback_id in cmd.callback_ids:
-            entry = await self.call("get_push_config", functools.partial(ledger.get_push_config, callback_id))
+            entry = await ledger.get_push_config(callback_id)
             if entry is not None and entry.task_id:
                 tasks.add(entry.task_id)
         return frozenset(tasks)
 
     async def _push_configs(self, cmd: PushConfigs) -> list[PushConfigEntry]:
         ledger, upstream = self.port, self.upstream_name
-        entries: list[PushConfigEntry] = await self.call("push_configs", lambda: ledger.push_configs(
-            upstream, cmd.task_id, tenant=cmd.tenant))
+        entries: list[PushConfigEntry] = await ledger.push_configs(
+            upstream, cmd.task_id, tenant=cmd.tenant)
         return entries
 
     async def _get_push_config(self, cmd: GetPushConfig) -> PushConfigEntry | None:
         ledger = self.port
-        entry: PushConfigEntry | None = await self.call("get_push_config", lambda: ledger.get_push_config(
-            cmd.callback_id))
+        entry: PushConfigEntry | None = await ledger.get_push_config(
+            cmd.callback_id)
         return entry
 
     async def _put_push_config(self, cmd: PutPushConfig) -> None:
         ledger = self.port
-        await self.call("put_push_config", lambda: ledger.put_push_config(
-            cmd.entry, self.clock(), max_per_task=cmd.max_per_task, max_total=cmd.max_total))
+        await ledger.put_push_config(
+            cmd.entry, self.clock(), max_per_task=cmd.max_per_task, max_total=cmd.max_total)
 
     async def _delete_push_config(self, cmd: DeletePushConfig) -> bool:
         ledger = self.port
-        deleted: bool = await self.call("delete_push_config", lambda: ledger.delete_push_config(cmd.callback_id))
+        deleted: bool = await ledger.delete_push_config(cmd.callback_id)
         return deleted
 
     async def _enqueue(self, cmd: Enqueue) -> str:
         ledger, upstream = self.port, self.upstream_name
         per_task, total = self.outbox_limits
-        entry_id: str = await self.call("outbox_add", lambda: ledger.outbox_add(
+        entry_id: str = await ledger.outbox_add(
             upstream, cmd.task_id, cmd.callback_id, cmd.body, self.clock(), tenant=cmd.tenant,
-            max_per_task=per_task, max_total=total))
+            max_per_task=per_task, max_total=total)
         self.enqueued()
         return entry_id
 

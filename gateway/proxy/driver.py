@@ -4,8 +4,9 @@ An exchange (:mod:`gateway.exchange`) decides every task's fate; this module onl
 its commands against the real ledger, worker and client, and feeds the replies (or the
 exceptions) back in. What is left here is what is about time and sockets, never about a task:
 
-* ledger calls are timed and failures counted (:meth:`Runtime.ledger_call`); a failure is
-  thrown into the exchange as :class:`~gateway.errors.LedgerError`;
+* ledger calls are timed and failures counted (the runtime's ledger is an
+  :class:`~gateway.proxy.instrumented.InstrumentedLedger`); a failure is thrown into the
+  exchange as :class:`~gateway.errors.LedgerError`;
 * worker calls go through the upstream client; a transport failure is thrown in as
   :class:`~gateway.errors.UpstreamError`, a read past a :class:`Deadline` as ``TimeoutError``;
   every upstream response is closed in ``finally`` (docs/architecture.md, convention 11: not in a
@@ -36,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 import httpx
@@ -107,7 +108,8 @@ _NO_HEADERS = httpx.Headers()
 class Driver(Performer):
     """Performs the commands of one exchange for one client request: the online
     :class:`~gateway.perform.Performer` (its ledger handlers, every call timed and counted by
-    :meth:`Runtime.ledger_call`), with the worker, the client and a stream's held record."""
+    :class:`~gateway.proxy.instrumented.InstrumentedLedger`), with the worker, the client and a
+    stream's held record."""
 
     __slots__ = ("rt", "route", "scope", "client_send", "reporter", "operation", "started", "ended",
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
@@ -164,9 +166,6 @@ class Driver(Performer):
     @property
     def upstream_name(self) -> str:
         return self.route.upstream.name
-
-    async def call(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
-        return await self.rt.ledger_call(operation, call)
 
     @property
     def outbox_limits(self) -> tuple[int, int]:
@@ -260,7 +259,7 @@ class Driver(Performer):
         if held is not None and held[1] == getattr(ledger, "evicted", 0):
             stored = held[0]
             return Loaded(stored.record, Clock(time.time()), stored.version, stored.needs_resync, cached=True)
-        stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id, tenant=tenant))
+        stored = await ledger.get(upstream, task_id, tenant=tenant)
         if stored is None:
             self._held.pop((tenant, task_id), None)
             return Loaded(None, Clock(time.time()))
@@ -279,24 +278,24 @@ class Driver(Performer):
         self._held[(record.tenant, record.task_id)] = (stored, getattr(self.rt.ledger, "evicted", 0))
 
     async def _store(self, cmd: Store) -> int:
-        ledger, record = self.rt.ledger, cmd.record
-        version: int = await self._put(record, "put", lambda: ledger.put(record, cmd.expected_version))
+        record = cmd.record
+        version: int = await self._put(record, self.rt.ledger.put(record, cmd.expected_version))
         self._stored(record, version)
         await self._limit_stored(record)
         return version
 
     async def _store_and_append(self, cmd: StoreAndAppend) -> tuple[int, str, str]:
-        ledger, record, event = self.rt.ledger, cmd.record, cmd.event
-        reply: tuple[int, str, str] = await self._put(record, "put_with_event", lambda: ledger.put_with_event(
+        record, event = cmd.record, cmd.event
+        reply: tuple[int, str, str] = await self._put(record, self.rt.ledger.put_with_event(
             record, cmd.expected_version, event.lineage, event.payload, time.time()))
         self._stored(record, reply[0])
         await self._limit_stored(record)
         return reply
 
-    async def _put(self, record: TaskRecord, operation: str, call: Any) -> Any:
+    async def _put(self, record: TaskRecord, call: Awaitable[T]) -> T:
         """One compare-and-set ledger call; a lost one forgets the held record of its task."""
         try:
-            return await self.rt.ledger_call(operation, call)
+            return await call
         except VersionConflictError:
             self._held.pop((record.tenant, record.task_id), None)
             raise

@@ -16,7 +16,6 @@ left the ledger is reclaimed by asking the ledger when the scope reaches its lim
 from __future__ import annotations
 
 import collections
-import functools
 import math
 import secrets
 from dataclasses import dataclass, field
@@ -251,7 +250,7 @@ class Limiter:
             if not member.startswith("t\0"):
                 continue  # a pending new task: it leaves by its request's end, or by age
             _, upstream, tenant, task_id = member.split("\0", 3)
-            stored = await self.rt.ledger_call("get", functools.partial(ledger.get, upstream, task_id, tenant=tenant))
+            stored = await ledger.get(upstream, task_id, tenant=tenant)
             if stored is None or stored.record.state in TERMINAL_STATES:
                 gone.append(member)
         if gone:
@@ -262,7 +261,7 @@ class Limiter:
         """Drop the push configs of set ``key`` the ledger no longer holds (deleted, expired)."""
         ledger, gone = self.rt.ledger, []
         for member, _ in (await self.store.members(key))[:MAX_RECLAIM]:
-            entry = await self.rt.ledger_call("get_push_config", functools.partial(ledger.get_push_config, member))
+            entry = await ledger.get_push_config(member)
             if entry is None:
                 gone.append(member)
         if gone:

@@ -46,7 +46,9 @@ async def serve_callback(rt: Runtime, scope: Scope, receive: Receive, send: Send
     assert push is not None  # the app routes callbacks here only with a relay
     callback_id = scope["path"][len(CALLBACK_PATH):]
     upstreams = {u.name: u for u in rt.config.upstreams}
-    any_upstream = next(iter(rt.config.upstreams))
+    # the config's upstream is not known yet: find_callback reports nothing and names no task,
+    # so the first upstream's driver performs it (only its ledger and client commands)
+    any_upstream = rt.config.upstreams[0]
     finder = Driver(rt, Route(any_upstream, "/"), scope, send, rt.reporter(any_upstream.name), "push")
     try:
         await finder.run(find_callback(scope["method"], callback_id, frozenset(upstreams)))
