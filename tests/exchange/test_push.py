@@ -24,14 +24,21 @@ from gateway.exchange.commands import (
     Store,
 )
 from gateway.exchange.model import Policy
-from gateway.offline import Ledger
+from gateway.offline import Ledger, Offline, run_now
 from gateway.exchange.push import (
+    CALLBACK_PATH,
     PushConfigData,
+    PushLimits,
+    PushStep,
     Subscription,
     Webhook,
     client_body,
     client_webhooks,
+    digest,
+    find_callback,
+    intake,
     judge_notification,
+    notification,
     read_notification,
     restore_answer,
     rewrite_request,
@@ -289,3 +296,60 @@ def test_f19_a_pushed_task_after_completed_shows_only_what_was_delivered() -> No
                                                                 ("a-25", ["part one", "part two"]))), ledger)
     (body,) = enqueued(seen)
     assert [p["text"] for p in body["task"]["artifacts"][0]["parts"]] == ["part one"]
+
+
+# --- push as exchanges, performed offline (gateway/offline.py; issue #29) ------------------------------------------
+
+def _intake(off: Any, operation: Operation, doc: Any, task_id: str | None = None, *,
+            limits: PushLimits = PushLimits()) -> PushStep:
+    assert off.run(intake("w", operation, ProtocolVersion.V1_0, Binding.JSONRPC, doc, task_id, None, "",
+                          callback_base="https://gw.example", limits=limits))
+    step: PushStep = off.value
+    return step
+
+
+def test_intake_stores_the_config_and_names_the_gateway_to_the_worker() -> None:
+    off = Offline("w")
+    doc = {"taskId": "t-1", "url": "https://client.example/hook", "token": "client-token",
+           "authentication": {"scheme": "Bearer", "credentials": "secret"}}
+    step = _intake(off, Operation.PUSH_CREATE, doc, "t-1")
+    assert step.refusal is None and step.doc["url"] == "https://gw.example" + CALLBACK_PATH + "cb-1"
+    assert step.doc["token"] == "wt-1" and "authentication" not in step.doc  # the client's credentials stay
+    [entry] = run_now(off.ledger.memory.push_configs("w", "t-1"))
+    data = PushConfigData.decode(entry.data)
+    assert data.webhook.token == "client-token" and data.worker_token_sha256 == digest("wt-1")
+    assert step.restore is not None and step.restore(step.doc)["url"] == "https://client.example/hook"
+
+
+def test_intake_refuses_an_ambiguous_create_and_a_full_task_storing_nothing() -> None:
+    off = Offline("w")
+    both = {"taskId": "t-1", "url": "https://a.example/h", "pushNotificationConfig": {"url": "https://b.example/h"}}
+    step = _intake(off, Operation.PUSH_CREATE, both, "t-1")
+    assert step.refusal is not None and step.refusal[0] == "ambiguous"
+    assert run_now(off.ledger.memory.push_configs("w", "t-1")) == []
+    one = {"taskId": "t-1", "url": "https://a.example/h"}
+    assert _intake(off, Operation.PUSH_CREATE, one, "t-1", limits=PushLimits(1, 10)).refusal is None
+    other = {"taskId": "t-1", "id": "cfg-2", "url": "https://c.example/h"}
+    step = _intake(off, Operation.PUSH_CREATE, other, "t-1", limits=PushLimits(1, 10))
+    assert step.refusal is not None and step.refusal[0] == "limit"
+    assert [c.labels for c in off.counts if c.metric == "push_webhooks_refused"] == [("ambiguous",), ("limit",)]
+
+
+def test_a_callback_is_post_only_and_unknown_callbacks_are_404() -> None:
+    off = Offline("w")
+    assert off.run(find_callback("GET", "cb-1", frozenset({"w"}))) and off.value is None
+    assert off.run(find_callback("POST", "cb-nope", frozenset({"w"}))) and off.value is None
+    assert [(o.status, o.doc["message"]) for o in off.outputs] == [
+        (405, "POST only"), (404, "no such push notification callback")]
+
+
+def test_a_notification_with_the_wrong_token_is_401_and_nothing_is_judged() -> None:
+    off = Offline("w")
+    _intake(off, Operation.PUSH_CREATE, {"taskId": "t-1", "url": "https://client.example/hook"}, "t-1")
+    assert off.run(find_callback("POST", "cb-1", frozenset({"w"})))
+    entry = off.value
+    off.request_body = status("completed")
+    assert off.run(notification(POLICY, entry, "not-the-token", 1024, PushLimits())) and off.value is None
+    assert off.outputs[-1].status == 401 and off.ledger.get("w", "t-1") is None
+    assert [c.labels for c in off.counts if c.metric == "push_refused"] == [("token",)]
+    assert run_now(off.ledger.memory.outbox_depth()) == 0
