@@ -1,4 +1,4 @@
-"""Benchmarks (not tests): see README, Performance. ``run_and_save`` is what each one's
+"""Benchmarks (not tests): see docs/performance.md. ``run_and_save`` is what each one's
 ``main`` ends with."""
 
 from __future__ import annotations

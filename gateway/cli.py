@@ -307,7 +307,7 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("replay", help="judge a recorded transcript offline",
                          description="Run recorded observations (JSONL; format in "
-                         "gateway/replay.py and the README) through the invariant engine and "
+                         "gateway/replay.py and docs/guide/replay.md) through the invariant engine and "
                          "print one verdict per line.", epilog="environment: none read")
     rep.add_argument("file", metavar="FILE.jsonl")
     rep.add_argument("--strict", action="store_true",

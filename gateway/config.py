@@ -1079,6 +1079,8 @@ class GatewayConfig(_Frozen):
                              "apart from the traffic port; admin.enabled: false to have none)")
         if self.callers.identity == "jwt_subject" and self.auth.jwt is None:
             raise ValueError("callers.identity: jwt_subject needs auth.jwt")
+        if self.limits.callers and not self.callers.enabled:
+            raise ValueError("limits.callers: needs callers.enabled (without it callers are not told apart)")
         return self
 
 

@@ -21,7 +21,7 @@
   and the open connections stay. The admin listener stays plain HTTP.
 * **Signals.** The traffic server handles SIGTERM / SIGINT: the runtime begins its drain
   (``/readyz`` turns 503, open streams are ended cleanly after
-  ``listen.shutdown_grace_seconds``, README "Shutdown"), uvicorn waits for the requests in
+  ``listen.shutdown_grace_seconds``, docs/guide/running.md "Shutdown"), uvicorn waits for the requests in
   flight, the lifespan closes the ledger; then the admin server stops — so the admin
   ``/readyz`` answers 503 throughout the drain. A drained gateway exits 0.
 """

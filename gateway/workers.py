@@ -1,6 +1,6 @@
 """``serve --workers N``: N gateway processes accepting on one listening socket.
 
-One Python process uses one core (README, Performance). The supervisor binds the listen
+One Python process uses one core (docs/performance.md). The supervisor binds the listen
 address and the admin address once and starts N ordinary single-process gateways (``serve …
 --workers 1``) that inherit both sockets (:data:`LISTEN_FD_ENV`, :data:`ADMIN_FD_ENV`); the
 kernel spreads new connections over them. The task ledger must be one they share — SQLite

@@ -131,7 +131,7 @@ class TestLoad:
     def test_the_shipped_example_config_is_valid(self):
         config = load_config(ROOT / "config" / "gateway.example.yaml")
         assert [u.url for u in config.upstreams] == ["http://127.0.0.1:9999/"]  # the demo worker
-        # the name the README's `ledger show TASK_ID` and /tasks/worker/…/timeline take by default
+        # the name the docs' `ledger show TASK_ID` and /tasks/worker/…/timeline take by default
         assert [u.name for u in config.upstreams] == ["worker"]
 
 
@@ -724,3 +724,21 @@ class TestStateDirInUse:
         environ = {"A2A_GATEWAY_CALLER_SECRET": secret} if secret else {}
         got = state_dir_in_use(parse_config(doc), environ)
         assert got == ({"state_dir": str(state)} if shown else {})
+
+
+def test_limits_default_off_and_caller_overrides_need_callers() -> None:
+    """docs/limits.md §2: every fair-share limit is off by default; an override replaces only
+    the fields it sets; ``limits.callers`` without callers told apart is refused."""
+    from gateway.config import QuotaConfig
+
+    config = parse_config({"upstreams": [{"name": "w", "url": "http://127.0.0.1:9/"}]})
+    assert not config.limits.per_caller.configured and config.limits.max_body_bytes == 10 * 1024 * 1024
+    base = QuotaConfig(requests_per_second=5, live_tasks=3)
+    merged = base.over(QuotaConfig.model_validate({"live_tasks": 9}))
+    assert (merged.requests_per_second, merged.live_tasks) == (5, 9)
+    with pytest.raises(ConfigError, match="limits.callers: needs callers.enabled"):
+        parse_config({"upstreams": [{"name": "w", "url": "http://127.0.0.1:9/"}], "callers": {"enabled": False},
+                      "limits": {"callers": {"Bearer k": {"live_tasks": 1}}}})
+    with pytest.raises(ConfigError, match="requests_per_second"):
+        parse_config({"upstreams": [{"name": "w", "url": "http://127.0.0.1:9/"}],
+                      "limits": {"per_caller": {"requests_per_second": 0}}})

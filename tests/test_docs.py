@@ -1,4 +1,10 @@
-"""The documents the code cites live in the repository, and every citation resolves.
+"""The documents the code cites live in the repository, every citation resolves, and the docs
+site builds and shows what the code does.
+
+The site (``mkdocs.yml``, ``docs/``) is built with ``mkdocs build --strict`` into a temporary
+directory: a broken link or anchor, or a page left out of the nav, fails it. The README and the
+site's own pages (:data:`SITE_PAGES`) are read for the commands, ``A2A_GATEWAY_*`` variables,
+metric names and defaults they show, each checked against the code.
 
 Comments, docstrings and tests cite ``docs/protocol.md`` (sections ``§N`` / ``§N.M`` and
 ``§11 pitfall N``), ``docs/bridge.md`` (sections ``§N`` / ``§N.M``), ``docs/field-cases.md`` (cases ``Fnn``, their parts such as ``F05 (c)``,
@@ -10,14 +16,23 @@ section, pitfall, case, part or convention is missing from the docs.
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-SCANNED = ("gateway", "tests", "bench", "demo", "deploy", "config", "README.md")
+SITE_PAGES = ("docs/index.md", "docs/quickstart.md", "docs/how-it-works.md", "docs/development.md",
+              "docs/performance.md", "docs/known-limits.md", "docs/upgrading.md", "docs/guide", "docs/tutorials")
+"""The pages written for the site (the README's former sections among them): scanned like the
+README, for citations, commands, variables and metric names."""
+SCANNED = ("gateway", "tests", "bench", "demo", "deploy", "config", "README.md", *SITE_PAGES)
 SUFFIXES = {".py", ".md", ".jsonl", ".json", ".yaml", ".yml", ".toml", ".txt", ".sh", ".mjs"}
 SKIPPED_DIRS = {"node_modules", "__pycache__", ".pytest_cache"}
 SKIPPED_PREFIXES = ("bench/results/",)  # generated benchmark output, not prose
@@ -364,3 +379,138 @@ def test_every_limits_citation_resolves():
                for source, section, _ in section_citations(text)
                if source == "docs/limits.md" and section not in numbers]
     assert missing == []
+
+
+# ------------------------------------------------------------------------------ the docs site
+
+def _build_site(root: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
+                           str(root / "mkdocs.yml"), "--site-dir", str(out)], cwd=root,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
+def test_the_docs_site_builds_strict(tmp_path: Path) -> None:
+    """``mkdocs build --strict``: every link and anchor resolves, every page is in the nav; the
+    diagrams are Mermaid blocks the theme renders."""
+    proc = _build_site(ROOT, tmp_path / "site")
+    assert proc.returncode == 0, proc.stderr
+    site = tmp_path / "site"
+    for page in ("index.html", "quickstart/index.html", "how-it-works/index.html",
+                 "tutorials/kubernetes/index.html", "guide/running/index.html", "configuration/index.html"):
+        assert (site / page).is_file(), page
+    diagrams = (site / "how-it-works" / "index.html").read_text(encoding="utf-8")
+    assert diagrams.count('class="mermaid"') >= 5
+
+
+def test_a_broken_link_fails_the_site_build(tmp_path: Path) -> None:
+    """Self-check of the link checking: the same site with one link to a missing page fails."""
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    shutil.copytree(DOCS, tmp_path / "docs")
+    with (tmp_path / "docs" / "quickstart.md").open("a", encoding="utf-8") as fh:
+        fh.write("\nSee [the missing page](no-such-page.md).\n")
+    proc = _build_site(tmp_path, tmp_path / "site")
+    assert proc.returncode != 0 and "no-such-page.md" in proc.stderr
+
+
+def test_the_readme_is_one_screen_to_250_lines() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250
+    text = "\n".join(lines)
+    assert "bash scripts/demo.sh" in text and "bash scripts/test.sh" in text
+
+
+def _shown_pages() -> list[tuple[str, str]]:
+    """(path, text) of the README and every site page written for people."""
+    return [(rel, text) for rel, text in _scanned_files()
+            if rel == "README.md" or (rel.startswith("docs/") and rel.endswith(".md"))]
+
+
+def _code_blocks(text: str) -> list[str]:
+    """The shell code blocks of a page (fenced ``bash``, ``sh``, ``console`` or unnamed)."""
+    blocks: list[str] = []
+    fence: str | None = None  # the open block's language, while in one
+    lines: list[str] = []
+    for line in text.splitlines():
+        if fence is None and line.startswith("```"):
+            fence, lines = line[3:].strip(), []
+        elif fence is not None and line.strip() == "```":
+            if fence in ("", "bash", "sh", "console"):
+                blocks.append("\n".join(lines) + "\n")
+            fence = None
+        elif fence is not None:
+            lines.append(line)
+    return blocks
+
+
+def shown_commands() -> list[tuple[str, list[str]]]:
+    """Every ``a2a-gateway …`` command in a code block of the README and the site's pages, as
+    (where, argv after the program name): continuation lines joined, a trailing ``# comment``,
+    leading ``VAR=value`` assignments and an ``&`` dropped."""
+    found = []
+    for rel, text in _shown_pages():
+        for block in _code_blocks(text):
+            for line in block.replace("\\\n", " ").splitlines():
+                if "a2a-gateway" not in line:
+                    continue
+                words = shlex.split(line, comments=True)
+                while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+                    words.pop(0)
+                if words and words[0].endswith("a2a-gateway") and "/" not in words[0].replace(".venv/bin/", ""):
+                    found.append((rel, [w for w in words[1:] if w != "&"]))
+    return found
+
+
+def test_every_command_the_docs_show_is_one_the_cli_takes() -> None:
+    from gateway.cli import _parser
+
+    commands = shown_commands()
+    assert len(commands) >= 10 and any(argv[:1] == ["serve"] for _, argv in commands)
+    refused = []
+    for rel, argv in commands:
+        try:
+            _parser().parse_args(argv)
+        except SystemExit as exc:
+            if exc.code not in (0, None):  # --help exits 0
+                refused.append(f"{rel}: a2a-gateway {' '.join(argv)}")
+    assert refused == []
+
+
+def test_every_variable_the_docs_name_is_one_the_gateway_reads() -> None:
+    from gateway.cli import CALLER_SECRET_ENV, SERVE_SETTINGS, STATE_DIR_ENV
+
+    known = {s.env for s in SERVE_SETTINGS} | {STATE_DIR_ENV, CALLER_SECRET_ENV}
+    known.add("A2A_GATEWAY_TCK_DIR")  # the tests' (tests/support/tck.py), named in docs/development.md
+    named = {(rel, v) for rel, text in _shown_pages() for v in re.findall(r"\bA2A_GATEWAY_[A-Z][A-Z_]*[A-Z]", text)}
+    assert sorted((rel, v) for rel, v in named if v not in known) == []
+
+
+def test_every_metric_the_docs_name_is_one_the_gateway_exports() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gateway.observability.metrics import Metrics
+
+    registry = CollectorRegistry()
+    Metrics(registry)
+    exported = set()
+    for family in registry.collect():
+        exported |= {family.name, *(family.name + suffix for suffix in ("_total", "_bucket", "_count", "_sum"))}
+    named = {(rel, m) for rel, text in _shown_pages() for m in re.findall(r"\ba2a_gateway_[a-z_]*[a-z]", text)}
+    assert sorted((rel, m) for rel, m in named if m not in exported) == []
+
+
+def test_the_defaults_the_quickstart_shows_are_the_codes() -> None:
+    """The quickstart's addresses: traffic 127.0.0.1:8080, admin :8081, the demo worker :9999."""
+    from gateway.config import parse_config
+
+    config = parse_config({"upstreams": [{"name": "worker", "url": "http://127.0.0.1:9999/"}]})
+    assert (config.listen.host, config.listen.port, config.admin.host, config.admin.port) == \
+        ("127.0.0.1", 8080, "127.0.0.1", 8081)
+    demo = (ROOT / "demo" / "worker.py").read_text(encoding="utf-8")
+    assert "'--port', type=int, default=9999" in demo
+    quickstart = (DOCS / "quickstart.md").read_text(encoding="utf-8")
+    assert "It listens on `127.0.0.1:8080` for traffic and on `127.0.0.1:8081`" in quickstart
+    assert ".venv/bin/python -m demo.worker                      # http://127.0.0.1:9999/" in quickstart
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "serve --upstream http://127.0.0.1:9999/     # your agent's URL; traffic on :8080" in readme
+    assert "localhost:8081/readyz" in readme

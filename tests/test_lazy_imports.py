@@ -1,4 +1,4 @@
-"""A gateway loads only what its configuration uses (README "Performance", RSS): redis-py for a
+"""A gateway loads only what its configuration uses (docs/performance.md, RSS): redis-py for a
 Redis ledger, PyJWT and cryptography for ``auth.jwt``. Each costs about 11 and 19 MB of RSS
 per process, so a default gateway (SQLite ledger, no caller authentication) must never import
 them. Checked in a fresh interpreter that builds and starts the app as ``serve`` does."""

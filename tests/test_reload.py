@@ -29,7 +29,7 @@ def test_the_restart_warning_names_only_what_changed(caplog: pytest.LogCaptureFi
 
 
 def test_a_reload_that_changes_log_or_the_answer_bound_warns_and_keeps_them(caplog: pytest.LogCaptureFixture) -> None:
-    """``log`` and ``limits.max_answer_bytes`` are read at start (README, "Running it"): a SIGHUP
+    """``log`` and ``limits.max_answer_bytes`` are read at start (docs/guide/running.md): a SIGHUP
     that changes them says so and keeps the running values; the rest of ``limits`` applies."""
     runtime = build_app(parse_config(BASE), registry=CollectorRegistry()).state.runtime
     changed = parse_config({**BASE, "log": {"level": "debug"},

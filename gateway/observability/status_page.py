@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -102,7 +102,7 @@ def _signature(u: Mapping[str, Any]) -> str:
     return str(state)
 
 
-def _limits_table(limits: list[Mapping[str, Any]]) -> str:
+def _limits_table(limits: Sequence[Mapping[str, Any]]) -> str:
     """The fair-share section: one row per scope and limit, use against the limit."""
     e = html.escape
     if not limits:
@@ -120,7 +120,7 @@ def _limits_table(limits: list[Mapping[str, Any]]) -> str:
 
 def render_status(*, upstreams: list[Mapping[str, Any]], by_state: Mapping[str, int] | None,
                   divergences: list[Mapping[str, Any]], mode: str, version: str,
-                  now: float | None = None, limits: list[Mapping[str, Any]] | None = None) -> str:
+                  now: float | None = None, limits: Sequence[Mapping[str, Any]] | None = None) -> str:
     """The status page's HTML.
 
     Args:

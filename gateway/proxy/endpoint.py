@@ -86,7 +86,7 @@ class ExchangeHandler:
             await self.handle()
         finally:
             if self.grant is not NO_GRANT:
-                await self.rt.limiter.release(self.grant)
+                await self.rt.limiter.release(self.grant)  # type: ignore[union-attr]
             if self.held:
                 self.rt.bodies.give(self.held)  # type: ignore[union-attr]
             refused = self.scope.get(access.REFUSED_KEY)  # the connection layer answered it (a bound)
@@ -264,7 +264,7 @@ class ExchangeHandler:
         self.summary.outcome = "limited"
         self.rt.metrics.limited.labels(self.upstream, refusal.limit).inc()
         self.rt.log.warning("limited", extra={"upstream": self.upstream, "limit": refusal.limit,
-                                              "retry_after_s": refusal.retry_after})
+                                              "retry_in_s": refusal.retry_after})
         if ex.task_id:
             await self.rt.keep_timeline(self.upstream, ex.task_id, TimelineEntry(
                 "request", "rejected", method=str(ex.operation), binding=ex.binding.value, version=ex.version.value,
@@ -282,7 +282,7 @@ class ExchangeHandler:
             await self.refuse(exchange, jsonrpc.INVALID_PARAMS, push.refusal[1])
             return
         if self.scopes and (push.created or push.pending):  # counted against limits.*.push_configs
-            await self.rt.limiter.pushed(self.scopes, [e.callback_id for e in (*push.created, *push.pending)])
+            await self.rt.limiter.pushed(self.scopes, [e.callback_id for e in (*push.created, *push.pending)])  # type: ignore[union-attr]
         exchange.rewrite_result = push.restore
         exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
         await self.drive(exchange)
@@ -323,6 +323,8 @@ class ExchangeHandler:
         try:
             work = driver.run(gen, until_ended=streaming)  # a stream may drain after its end
             finished, done = await until_disconnect(self.receive, work, stop=stop)
+            if self.grant.stream is not None:  # the client's stream is over: its slot is free
+                await self.rt.limiter.release_stream(self.grant)  # type: ignore[union-attr]
             if not finished:
                 gen.close()
                 if self.rt.drain_expired.is_set():

@@ -18,8 +18,9 @@ from __future__ import annotations
 import collections
 import math
 import secrets
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from gateway.a2a import jsonrpc, rest
@@ -31,7 +32,24 @@ from gateway.invariants.model import Caller
 from gateway.ledger.limits import LimitStore
 
 if TYPE_CHECKING:
-    from gateway.proxy.runtime import Runtime
+    import logging
+
+    from gateway.config import GatewayConfig
+    from gateway.ledger.base import TaskLedger
+    from gateway.proxy.callers import CallerKeys
+
+
+class LimiterHost(Protocol):
+    """What a :class:`Limiter` reads of the process's runtime (``gateway.proxy.runtime.Runtime``
+    is one), named by shape so this module does not import the runtime that holds the limiter
+    (docs/architecture.md §3: no import cycles). ``config`` is read on every request, so a
+    reload applies at once."""
+
+    config: GatewayConfig
+    ledger: TaskLedger  # the instrumented one: every call timed and counted
+    log: logging.Logger
+    callers: CallerKeys | None
+
 
 LIMIT_CODE = jsonrpc.INTERNAL_ERROR
 """The JSON-RPC code of a limit's answer: -32603. A2A defines no "rate limited" error, and a
@@ -43,7 +61,12 @@ LIMIT_REASON = "LIMIT_EXCEEDED"
 """The ``google.rpc.ErrorInfo`` reason of a limit's answer (domain :data:`LIMIT_DOMAIN`)."""
 LIMIT_DOMAIN = "a2a-gateway"
 MAX_RECLAIM = 1000
-"""Members of one live-task set checked against the ledger in one reclaim."""
+"""Members of one live-task or push-config set checked against the ledger in one reclaim."""
+RECLAIM_EVERY = 1.0
+"""Seconds between two reclaims of one scope's set by one process: a caller at its limit that
+keeps asking costs one ledger read per held task a second, not per request."""
+MAX_RECLAIM_TIMES = 10_000
+"""Scopes whose last reclaim time one process remembers (the oldest forgotten first)."""
 MAX_SHOWN = 50
 """Scopes the status page shows (the most recently limited or used first)."""
 _UNITS = {"requests_per_second": "requests per second", "live_tasks": "live tasks",
@@ -95,33 +118,41 @@ class Limiter:
     """The fair-share limits of one gateway process (``rt.limiter``); their config is read
     from ``rt.config.limits`` on every request, so a reload applies at once."""
 
-    def __init__(self, rt: Runtime, store: LimitStore) -> None:
+    def __init__(self, rt: LimiterHost, store: LimitStore) -> None:
         self.rt = rt
         self.store = store
-        self._overrides: tuple[int, dict[str, tuple[str, QuotaConfig]]] = (0, {})
+        self._overrides: tuple[Any, dict[str, tuple[str, QuotaConfig]]] = (None, {})
         self._seen: collections.OrderedDict[str, Scope] = collections.OrderedDict()
+        self._flags_of: tuple[Any, tuple[bool, bool]] = (None, (False, False))
+        self._reclaimed_at: collections.OrderedDict[str, float] = collections.OrderedDict()
 
     # --- which scopes -----------------------------------------------------------------------------
+
+    def _flags(self) -> tuple[bool, bool]:
+        """``(any limit configured, a live-task limit configured)`` under the config in force
+        (worked out once per config: every request asks)."""
+        cfg = self.rt.config.limits
+        if self._flags_of[0] is not cfg:  # the object kept, so a reload never meets a reused id
+            quotas = (cfg.per_upstream, cfg.per_tenant, cfg.per_caller, *cfg.tenants.values(), *cfg.callers.values())
+            self._flags_of = (cfg, (any(q.configured for q in quotas),
+                                        any(q.live_tasks is not None for q in quotas)))
+        return self._flags_of[1]
 
     @property
     def active(self) -> bool:
         """Whether any fair-share limit is configured."""
-        cfg = self.rt.config.limits
-        return any(q.configured for q in (cfg.per_upstream, cfg.per_tenant, cfg.per_caller,
-                                           *cfg.tenants.values(), *cfg.callers.values()))
+        return self._flags()[0]
 
     @property
     def counts_live(self) -> bool:
         """Whether a live-task limit is configured anywhere (a terminal store then frees a slot)."""
-        cfg = self.rt.config.limits
-        return any(q.live_tasks is not None for q in (cfg.per_upstream, cfg.per_tenant, cfg.per_caller,
-                                                      *cfg.tenants.values(), *cfg.callers.values()))
+        return self._flags()[1]
 
     def _caller_overrides(self) -> dict[str, tuple[str, QuotaConfig]]:
         """Every fingerprint of every ``limits.callers`` name under the secrets in force →
         ``(name, override)``; built once per config (identities are never kept)."""
         cfg = self.rt.config.limits
-        if self._overrides[0] == id(cfg):
+        if self._overrides[0] is cfg:
             return self._overrides[1]
         found: dict[str, tuple[str, QuotaConfig]] = {}
         keys = self.rt.callers
@@ -129,7 +160,7 @@ class Limiter:
             for name, quota in cfg.callers.items():
                 for fingerprint in keys.caller(name.encode("utf-8", "surrogatepass")).matches:
                     found[fingerprint] = (name, quota)
-        self._overrides = (id(cfg), found)
+        self._overrides = (cfg, found)
         return found
 
     def scopes(self, upstream: str, tenant: str, caller: Caller) -> list[Scope]:
@@ -143,9 +174,9 @@ class Limiter:
         if quota.configured:
             out.append(Scope("tenant", f"tenant:{quote(tenant, safe='')}", tenant or '(none)', quota))
         quota, label = cfg.per_caller, "(a caller)"
-        named = self._caller_overrides().get(caller.fingerprint or "")
-        if named is None:
-            named = next((self._caller_overrides()[m] for m in caller.matches if m in self._caller_overrides()), None)
+        overrides = self._caller_overrides()
+        named = overrides.get(caller.fingerprint or "") or next(
+            (overrides[m] for m in caller.matches if m in overrides), None)
         if named is not None:
             label, quota = named[0], quota.over(named[1])
         if quota.configured:
@@ -241,10 +272,24 @@ class Limiter:
         grant.stream, grant.stream_keys = token, [k for k, _ in keys]
         return None
 
+    def _may_reclaim(self, key: str) -> bool:
+        """Whether set ``key`` may be reclaimed now (:data:`RECLAIM_EVERY`); notes the time."""
+        now = time.monotonic()
+        last = self._reclaimed_at.get(key)
+        if last is not None and now - last < RECLAIM_EVERY:
+            return False
+        self._reclaimed_at[key] = now
+        self._reclaimed_at.move_to_end(key)
+        if len(self._reclaimed_at) > MAX_RECLAIM_TIMES:
+            self._reclaimed_at.popitem(last=False)
+        return True
+
     async def _reclaim_live(self, key: str) -> bool:
         """Drop the tasks of live set ``key`` the ledger holds terminal or no longer holds
-        (stale entries: a task that ended by a push notification, or was pruned). True when
-        one was dropped."""
+        (stale entries: a task that ended by a push notification, or was pruned), at most once
+        every :data:`RECLAIM_EVERY` seconds. True when one was dropped."""
+        if not self._may_reclaim(key):
+            return False
         ledger, gone = self.rt.ledger, []
         for member, _ in (await self.store.members(key))[:MAX_RECLAIM]:
             if not member.startswith("t\0"):
@@ -258,7 +303,10 @@ class Limiter:
         return bool(gone)
 
     async def _reclaim_push(self, key: str) -> None:
-        """Drop the push configs of set ``key`` the ledger no longer holds (deleted, expired)."""
+        """Drop the push configs of set ``key`` the ledger no longer holds (deleted, expired),
+        at most once every :data:`RECLAIM_EVERY` seconds."""
+        if not self._may_reclaim(key):
+            return
         ledger, gone = self.rt.ledger, []
         for member, _ in (await self.store.members(key))[:MAX_RECLAIM]:
             entry = await ledger.get_push_config(member)
@@ -293,6 +341,16 @@ class Limiter:
             except Exception as exc:  # noqa: BLE001 - uncounted configs: the limit is soft by them
                 self.rt.log.warning("limit_store_failed", extra={"operation": "pushed", "error": type(exc).__name__})
 
+    async def release_stream(self, grant: Grant) -> None:
+        """The client's stream ended (its response is complete, or it went away): its slot is
+        given back at once, before the worker's stream drains unwatched."""
+        try:
+            if grant.stream is not None:
+                stream, grant.stream = grant.stream, None
+                await self.store.release(grant.stream_keys, stream)
+        except Exception as exc:  # noqa: BLE001 - reclaimed after limits.stale_seconds
+            self.rt.log.warning("limit_store_failed", extra={"operation": "release", "error": type(exc).__name__})
+
     async def release(self, grant: Grant) -> None:
         """Give back what the request still holds: its stream slot, a pending task slot never
         bound (no task came of it, or the first record was terminal)."""
@@ -320,8 +378,7 @@ class Limiter:
         ``None`` for a rate: a bucket has no "use"). Raises what the store raises."""
         rows = []
         for scope in reversed(self._seen.values()):
-            q = scope.quota
-            limits: list[dict[str, Any]] = []
+            q, limits = scope.quota, list[dict[str, Any]]()
             if q.requests_per_second is not None:
                 limits.append({"limit": "requests_per_second", "use": None,
                                "max": f"{q.requests_per_second:g}/s, burst {q.burst or max(1, math.ceil(q.requests_per_second))}"})

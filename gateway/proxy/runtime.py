@@ -39,6 +39,7 @@ from gateway.proxy.transport import UpstreamClient
 from gateway.push.relay import PushRelay
 
 if TYPE_CHECKING:
+    from gateway.proxy.limits import Limiter
     from gateway.proxy.signing import CardSigner
 
 
@@ -109,11 +110,8 @@ class Runtime:
     signer: CardSigner | None = None
     """The gateway's Agent Card signatures (``card.signing``, docs/protocol.md §4.5); ``None``:
     served cards are not signed."""
-    limiter: Any = None
-    """The fair-share limits, a :class:`gateway.proxy.limits.Limiter` (docs/limits.md; set by
-    :func:`gateway.app.build_app`); ``None``: none. Typed ``Any``: the limiter imports this
-    module, and naming its class here made the two import each other (docs/architecture.md
-    §3: no import cycles)."""
+    limiter: Limiter | None = None
+    """The fair-share limits (docs/limits.md; set by :func:`gateway.app.build_app`)."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
 

@@ -18,8 +18,8 @@ into ``protected`` and ``signature`` as ``AgentCardSignature`` carries them).
   ``verified``, ``unsigned`` or ``invalid`` with a bounded reason (``bad_signature``,
   ``unknown_kid``, ``key_fetch_failed``, ``unsigned``).
 
-PyJWT and cryptography are imported only when a gateway signs or verifies cards (README
-"Performance": about 19 MB of RSS a gateway without them never pays).
+PyJWT and cryptography are imported only when a gateway signs or verifies cards (docs/performance.md:
+about 19 MB of RSS a gateway without them never pays).
 """
 
 from __future__ import annotations

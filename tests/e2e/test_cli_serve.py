@@ -295,7 +295,7 @@ def test_sighup_without_a_config_file_says_why_nothing_happened(
 
 
 def test_a_stderr_nobody_reads_never_stalls_the_gateway(worker: tuple[ScriptedWorker, str], tmp_path: Path) -> None:
-    """Issue #35 (README Known limits before it): log lines were written on the event loop,
+    """Issue #35 (docs/known-limits.md before it): log lines were written on the event loop,
     so a stderr pipe nobody reads stopped the gateway once the pipe was full. Now a thread
     writes them: with the pipe full and ``log.max_queued_lines`` waiting, lines are dropped
     and counted (``a2a_gateway_log_dropped_total``), every request is still answered, and

@@ -532,6 +532,27 @@ async def test_v03_raw_wire_without_version_header(stack: Stack, trace: str) -> 
     assert record is not None and record.state.value == "TASK_STATE_COMPLETED"
 
 
+async def test_what_the_quickstart_says_a_first_run_meets(stack: Stack, trace: str) -> None:
+    """docs/quickstart.md "When something is off", against the real a2a-sdk worker: a v1.0
+    call without ``A2A-Version`` is the worker's refusal, relayed — over JSON-RPC HTTP 200 with
+    -32009, over REST HTTP 400 —, and a REST call outside the card's REST base (``/rest``) is
+    the gateway's HTTP 404 naming it; that one never reaches the worker."""
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    async with httpx.AsyncClient(trust_env=False, timeout=10.0, headers={TRACE_HEADER: trace}) as raw:
+        rpc = await raw.post(stack.gateway_base, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                                       "params": {"message": message}})
+        rest = await raw.post(stack.gateway_base + "rest/message:send", json={"message": message})
+        wrong = await raw.post(stack.gateway_base + "message:send", json={"message": message},
+                               headers={"A2A-Version": "1.0"})
+    assert rpc.status_code == 200 and rpc.json()["error"]["code"] == -32009, rpc.text
+    assert rest.status_code == 400, rest.text
+    assert rest.json()["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
+    assert wrong.status_code == 404, wrong.text
+    rest_base = stack.gateway.url + "/rest"
+    assert f"advertises REST (HTTP+JSON) at {rest_base}; try {rest_base}/message:send" in wrong.json()["error"]["message"]
+    assert [r.path for r in stack.recorder.requests(trace)] == ["/", "/rest/message:send"]
+
+
 # --------------------------------------------------------------------------- headers
 
 

@@ -353,3 +353,4 @@ def test_a_notification_with_the_wrong_token_is_401_and_nothing_is_judged() -> N
     assert off.outputs[-1].status == 401 and off.ledger.get("w", "t-1") is None
     assert [c.labels for c in off.counts if c.metric == "push_refused"] == [("token",)]
     assert run_now(off.ledger.memory.outbox_depth()) == 0
+

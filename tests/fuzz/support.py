@@ -47,7 +47,7 @@ def loads_or_invalid(body: bytes) -> Any:
 INVALID: Any = _INVALID
 
 MAX_JSON_DEPTH = 128
-"""``limits.max_json_depth`` by default (README, "Bounds"): objects and arrays nested deeper,
+"""``limits.max_json_depth`` by default (docs/guide/bounds.md): objects and arrays nested deeper,
 the top level counting one, are refused — a client's as -32600 / HTTP 400, a worker's as a
 transport-class error or an -32006 event."""
 

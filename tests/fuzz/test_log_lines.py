@@ -1,6 +1,6 @@
 """Property 3: whatever a client sends, the gateway writes exactly one well-formed ``request``
 line for it — never a ``--- Logging error ---`` traceback instead, never a line past
-``MAX_LINE_CHARS`` (gateway/observability/logging.py; README "Logs").
+``MAX_LINE_CHARS`` (gateway/observability/logging.py; docs/guide/metrics.md).
 
 The inputs are the fuzz suite's own (tests/fuzz/strategies.py ``client_body`` for JSON-RPC,
 tests/fuzz/test_rest_requests.py ``rest_request`` for REST, both versions), sent to a real

@@ -320,7 +320,7 @@ def _post_head(path: bytes, length: int, *extra: bytes) -> bytes:
 
 def test_a_body_not_whole_within_the_body_timeout_is_answered_408_and_closed(
         make_harness: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """Issue #35: bodies sent at 1 byte/s were all still open after 30 s (README Known limits:
+    """Issue #35: bodies sent at 1 byte/s were all still open after 30 s (docs/known-limits.md:
     only a body's size was bounded, not its pace). Now a body must be whole within
     ``listen.body_timeout_seconds`` of the end of its head — one that stops, and one dripped
     a byte at a time (a deadline for the whole body, which a drip never moves) — else 408 and

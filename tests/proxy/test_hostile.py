@@ -1226,7 +1226,7 @@ def _envelope(raw_id: bytes, method: str, params: bytes, *, id_last: bool = Fals
 @pytest.mark.parametrize("raw_id", [b"5", '"d-ü"'.encode(), b"1e5", b"1.0", b"18446744073709551616", b"-0", b"null"])
 def test_an_id_past_the_depth_bound_comes_back_as_the_client_wrote_it(h: Harness, method: str, version: str,
                                                                       raw_id: bytes) -> None:
-    """README Bounds: a body nested past ``limits.max_json_depth`` is -32600 "with its id".
+    """docs/guide/bounds.md: a body nested past ``limits.max_json_depth`` is -32600 "with its id".
     Past orjson's own 1 024 levels no parse reaches the id, so it came back ``null`` (issue
     #35: a GetTask whose ``params.metadata`` nests 1 100 arrays), and a float id came back
     ``null`` at any depth. Now the envelope's own members are read without the nested ones:

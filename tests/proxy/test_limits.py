@@ -1,6 +1,6 @@
 """Fair shares through the real gateway (docs/limits.md): every limit answered HTTP 429 with
-``Retry-After`` in the client's binding and version (JSON-RPC and REST, v1.0 and v0.3) before
-the worker is called; a live task's slot freed when the task completes by a stream event, a
+``Retry-After`` in the client's binding and version (JSON-RPC and REST, v1.0 and v0.3, and
+through the version bridge) before the worker is called; a live task's slot freed when the task completes by a stream event, a
 GetTask answer, the sweep, or any other road the ledger learns of; another caller unaffected."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from gateway.a2a.states import TaskState
 from gateway.invariants.model import TaskRecord
 from tests.proxy.conftest import Harness
-from tests.proxy.roads import _METHODS, J03, R03, ROADS, V1D, Driver, Road
+from tests.proxy.roads import _METHODS, BRIDGES, J03, R03, ROADS, V1D, Driver, Road
 from tests.support.objects import status_update, task
 from tests.support.scripted_worker import Data, Event, Gate
 from tests.support.servers import wait_until
@@ -74,7 +74,7 @@ def harness(make_harness: Any, road: Road, **limits: Any) -> tuple[Harness, Driv
     return h, Driver(h, road)
 
 
-@pytest.mark.parametrize("road", ROADS, ids=lambda r: r.id)
+@pytest.mark.parametrize("road", ROADS + BRIDGES, ids=lambda r: r.id)
 def test_requests_per_second_per_caller(make_harness: Any, road: Road) -> None:
     """A caller past its bucket is answered 429 before the worker is called; another caller
     still gets through."""
@@ -90,7 +90,7 @@ def test_requests_per_second_per_caller(make_harness: Any, road: Road) -> None:
     assert h.metric("a2a_gateway_requests_total", outcome="limited") == 1
 
 
-@pytest.mark.parametrize("road", ROADS, ids=lambda r: r.id)
+@pytest.mark.parametrize("road", ROADS + BRIDGES, ids=lambda r: r.id)
 def test_live_tasks_per_tenant_freed_by_a_get_task_answer(make_harness: Any, road: Road) -> None:
     """One live task per tenant: a second new task waits until the first is terminal, which
     a GetTask answer tells the gateway; a follow-up on the live task is not a new task."""
@@ -147,7 +147,10 @@ def test_a_task_the_ledger_holds_terminal_by_another_road_is_reclaimed(make_harn
                       terminal_status={"state": COMPLETED})
     h.on_gateway_loop(h.runtime.ledger.put(done, stored.version))
     d.on_send({"task": task("t-2", WORKING)})
-    assert call(d, "send").status_code == 200
+    # a scope's set is reclaimed at most once a second: the refusal just now did it
+    wait_until(lambda: call(d, "send").status_code == 200, timeout=10, message="the slot reclaimed")
+    assert d.worker_sends() == 2
+    assert h.metric("a2a_gateway_limited_total", limit="upstream.live_tasks") >= 1
 
 
 def _stream_steps(d: Driver, gate: Gate) -> None:
@@ -194,6 +197,9 @@ def test_open_streams_per_caller(make_harness: Any, road: Road) -> None:
         gate.release()
         worker.join(10)
     assert b"COMPLETED" in b"".join(got).upper()
+    # the client has its whole body a moment before the gateway gives the slot back
+    wait_until(lambda: h.on_gateway_loop(h.runtime.limiter.store.count("streams:caller:anonymous")) == 0,
+               message="the first stream's slot given back")
     d.on_stream([{"task": task("t-2", WORKING)}, status_update("t-2", COMPLETED)])
     assert call(d, "stream").status_code == 200
     assert h.metric("a2a_gateway_limited_total", limit="caller.open_streams") == 1
@@ -270,3 +276,62 @@ def test_two_replicas_on_one_redis_share_one_limit(make_harness: Any) -> None:
         da.on_send({"task": task("t-3", WORKING)})
         assert call(da, "send").status_code == 200
         assert db.worker_sends() == 0
+
+
+def test_a_tenant_override_replaces_only_the_fields_it_sets(make_harness: Any) -> None:
+    """``limits.tenants.acme`` sets live_tasks for tenant ``acme``; every other tenant keeps
+    ``per_tenant`` (here 0: nothing of theirs goes through), and so does acme's rate."""
+    h = make_harness(limits={"per_tenant": {"live_tasks": 0, "requests_per_second": 1000},
+                             "tenants": {"acme": {"live_tasks": 1}}}, admin={"metric_tenants": ["acme"]})
+    road = ROADS[0]
+
+    def send(tenant: str | None) -> httpx.Response:
+        params: dict[str, Any] = {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+        if tenant is not None:
+            params["tenant"] = tenant
+        body = {"jsonrpc": "2.0", "id": "req-send", "method": "SendMessage", "params": params}
+        return h.rpc(body, headers={"A2A-Version": "1.0"})
+
+    h.worker.on("SendMessage", json_result={"task": task("t-1", WORKING)})
+    assert send("acme").status_code == 200
+    assert_limited(road, send("acme"), "tenant.live_tasks")
+    assert_limited(road, send(None), "tenant.live_tasks")
+    assert_limited(road, send("other"), "tenant.live_tasks")
+    assert len(h.worker.calls("SendMessage")) == 1
+    # a tenant is a label only through admin.metric_tenants; any other is "other"
+    assert h.metric("a2a_gateway_tenant_requests_total", tenant="acme", outcome="limited") == 1
+    assert h.metric("a2a_gateway_tenant_requests_total", tenant="other", outcome="limited") == 1
+    page = h.http.get(h.admin.url + "/status").text
+    assert "<td>acme</td>" in page and "1000/s" in page
+
+
+def test_refusals_are_logged_once_per_repeat_window(make_harness: Any, gateway_warnings: Any) -> None:
+    """Every refusal counts; the ``limited`` lines are alike but for ``retry_in_s``, so the
+    log's repeat window writes the first and holds the others back."""
+    road = ROADS[0]
+    from gateway.observability.logging import RepeatFilter
+
+    h = make_harness(limits={"per_caller": {"requests_per_second": 0.01, "burst": 1}})
+    d = Driver(h, road)
+    d.on_send({"task": task("t-1", COMPLETED)})
+    assert call(d, "send").status_code == 200
+    for _ in range(3):
+        assert_limited(road, call(d, "send"), "caller.requests_per_second")
+    assert h.metric("a2a_gateway_limited_total", limit="caller.requests_per_second") == 3
+    lines = gateway_warnings("limited")
+    assert len(lines) == 3 and {line.limit for line in lines} == {"caller.requests_per_second"}
+    repeats = RepeatFilter(600.0, clock=lambda: 0.0)  # the filter serve installs (log.repeat_window_seconds)
+    assert [repeats.filter(line) for line in lines] == [True, False, False]
+
+
+def test_a_live_task_slot_is_freed_by_a_cancel(make_harness: Any) -> None:
+    road = ROADS[0]
+    h, d = harness(make_harness, road, per_caller={"live_tasks": 1})
+    d.on_send({"task": task("t-1", WORKING)})
+    assert call(d, "send").status_code == 200
+    assert_limited(road, call(d, "send"), "caller.live_tasks")
+    h.worker.on("CancelTask", json_result=task("t-1", "TASK_STATE_CANCELED"))
+    canceled = h.rpc({"jsonrpc": "2.0", "id": "c", "method": "CancelTask", "params": {"id": "t-1"}}, headers=d.headers)
+    assert canceled.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+    d.on_send({"task": task("t-2", WORKING)})
+    assert call(d, "send").status_code == 200
