@@ -245,6 +245,16 @@ NOTHING = PushStep()
 """The step of a request the relay leaves as it is."""
 
 
+def relays(operation: Operation, doc: Any, task_id: str | None) -> bool:
+    """Whether :func:`intake` has anything to do for a request of ``operation`` (params or
+    body ``doc``) on ``task_id``: a request that carries push configs, or whose answer may name
+    one, or that deletes one. A send without a config is left alone: the shell then builds no
+    driver for it."""
+    if operation in ANSWER_OPERATIONS or (operation is Operation.PUSH_DELETE and task_id):
+        return True
+    return operation in CONFIG_OPERATIONS and bool(find_configs(operation, doc))
+
+
 def intake(upstream: str, operation: Operation, version: ProtocolVersion, binding: Binding, doc: Any,
            task_id: str | None, config_id: str | None, tenant: str, *, callback_base: str,
            limits: PushLimits) -> CommandGenerator[PushStep]:

@@ -33,7 +33,7 @@ from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import Route, read_body, until_disconnect
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
-from gateway.exchange.push import CONFIG_OPERATIONS, NOTHING, PushStep, client_webhooks, intake, settle
+from gateway.exchange.push import CONFIG_OPERATIONS, NOTHING, PushStep, client_webhooks, intake, relays, settle
 from gateway.invariants.timeline import TimelineEntry
 from gateway.proxy.limits import NO_GRANT, limited_answer
 from gateway.proxy.limits import Scope as LimitScope
@@ -224,7 +224,7 @@ class ExchangeHandler:
         push, ex = self.rt.push, exchange.ex
         if push is None or not push.handles(ex.operation):
             return NOTHING
-        if not exchange.forwards():
+        if not relays(ex.operation, doc, ex.task_id) or not exchange.forwards():
             return NOTHING
         gen = intake(self.upstream, ex.operation, ex.version, ex.binding, doc, ex.task_id, config_id, ex.tenant,
                      callback_base=callback_base(self.rt, self.route, self.scope), limits=push.limits)

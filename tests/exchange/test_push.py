@@ -39,6 +39,7 @@ from gateway.exchange.push import (
     intake,
     judge_notification,
     notification,
+    relays,
     read_notification,
     restore_answer,
     rewrite_request,
@@ -354,3 +355,12 @@ def test_a_notification_with_the_wrong_token_is_401_and_nothing_is_judged() -> N
     assert [c.labels for c in off.counts if c.metric == "push_refused"] == [("token",)]
     assert run_now(off.ledger.memory.outbox_depth()) == 0
 
+
+def test_intake_runs_only_for_requests_push_touches() -> None:
+    """A send without a push config costs no intake (and so no driver) at all."""
+    send = {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "go"}]}}
+    with_hook = {**send, "configuration": {"taskPushNotificationConfig": {"url": "https://c.example/h"}}}
+    assert not relays(Operation.SEND, send, None) and relays(Operation.SEND, with_hook, None)
+    assert relays(Operation.PUSH_CREATE, {"taskId": "t-1"}, "t-1")  # its answer may name a callback
+    assert relays(Operation.PUSH_GET, {}, "t-1") and relays(Operation.PUSH_DELETE, {}, "t-1")
+    assert not relays(Operation.PUSH_DELETE, {}, None) and not relays(Operation.GET, {"id": "t-1"}, "t-1")
