@@ -207,9 +207,8 @@ def task_routes(runtime: Runtime) -> list[Route]:
         tenant = request.query_params.get("tenant", "")
         ledger = runtime.ledger
         try:
-            stored = await runtime.ledger_call("get", lambda: ledger.get(upstream, task_id, tenant=tenant))
-            entries = await runtime.ledger_call(
-                "timeline", lambda: ledger.timeline(upstream, task_id, tenant=tenant))
+            stored = await ledger.get(upstream, task_id, tenant=tenant)
+            entries = await ledger.timeline(upstream, task_id, tenant=tenant)
         except LedgerError:
             return JSONResponse({"error": "the task ledger did not answer"}, 503)
         if stored is None and not entries:
@@ -222,7 +221,7 @@ def task_routes(runtime: Runtime) -> list[Route]:
 
     async def status(request: Request) -> Response:
         try:
-            by_state: dict[str, int] | None = await runtime.ledger_call("count", runtime.ledger.count_by_state)
+            by_state: dict[str, int] | None = await runtime.ledger.count_by_state()
         except LedgerError:
             by_state = None
         limits = None

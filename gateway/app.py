@@ -58,6 +58,7 @@ from gateway.proxy.transport import UpstreamClient
 from gateway.proxy.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.push.delivery import Deliverer
 from gateway.push.relay import CALLBACK_PATH, PushRelay
+from gateway.proxy.push import perform_for, serve_callback
 
 
 _REST_METHODS = frozenset({"GET", "POST", "DELETE"})
@@ -192,7 +193,7 @@ class GatewayApp:
         if scope["type"] == "http" and path.startswith(CALLBACK_PATH) and push is not None:
             # a worker's push notification (docs/push.md §2); served with push.enabled false too,
             # for the configs relayed before a reload turned it off
-            await push.callback(scope, receive, send)
+            await serve_callback(self.proxy.rt, scope, receive, send)
             return
         if scope["type"] == "http" and path.startswith("/") and not own:
             await self.proxy(scope, receive, send)
@@ -221,12 +222,12 @@ async def _prune_forever(rt: Runtime) -> None:
         await asyncio.sleep(cfg.prune_interval_seconds)
         now = time.time()
         try:
-            deleted = await rt.ledger_call("prune", lambda: rt.ledger.prune(now - cfg.retention_seconds))
-            events = await rt.ledger_call("prune_events", lambda: rt.ledger.prune_events(
-                now - rt.config.replay_window.retention_seconds))
-            await rt.ledger_call("prune_timeline", lambda: rt.ledger.prune_timeline(now - cfg.retention_seconds))
-            await rt.ledger_call("prune_push_configs", lambda: rt.ledger.prune_push_configs(
-                now - rt.config.push.config_retention_seconds))
+            deleted = await rt.ledger.prune(now - cfg.retention_seconds)
+            events = await rt.ledger.prune_events(
+                now - rt.config.replay_window.retention_seconds)
+            await rt.ledger.prune_timeline(now - cfg.retention_seconds)
+            await rt.ledger.prune_push_configs(
+                now - rt.config.push.config_retention_seconds)
         except LedgerError:
             continue
         if deleted or events:
@@ -236,7 +237,7 @@ async def _prune_forever(rt: Runtime) -> None:
 
 async def _probe_ledger_forever(rt: Runtime) -> None:
     """Every ``ledger.probe_interval_seconds``, one probe write (:meth:`TaskLedger.probe`):
-    :meth:`Runtime.ledger_call` notes a failure in ``rt.ledger_down`` and a success clears it,
+    the instrumented ledger notes a failure in ``rt.ledger_down`` and a success clears it,
     so ``/readyz`` follows the ledger with no traffic too (a load balancer that stopped
     sending requests on a 503 sees the gateway ready again once the ledger is back). A probe
     that takes longer than the interval counts as failed."""
@@ -244,7 +245,7 @@ async def _probe_ledger_forever(rt: Runtime) -> None:
         interval = rt.config.ledger.probe_interval_seconds
         await asyncio.sleep(interval)
         try:
-            await asyncio.wait_for(rt.ledger_call("probe", rt.ledger.probe), timeout=interval)
+            await asyncio.wait_for(rt.ledger.probe(), timeout=interval)
         except LedgerError:
             continue
         except TimeoutError:
@@ -359,7 +360,7 @@ def build_app(
                       signer=_card_signer(config, metrics))
     runtime.apply_config(config)
     runtime.bodies = BodyBudget(lambda: runtime.config.limits.max_inflight_body_bytes)
-    runtime.push = PushRelay(runtime)
+    runtime.push = PushRelay(lambda: runtime.config.push, perform_for(runtime))
     runtime.limiter = Limiter(runtime, limit_store(ledger))  # fair shares (docs/limits.md)
     runtime.retries = Retries(runtime, retry_store(ledger, config.retries.limits()))
     deliverer = Deliverer(runtime, runtime.push)

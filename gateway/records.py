@@ -1,5 +1,6 @@
 """What the task ledger hands back besides the task record, sans I/O: the replay window's
-events (docs/resume.md §1) and the live tasks of the sweep's scan (docs/sweep.md §1).
+events (docs/resume.md §1), the live tasks of the sweep's scan (docs/sweep.md §1) and the
+push configs the gateway relays (docs/push.md §1).
 
 These sit below both the ledger (which makes them) and the exchange layer (which reads them),
 so storage never imports the exchange (docs/architecture.md §3). Plain frozen values, no
@@ -54,3 +55,18 @@ class LiveTask:
     def key(self) -> Key:
         """``(upstream, tenant, task_id)``."""
         return (self.upstream, self.tenant, self.task_id)
+
+
+@dataclass(frozen=True, slots=True)
+class PushConfigEntry:
+    """One push config the gateway relays (docs/push.md §1), keyed by its ``callback_id`` (the
+    unguessable last segment of the callback URL the worker was given). ``task_id`` is ``""``
+    while an inline config of a send waits for the worker to name the task. ``data`` is opaque
+    to the ledger (:class:`gateway.exchange.push.PushConfigData` is its form: the client's URL, token and
+    authentication, the worker's token, the client's version and binding)."""
+
+    callback_id: str
+    upstream: str
+    task_id: str
+    data: bytes
+    tenant: str = ""

@@ -16,7 +16,7 @@ Transcript format (``.jsonl``: one JSON object per line; blank lines and lines s
 * ``event``: one SSE event's ``result``; events with the same ``stream`` name are one stream
   (after a terminal event the stream drains: later events are judged, never delivered).
 * ``exchange``: a whole exchange, admission included, against a scripted worker: ``worker``
-  lists its acts in order (:mod:`gateway.exchange.offline`), so a stream that is cut, probed
+  lists its acts in order (:mod:`gateway.offline`), so a stream that is cut, probed
   and resubscribed replays exactly as the gateway runs it; ``outputs`` of the verdict are the
   documents the client receives.
 * ``method``: any v1.0 or v0.3 JSON-RPC method name; it decides the protocol version.
@@ -44,7 +44,7 @@ from gateway.errors import TranscriptError
 from gateway.exchange.commands import Answer, CommandGenerator
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger, Offline
+from gateway.offline import Ledger, Offline
 from gateway.exchange.stream import StreamExchange
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import Mode

@@ -331,7 +331,7 @@ def test_the_command_table_is_generated_from_the_commands():
 
     current = TARGET.read_text(encoding="utf-8")
     assert current == render(current), "run: python -m gateway.command_reference"
-    assert "`Enqueue(callback_id, task_id, body)`" in current  # the fields the code has
+    assert "`Enqueue(callback_id, task_id, body, tenant)`" in current  # the fields the code has
 
 
 def test_the_command_table_needs_a_reply_line_and_its_markers():

@@ -243,11 +243,12 @@ class BridgedRestExchange(_Bridged, RestExchange):
     def subscribe_request(self, task_id: str) -> Open:
         return Open(b"", "POST", self.worker_call.subscribe_target(task_id), _header(self.worker_version))
 
-    def resubscribe(self, task_id: str) -> CommandGenerator[Any]:
-        reply = yield self.subscribe_request(task_id)
+    def resubscribe(self, task_id: str, reason: str | None = None) -> CommandGenerator[Any]:
+        reply = yield Open(b"", "POST", self.worker_call.subscribe_target(task_id), _header(self.worker_version),
+                           reason)
         if isinstance(reply, Answer) and reply.status == 405:
             reply = yield Open(b"", "GET", self.worker_call.subscribe_target(task_id),
-                               a2a_version=_header(self.worker_version))
+                               a2a_version=_header(self.worker_version), reason=reason)
         return reply
 
     # --- the worker's answers, read into the client's version ----------------------------------

@@ -14,13 +14,13 @@ then ends with a ``Reply:`` line and, when something may be thrown in, a ``Throw
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar, dataclass_transform
 
 from gateway.invariants.model import Clock, Finding, TaskRecord
 from gateway.invariants.timeline import TimelineEntry
+from gateway.records import PushConfigEntry
 
 T = TypeVar("T")
 
@@ -166,7 +166,8 @@ class AppendTimeline(Command):
 @command
 class Enqueue(Command):
     """Put ``body`` (a judged notification in the client's form) in the durable push outbox
-    for the push config ``callback_id`` of ``task_id`` (docs/push.md §3).
+    for the push config ``callback_id`` of ``task_id`` in ``tenant`` (docs/push.md §3), within
+    ``push.max_outbox_per_task`` and ``push.max_outbox_total``.
 
     Reply: the entry id.
     Throws: :class:`~gateway.errors.PushLimitError` (the outbox is full),
@@ -176,6 +177,7 @@ class Enqueue(Command):
     callback_id: str
     task_id: str
     body: bytes
+    tenant: str = ""
 
 
 @command
@@ -188,6 +190,78 @@ class PushBound(Command):
     """
 
     callback_ids: tuple[str, ...]
+
+
+@command
+class PushConfigs(Command):
+    """The push configs the gateway relays for ``task_id`` in ``tenant`` on the exchange's
+    upstream (docs/push.md §1).
+
+    Reply: a list of :class:`~gateway.records.PushConfigEntry`.
+    Throws: :class:`~gateway.errors.LedgerError`.
+    """
+
+    task_id: str
+    tenant: str = ""
+
+
+@command
+class GetPushConfig(Command):
+    """The push config of the callback ``callback_id`` (docs/push.md §2).
+
+    Reply: a :class:`~gateway.records.PushConfigEntry`, or ``None``.
+    Throws: :class:`~gateway.errors.LedgerError`.
+    """
+
+    callback_id: str
+
+
+@command
+class PutPushConfig(Command):
+    """Keep ``entry`` (a new config, or a changed one under its callback id), with at most
+    ``max_per_task`` configs of its task and ``max_total`` in all; the driver sets its time
+    (docs/push.md §1).
+
+    Reply: ``None``.
+    Throws: :class:`~gateway.errors.PushLimitError` (a bound is reached: nothing kept),
+    :class:`~gateway.errors.LedgerError`.
+    """
+
+    entry: PushConfigEntry
+    max_per_task: int
+    max_total: int
+
+
+@command
+class DeletePushConfig(Command):
+    """Forget the push config of the callback ``callback_id``.
+
+    Reply: ``True`` when there was one.
+    Throws: :class:`~gateway.errors.LedgerError`.
+    """
+
+    callback_id: str
+
+
+@command
+class NewCallback(Command):
+    """Make a fresh callback for one push config: an unguessable callback id (the last
+    segment of its URL) and the token the worker must send with each notification
+    (docs/push.md §1).
+
+    Reply: ``(callback_id, worker_token)``.
+    """
+
+
+@command
+class CheckWebhook(Command):
+    """Check that the client's webhook ``url`` may be reached (docs/push.md §4: its scheme,
+    and every address its host resolves to).
+
+    Reply: ``None`` when it may, else ``(reason, message)``: why not.
+    """
+
+    url: str
 
 
 # --- the worker -----------------------------------------------------------------------------
@@ -284,6 +358,19 @@ ENDED = _Marker("ENDED")
 """Reply to :class:`Read`: the worker closed the stream."""
 
 # --- the client -----------------------------------------------------------------------------
+
+
+@command
+class ReadBody(Command):
+    """Read the client's whole request body, at most ``limit`` bytes (a worker's push
+    notification, docs/push.md §2).
+
+    Reply: the ``bytes``.
+    Throws: :class:`~gateway.errors.BodyTooLargeError` (past ``limit``),
+    :class:`~gateway.errors.ClientGoneError` (the client left).
+    """
+
+    limit: int
 
 
 @command
@@ -410,27 +497,6 @@ class Log(Command):
     level: str
     event: str
     fields: tuple[tuple[str, Any], ...] = ()
-
-
-def for_reason(reason: str, steps: CommandGenerator[T]) -> CommandGenerator[T]:
-    """Run the generator ``steps`` (a binding's resubscribe), marking every :class:`Post` /
-    :class:`Open` it yields as a request of the gateway's own for ``reason``; returns what
-    ``steps`` returns. Replies and thrown exceptions pass through unchanged."""
-    reply: Any = None
-    thrown: BaseException | None = None
-    while True:
-        try:
-            cmd = steps.throw(thrown) if thrown is not None else steps.send(reply)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        thrown = None
-        if type(cmd) is Post or type(cmd) is Open:
-            cmd = dataclasses.replace(cmd, reason=reason)
-        try:
-            reply = yield cmd
-        except BaseException as exc:  # noqa: BLE001 - handed to ``steps`` as it came
-            thrown, reply = exc, None
 
 
 REPORTS = (Count, Found, Degraded, Log)

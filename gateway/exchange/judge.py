@@ -84,6 +84,7 @@ def load(policy: Policy, task_id: str | None, tenant: str = "") -> CommandGenera
 def judge(
     policy: Policy, ex: Exchange, stream: StreamState | None, result: Any, *,
     direction: str = "answer", forced_get: str | None = None, window: WindowSink | None = None,
+    stored: list[tuple[TaskRecord | None, TaskRecord]] | None = None,
 ) -> CommandGenerator[Outcome]:
     """Judge one worker payload (a unary ``result`` or one stream event's ``result``) and
     store its ledger change first. A ``ListTasks`` result is judged task by task
@@ -100,6 +101,10 @@ def judge(
     current, and the event goes into the replay window in the same ledger operation
     (``window.window_event``); when it changes nothing, the record is read again, and the
     event judged again only if it moved.
+
+    With ``stored``, the store that won is appended to it as ``(the record the last Load read
+    before it, the record stored)`` — never a state a concurrent writer recorded meanwhile (the
+    sweep's, docs/sweep.md §4).
 
     Returns the engine's :class:`~gateway.invariants.model.Outcome`, its findings reported.
 
@@ -142,6 +147,8 @@ def judge(
                 except VersionConflictError:
                     yield Count("ledger_conflicts")
                     continue
+                if stored is not None:
+                    stored.append((record, new))
             elif loaded.cached:  # nothing to store proves the held record current: read it
                 current: Loaded = yield fresh
                 if current.version != loaded.version or current.record != record \

@@ -48,7 +48,6 @@ from gateway.exchange.commands import (
     Post,
     PushBound,
     Respond,
-    for_reason,
 )
 from gateway.exchange import retries
 from gateway.exchange.judge import clear_resync, judge, load
@@ -181,15 +180,16 @@ class RequestExchange:
         """The gateway's own ``SubscribeToTask`` for ``task_id`` (a resubscribe after a cut)."""
         raise NotImplementedError
 
-    def resubscribe(self, task_id: str) -> CommandGenerator[Any]:
-        """Open :meth:`subscribe_request` upstream; returns the reply (:data:`OPENED` or the
-        worker's :class:`Answer`). Throws :class:`~gateway.errors.UpstreamError`."""
-        return (yield self.subscribe_request(task_id))
+    def resubscribe(self, task_id: str, reason: str | None = None) -> CommandGenerator[Any]:
+        """Open :meth:`subscribe_request` upstream, each request marked with ``reason`` (the
+        :class:`Open`'s); returns the reply (:data:`OPENED` or the worker's :class:`Answer`).
+        Throws :class:`~gateway.errors.UpstreamError`."""
+        return (yield dataclasses.replace(self.subscribe_request(task_id), reason=reason))
 
     def resubscribe_own(self, task_id: str) -> CommandGenerator[Any]:
         """:meth:`resubscribe`, its requests marked as the gateway's own (``reason``
         ``resubscribe``: the driver's client span says so)."""
-        return (yield from for_reason("resubscribe", self.resubscribe(task_id)))
+        return (yield from self.resubscribe(task_id, "resubscribe"))
 
     def error(self, status: int, code: int, message: str, *, task_id: str | None = None) -> Respond:
         """A refusal of the gateway's own: A2A error ``code`` in the binding's form. ``status``
@@ -285,6 +285,14 @@ class RequestExchange:
         yield self.transport_error(exc)
 
     # --- admission ----------------------------------------------------------------------------
+
+    def forwards(self) -> bool:
+        """Whether admission lets the request go on to the worker: the card admits it, or
+        observe mode forwards it all the same (what the push relay's intake waits for,
+        docs/push.md §1: a refused request's configs are neither checked nor stored)."""
+        p = self.policy
+        return p.mode is Mode.OBSERVE or admit(self.ex, self.params, self.card, allow_stale=p.allow_stale,
+                                               required_skill=p.required_skill, skill_key=p.skill_key) is None
 
     def _admit(self) -> CommandGenerator[bool]:
         """Card-governed admission (new tasks, capabilities); answers the refusal itself."""

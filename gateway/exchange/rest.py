@@ -84,12 +84,12 @@ class RestExchange(RequestExchange):
     def subscribe_request(self, task_id: str) -> Open:
         return Open(b"", "POST", self.call.subscribe_target(task_id))
 
-    def resubscribe(self, task_id: str) -> CommandGenerator[Any]:
+    def resubscribe(self, task_id: str, reason: str | None = None) -> CommandGenerator[Any]:
         """POST ``…/tasks/{id}:subscribe``, and GET when the worker answers 405: the spec
-        and the proto disagree on the verb (docs/protocol.md §1.3)."""
-        reply = yield self.subscribe_request(task_id)
+        and the proto disagree on the verb (docs/protocol.md §1.3). Both marked ``reason``."""
+        reply = yield Open(b"", "POST", self.call.subscribe_target(task_id), reason=reason)
         if isinstance(reply, Answer) and reply.status == 405:
-            reply = yield Open(b"", "GET", self.call.subscribe_target(task_id))
+            reply = yield Open(b"", "GET", self.call.subscribe_target(task_id), reason=reason)
         return reply
 
     # --- answers to the client -----------------------------------------------------------------

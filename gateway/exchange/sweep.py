@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 from gateway.a2a import jsonrpc
@@ -30,7 +30,7 @@ from gateway.a2a.rest import RestCall
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.errors import LedgerError, UpstreamError, VersionConflictError
 from gateway.exchange.bridge import BridgedJsonRpcExchange, BridgedRestExchange
-from gateway.exchange.commands import CommandGenerator, Count, Load, Loaded, Log, Post, Store
+from gateway.exchange.commands import CommandGenerator, Count, Load, Loaded, Log, Post
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.judge import judge
 from gateway.exchange.model import Policy
@@ -40,7 +40,6 @@ from gateway.invariants.admission import CardView
 from gateway.invariants.model import Action, TaskRecord
 from gateway.records import Key, LiveTask
 
-T = TypeVar("T")
 
 REASON = "sweep"
 """The ``reason`` label of ``a2a_gateway_forced_get_total`` for a sweep's ``GetTask``."""
@@ -257,9 +256,9 @@ class SweepExchange:
                                                              ("code", jsonrpc.code_label(code))))
                 return result
             get_ex = dataclasses.replace(self.probe.ex, operation=Operation.GET, task_id=task_id)
-            seen = _Stores()
-            outcome = yield from seen.watch(judge(self.policy, get_ex, None, doc["result"],
-                                                 direction="probe", forced_get=REASON))
+            stored: list[tuple[TaskRecord | None, TaskRecord]] = []  # the store that won (judge)
+            outcome = yield from judge(self.policy, get_ex, None, doc["result"], direction="probe",
+                                       forced_get=REASON, stored=stored)
             if outcome.action is not Action.FORWARD:
                 yield Log("warning", "sweep_get_failed", (*log, ("reason", "invalid_response")))
                 return result
@@ -268,9 +267,9 @@ class SweepExchange:
             result.outcome = "error"
             return result
         result.outcome = "unchanged"
-        if seen.stored is None:
+        if not stored:
             return result
-        before, after = seen.stored
+        before, after = stored[-1]
         result.state = after.state.value
         if before is not None and after.state is not before.state:  # this sweep recorded a new state
             yield from caught_up(self.task.upstream, before, after.state, REASON)
@@ -283,35 +282,3 @@ class SweepExchange:
         if record is None or record.terminal:
             return False
         return now - record.observed_at > self.policy.heartbeat_seconds
-
-
-class _Stores:
-    """Watches the commands of a judging generator for the store that won: ``stored`` is
-    ``(the record it replaced, the record stored)`` — the record as the last ``Load`` before
-    it read it — or ``None`` when nothing was stored. So a state a concurrent writer recorded
-    (the compare-and-set made the judge read again) is never taken for this sweep's."""
-
-    def __init__(self) -> None:
-        self.stored: tuple[TaskRecord | None, TaskRecord] | None = None
-
-    def watch(self, gen: CommandGenerator[T]) -> CommandGenerator[T]:
-        """Run ``gen``, passing its commands and their replies (or exceptions) through."""
-        loaded: TaskRecord | None = None
-        reply: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                cmd = gen.throw(error) if error is not None else gen.send(reply)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            error = None
-            try:
-                reply = yield cmd
-            except Exception as exc:  # thrown in by the driver: the judge's to handle
-                error, reply = exc, None
-                continue
-            if type(cmd) is Load:
-                loaded = reply.record
-            elif type(cmd) is Store:
-                self.stored = (loaded, cmd.record)

@@ -20,7 +20,7 @@ import orjson
 
 from gateway.invariants.model import TaskRecord
 from gateway.invariants.timeline import TimelineEntry
-from gateway.records import LiveTask, Replay, WindowEvent
+from gateway.records import LiveTask, PushConfigEntry, Replay, WindowEvent
 
 __all__ = ["LiveTask", "OutboxEntry", "PushConfigEntry", "Replay", "Stored", "TaskLedger", "TimelineEntry",
            "TimelineLimits", "WindowEvent", "WindowLimits"]
@@ -87,21 +87,6 @@ def decode_entry(raw: bytes | str) -> TimelineEntry | None:
         return TimelineEntry.from_doc(doc) if isinstance(doc, dict) else None
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class PushConfigEntry:
-    """One push config the gateway relays (docs/push.md §1), keyed by its ``callback_id`` (the
-    unguessable last segment of the callback URL the worker was given). ``task_id`` is ``""``
-    while an inline config of a send waits for the worker to name the task. ``data`` is opaque
-    to the ledger (:mod:`gateway.push.relay` writes it: the client's URL, token and
-    authentication, the worker's token, the client's version and binding)."""
-
-    callback_id: str
-    upstream: str
-    task_id: str
-    data: bytes
-    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,14 +151,16 @@ class MemoryLedger(_PushStore):
     timeline_limits = TimelineLimits()
     """The timeline's bounds (set by :func:`gateway.ledger.ledger_from_url`)."""
 
-    def __init__(self, max_tasks: int = 100_000, window: WindowLimits | None = None) -> None:
+    def __init__(self, max_tasks: int = 100_000, window: WindowLimits | None = None, *,
+                 run_id: str | None = None) -> None:
         self._window_limits = window or WindowLimits()
         self._windows: dict[Key, _Window] = {}
         self._appended: deque[tuple[Key, int]] = deque()  # (task, seq) in append order: the total caps
         self._total = 0  # events in all windows
         self._bytes = 0  # payload bytes in all windows
         self._seq = 0
-        self._run = os.urandom(4).hex()  # ids of an earlier process are never this run's
+        # ids of an earlier process are never this run's; "" (offline runs): ids 1, 2, …
+        self._run = os.urandom(4).hex() if run_id is None else run_id
         self._records: dict[Key, Stored] = {}
         self._terminal: dict[Key, None] = {}
         self._live: dict[str, dict[tuple[str, str], None]] = {}  # upstream -> (tenant, task id)s not yet terminal (the sweep)
@@ -232,6 +234,26 @@ class MemoryLedger(_PushStore):
         else:
             del self._counts[state]
 
+    def set_resync(self, upstream: str, task_id: str, flag: bool, *, tenant: str = "") -> bool:
+        """Set (or clear) one record's ``needs_resync`` flag in place, without a write: what a
+        durable ledger's :meth:`mark_resync` does at a restart, for offline runs
+        (:class:`gateway.offline.Ledger`). False when there is no such record."""
+        key = (upstream, tenant, task_id)
+        stored = self._records.get(key)
+        if stored is None:
+            return False
+        self._records[key] = Stored(stored.record, stored.version, flag)
+        return True
+
+    def records(self) -> dict[Key, Stored]:
+        """Every record held, by ``(upstream, tenant, task_id)`` (a copy; offline runs and tests)."""
+        return dict(self._records)
+
+    def window(self, upstream: str, task_id: str, *, tenant: str = "") -> list[WindowEvent]:
+        """The task's replay window, oldest first (a copy; offline runs and tests)."""
+        window = self._windows.get((upstream, tenant, task_id))
+        return [event for _, _, event in window.events] if window is not None else []
+
     async def probe(self) -> None:
         """Memory always takes a write."""
 
@@ -274,7 +296,7 @@ class MemoryLedger(_PushStore):
         event's); see :meth:`TaskLedger.append_event`."""
         limits, key = self._window_limits, (upstream, tenant, task_id)
         self._seq += 1
-        event_id = f"{self._run}.{self._seq}"
+        event_id = f"{self._run}.{self._seq}" if self._run else str(self._seq)
         lineage = lineage or event_id
         window = self._windows.get(key)
         if window is None:
@@ -324,7 +346,7 @@ class MemoryLedger(_PushStore):
         """The window's events after ``event_id`` in its lineage; see
         :meth:`TaskLedger.events_after`."""
         window = self._windows.get((upstream, tenant, task_id))
-        run, _, number = event_id.partition(".")
+        run, _, number = event_id.partition(".") if self._run else ("", "", event_id)
         if window is None or run != self._run or not (len(number) <= 19 and number.isascii() and number.isdigit()):
             return Replay(False)  # an id of no window, never an error (``int("²")`` raises)
         seq = int(number)

@@ -432,7 +432,7 @@ class CardCache:
             return
         try:
             self._generation = await self.observe(key, card.etag)
-        except LedgerError:  # counted and logged by the runtime's ledger_call
+        except LedgerError:  # counted and logged by the runtime's instrumented ledger
             if changed:
                 self._generation = None
 

@@ -4,8 +4,9 @@ An exchange (:mod:`gateway.exchange`) decides every task's fate; this module onl
 its commands against the real ledger, worker and client, and feeds the replies (or the
 exceptions) back in. What is left here is what is about time and sockets, never about a task:
 
-* ledger calls are timed and failures counted (:meth:`Runtime.ledger_call`); a failure is
-  thrown into the exchange as :class:`~gateway.errors.LedgerError`;
+* ledger calls are timed and failures counted (the runtime's ledger is an
+  :class:`~gateway.proxy.instrumented.InstrumentedLedger`); a failure is thrown into the
+  exchange as :class:`~gateway.errors.LedgerError`;
 * worker calls go through the upstream client; a transport failure is thrown in as
   :class:`~gateway.errors.UpstreamError`, a read past a :class:`Deadline` as ``TimeoutError``;
   every upstream response is closed in ``finally`` (docs/architecture.md, convention 11: not in a
@@ -37,21 +38,20 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.sse import encode_comment
 from gateway.a2a.states import TERMINAL_STATES
-from gateway.errors import LedgerError, UpstreamError, VersionConflictError
+from gateway.errors import UpstreamError, VersionConflictError
 from gateway.exchange.commands import (
     ENDED,
     OPENED,
     REPORTS,
     Answer,
-    AppendEvent,
-    AppendTimeline,
+    CheckWebhook,
     CommandGenerator,
     Deadline,
     Emit,
@@ -62,9 +62,8 @@ from gateway.exchange.commands import (
     MarkCardStale,
     Open,
     Post,
-    PushBound,
     Read,
-    ReadWindow,
+    ReadBody,
     Respond,
     Sleep,
     StartStream,
@@ -72,17 +71,21 @@ from gateway.exchange.commands import (
     StoreAndAppend,
 )
 from gateway.invariants.model import Clock, TaskRecord
-from gateway.ledger.base import Stored
+from gateway.invariants.timeline import TimelineEntry
+from gateway.ledger.base import Stored, TaskLedger
 from gateway.observability.reporter import Reporter
+from gateway.perform import THROWN, Performer
 from gateway.proxy.forward import (
     Route,
     client_response_headers,
     is_event_stream,
+    read_body,
     upstream_request_headers,
 )
 from gateway.proxy.limits import NO_GRANT
 from gateway.proxy.runtime import Runtime
-from gateway.proxy.types import Scope, Send
+from gateway.proxy.types import Receive, Scope, Send
+from gateway.push.ssrf import Refused, check_webhook
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [
@@ -97,19 +100,22 @@ previous event alone took this long. So a stored event waits for at most one sto
 slow after fast ones; with a fast ledger a read still costs one write."""
 _BODY_HEADERS = ("content-length", "content-encoding", "content-type")
 _STREAM_HEADERS = (*_BODY_HEADERS, "cache-control", "x-accel-buffering")
-_THROWN = (LedgerError, UpstreamError, VersionConflictError, TimeoutError)
+T = TypeVar("T")
 _BODILESS = frozenset({"GET", "HEAD", "DELETE"})
 _NO_HEADERS = httpx.Headers()
 
 
-class Driver:
-    """Performs the commands of one exchange for one client request."""
+class Driver(Performer):
+    """Performs the commands of one exchange for one client request: the online
+    :class:`~gateway.perform.Performer` (its ledger handlers, every call timed and counted by
+    :class:`~gateway.proxy.instrumented.InstrumentedLedger`), with the worker, the client and a
+    stream's held record."""
 
     __slots__ = ("rt", "route", "scope", "client_send", "reporter", "operation", "started", "ended",
                  "_reply", "_exc", "_head_headers", "_responses", "_chunks", "_deadline", "_out",
                  "_out_since", "_last_load", "_last_write", "_keepalive_timer", "_keepalive_send",
                  "_streaming", "_stream_task", "_stream_tenant", "_stream_key", "span", "status", "state", "card",
-                 "_stream_span", "version", "task_id", "_held", "grant", "retry", "before_respond")
+                 "_stream_span", "version", "task_id", "_held", "grant", "retry", "before_respond", "receive", "value")
 
     def __init__(self, rt: Runtime, route: Route, scope: Scope, send: Send, reporter: Reporter,
                  operation: str, *, task_id: str | None = None, tenant: str = "") -> None:
@@ -152,12 +158,38 @@ class Driver:
         # awaited once before a whole response is sent: a keyed send's outcome goes under its key
         # before the client has it (docs/retries.md §2)
         self.before_respond: Callable[[], Awaitable[None]] | None = None
+        self.receive: Receive | None = None  # the client's body, for ReadBody (a push callback)
+        self.value: Any = None  # what the last exchange run to its end returned
+
+    # --- the Performer's hooks ------------------------------------------------------------------
+
+    @property
+    def port(self) -> TaskLedger:
+        return self.rt.ledger
+
+    @property
+    def upstream_name(self) -> str:
+        return self.route.upstream.name
+
+    @property
+    def outbox_limits(self) -> tuple[int, int]:
+        cfg = self.rt.config.push
+        return cfg.max_outbox_per_task, cfg.max_outbox_total
+
+    async def keep_timeline(self, task_id: str, entry: TimelineEntry, tenant: str) -> None:
+        await self.rt.keep_timeline(self.route.upstream.name, task_id, entry, tenant=tenant)
+
+    def enqueued(self) -> None:
+        if self.rt.push is not None:
+            self.rt.push.wake.set()  # the delivery loop looks at once
+
+    # --- the run ----------------------------------------------------------------------------------
 
     async def run(self, gen: CommandGenerator[Any], *, until_ended: bool = False) -> bool:
         """Perform ``gen``'s commands until it returns (True), or — with ``until_ended`` —
         until the client's response is complete (False; call again to go on)."""
         report = self.reporter.report
-        handlers = _HANDLERS
+        handlers = self.HANDLERS
         while True:
             try:
                 if self._exc is not None:
@@ -165,7 +197,8 @@ class Driver:
                     cmd = gen.throw(exc)
                 else:
                     cmd = gen.send(self._reply)
-            except StopIteration:
+            except StopIteration as stop:
+                self.value = stop.value
                 return True
             self._reply = None
             kind = type(cmd)
@@ -184,7 +217,7 @@ class Driver:
             else:
                 try:
                     self._reply = await handler(self, cmd)
-                except _THROWN as exc:
+                except THROWN as exc:
                     self._exc = exc
             if until_ended and self.ended:
                 return False
@@ -230,7 +263,7 @@ class Driver:
         if held is not None and held[1] == getattr(ledger, "evicted", 0):
             stored = held[0]
             return Loaded(stored.record, Clock(time.time()), stored.version, stored.needs_resync, cached=True)
-        stored = await self.rt.ledger_call("get", lambda: ledger.get(upstream, task_id, tenant=tenant))
+        stored = await ledger.get(upstream, task_id, tenant=tenant)
         if stored is None:
             self._held.pop((tenant, task_id), None)
             return Loaded(None, Clock(time.time()))
@@ -248,18 +281,9 @@ class Driver:
         record = stored.record
         self._held[(record.tenant, record.task_id)] = (stored, getattr(self.rt.ledger, "evicted", 0))
 
-    async def _push_bound(self, cmd: PushBound) -> frozenset[str]:
-        ledger = self.rt.ledger
-        tasks = set()
-        for callback_id in cmd.callback_ids:
-            entry = await self.rt.ledger_call("get_push_config", lambda c=callback_id: ledger.get_push_config(c))
-            if entry is not None and entry.task_id:
-                tasks.add(entry.task_id)
-        return frozenset(tasks)
-
     async def _store(self, cmd: Store) -> int:
-        ledger, record = self.rt.ledger, cmd.record
-        version: int = await self._put(record, "put", lambda: ledger.put(record, cmd.expected_version))
+        record = cmd.record
+        version: int = await self._put(record, self.rt.ledger.put(record, cmd.expected_version))
         self._stored(record, version)
         await self._limit_stored(record)
         if self.retry is not None:  # the send's task is known: under its retry key (docs/retries.md §2)
@@ -267,8 +291,8 @@ class Driver:
         return version
 
     async def _store_and_append(self, cmd: StoreAndAppend) -> tuple[int, str, str]:
-        ledger, record, event = self.rt.ledger, cmd.record, cmd.event
-        reply: tuple[int, str, str] = await self._put(record, "put_with_event", lambda: ledger.put_with_event(
+        record, event = cmd.record, cmd.event
+        reply: tuple[int, str, str] = await self._put(record, self.rt.ledger.put_with_event(
             record, cmd.expected_version, event.lineage, event.payload, time.time()))
         self._stored(record, reply[0])
         await self._limit_stored(record)
@@ -276,10 +300,10 @@ class Driver:
             await self.retry.note_task(record.task_id)
         return reply
 
-    async def _put(self, record: TaskRecord, operation: str, call: Any) -> Any:
+    async def _put(self, record: TaskRecord, call: Awaitable[T]) -> T:
         """One compare-and-set ledger call; a lost one forgets the held record of its task."""
         try:
-            return await self.rt.ledger_call(operation, call)
+            return await call
         except VersionConflictError:
             self._held.pop((record.tenant, record.task_id), None)
             raise
@@ -300,18 +324,12 @@ class Driver:
         if (terminal and limiter.counts_live) or (not terminal and self.grant.pending is not None):
             await limiter.stored(self.grant, self.route.upstream.name, record.tenant, record.task_id, terminal)
 
-    async def _append_timeline(self, cmd: AppendTimeline) -> None:
-        await self.rt.keep_timeline(self.route.upstream.name, cmd.task_id, cmd.entry, tenant=cmd.tenant)
-
-    async def _append_event(self, cmd: AppendEvent) -> tuple[str, str]:
-        ledger, upstream = self.rt.ledger, self.route.upstream.name
-        return await self.rt.ledger_call("append_event", lambda: ledger.append_event(
-            upstream, cmd.task_id, cmd.lineage, cmd.payload, time.time(), tenant=cmd.tenant))
-
-    async def _read_window(self, cmd: ReadWindow) -> Any:
-        ledger, upstream = self.rt.ledger, self.route.upstream.name
-        return await self.rt.ledger_call("events_after", lambda: ledger.events_after(
-            upstream, cmd.task_id, cmd.after, tenant=cmd.tenant))
+    async def _check_webhook(self, cmd: CheckWebhook) -> tuple[str, str] | None:
+        try:
+            await check_webhook(cmd.url, self.rt.config.push)
+        except Refused as refused:
+            return refused.reason, str(refused)
+        return None
 
     # --- the worker -------------------------------------------------------------------------------
 
@@ -438,6 +456,10 @@ class Driver:
         await self.client_send({"type": "http.response.body", "body": cmd.body})
         self.ended = True
 
+    async def _read_body(self, cmd: ReadBody) -> bytes:
+        assert self.receive is not None
+        return await read_body(self.receive, self.scope, cmd.limit)
+
     async def _start_stream(self, cmd: StartStream) -> None:
         relayed = client_response_headers(self._head_headers or httpx.Headers(), drop=_STREAM_HEADERS)
         self.started = True
@@ -526,17 +548,18 @@ class Driver:
         self.rt.card_cache(self.route.upstream).mark_stale()
 
 
-_HANDLERS: dict[type, Any] = {
+Driver.HANDLERS = {
+    **Performer.HANDLERS,
     Load: Driver._load, Store: Driver._store, StoreAndAppend: Driver._store_and_append,
-    AppendEvent: Driver._append_event,
-    ReadWindow: Driver._read_window, AppendTimeline: Driver._append_timeline, Post: Driver._post, Open: Driver._open,
-    Read: Driver._read, Deadline: Driver._set_deadline, Respond: Driver.respond,
-    StartStream: Driver._start_stream, Flush: Driver._flush,
-    EndStream: Driver._end_stream, Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale,
-    PushBound: Driver._push_bound,
+    Post: Driver._post, Open: Driver._open, Read: Driver._read, Deadline: Driver._set_deadline,
+    Respond: Driver.respond, StartStream: Driver._start_stream, Flush: Driver._flush, EndStream: Driver._end_stream,
+    Sleep: Driver._sleep, MarkCardStale: Driver._mark_stale, CheckWebhook: Driver._check_webhook,
+    ReadBody: Driver._read_body,
 }
-"""What performs each command (``Emit`` is queued in :meth:`Driver.run` itself; any other
-command is a report for the Reporter)."""
+"""What performs each command: :class:`~gateway.perform.Performer`'s ledger handlers, the
+ones the driver does its own way, and the worker's and the client's (``Emit`` is queued in
+:meth:`Driver.run` itself; any other command is a report for the Reporter). A new command:
+a handler method here, and its entry in this dict."""
 
 
 _EXTENSIONS = (b"a2a-extensions", b"x-a2a-extensions")

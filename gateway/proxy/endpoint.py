@@ -24,8 +24,8 @@ from gateway.exchange.commands import Count
 from gateway.exchange.model import Summary
 from gateway.exchange.request import CardRewrite, RequestExchange
 from gateway.exchange.retries import SEND_OPERATIONS
-from gateway.invariants.admission import CardView, admit
-from gateway.invariants.model import NO_CALLER, Caller, Mode
+from gateway.invariants.admission import CardView
+from gateway.invariants.model import NO_CALLER, Caller
 from gateway.observability import access
 from gateway.observability.tracing import Tracing
 from gateway.proxy.auth import AuthFailure
@@ -34,11 +34,11 @@ from gateway.proxy.driver import JSON_HEADERS, Driver
 from gateway.proxy.forward import Route, read_body, until_disconnect
 from gateway.proxy.runtime import Runtime
 from gateway.proxy.types import Receive, Scope, Send
-from gateway.exchange.push import CONFIG_OPERATIONS, client_webhooks
+from gateway.exchange.push import CONFIG_OPERATIONS, NOTHING, PushStep, client_webhooks, intake, relays, settle
 from gateway.invariants.timeline import TimelineEntry
 from gateway.proxy.limits import NO_GRANT, limited_answer
 from gateway.proxy.limits import Scope as LimitScope
-from gateway.push.relay import NOTHING, PushStep
+from gateway.proxy.push import callback_base
 
 
 async def send_json(send: Send, status: int, doc: Any, *,
@@ -222,16 +222,16 @@ class ExchangeHandler:
         (the card does not admit it) comes first; in observe mode such a request is forwarded
         all the same, so its push configs are rewritten and checked like any.
         ``None``: the ledger failed and the client was answered 503."""
-        push, ex, policy = self.rt.push, exchange.ex, exchange.policy
+        push, ex = self.rt.push, exchange.ex
         if push is None or not push.handles(ex.operation):
             return NOTHING
-        if policy.mode is not Mode.OBSERVE and admit(
-                ex, exchange.params, card, allow_stale=policy.allow_stale,
-                required_skill=policy.required_skill, skill_key=policy.skill_key) is not None:
+        if not relays(ex.operation, doc, ex.task_id) or not exchange.forwards():
             return NOTHING
+        gen = intake(self.upstream, ex.operation, ex.version, ex.binding, doc, ex.task_id, config_id, ex.tenant,
+                     callback_base=callback_base(self.rt, self.route, self.scope), limits=push.limits)
         try:
-            return await push.intercept(self.route, self.scope, ex.operation, ex.version, ex.binding, doc,
-                                        ex.task_id, config_id, tenant=ex.tenant)
+            step: PushStep = await self.perform(gen, ex.operation)
+            return step
         except LedgerError:
             await self.refuse(exchange, jsonrpc.INTERNAL_ERROR, "gateway task ledger unavailable", status=503)
             return None
@@ -287,7 +287,20 @@ class ExchangeHandler:
         exchange.rewrite_result = push.restore
         exchange.pending_push = tuple(entry.callback_id for entry in push.pending)
         await self.drive(exchange)
-        await push.settle(exchange.summary)
+        relay = self.rt.push
+        if relay is not None and (push.created or push.replaced or push.pending):
+            summary = exchange.summary
+            await self.perform(settle(push, summary.outcome, summary.task_id, relay.limits), "push")
+
+    async def perform(self, gen: Any, operation: str) -> Any:
+        """Perform an exchange that answers the client nothing (the push relay's intake and
+        settling, docs/push.md §1) with a driver of its own; returns what it returns."""
+        driver = Driver(self.rt, self.route, self.scope, self.send, self.reporter, operation)
+        try:
+            await driver.run(gen)
+        finally:
+            await driver.aclose()
+        return driver.value
 
     async def drive(self, exchange: RequestExchange) -> None:
         """Run the exchange until the client's response is complete, watching for the

@@ -16,13 +16,11 @@ left the ledger is reclaimed by asking the ledger when the scope reaches its lim
 from __future__ import annotations
 
 import collections
-import functools
 import math
 import secrets
 import time
 from dataclasses import dataclass, field
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from gateway.a2a import jsonrpc, rest
@@ -40,8 +38,6 @@ if TYPE_CHECKING:
     from gateway.ledger.base import TaskLedger
     from gateway.proxy.callers import CallerKeys
 
-T = TypeVar("T")
-
 
 class LimiterHost(Protocol):
     """What a :class:`Limiter` reads of the process's runtime (``gateway.proxy.runtime.Runtime``
@@ -50,11 +46,10 @@ class LimiterHost(Protocol):
     reload applies at once."""
 
     config: GatewayConfig
-    ledger: TaskLedger
+    ledger: TaskLedger  # the instrumented one: every call timed and counted
     log: logging.Logger
     callers: CallerKeys | None
 
-    async def ledger_call(self, operation: str, call: Callable[[], Awaitable[T]]) -> T: ...
 
 LIMIT_CODE = jsonrpc.INTERNAL_ERROR
 """The JSON-RPC code of a limit's answer: -32603. A2A defines no "rate limited" error, and a
@@ -300,8 +295,7 @@ class Limiter:
             if not member.startswith("t\0"):
                 continue  # a pending new task: it leaves by its request's end, or by age
             _, upstream, tenant, task_id = member.split("\0", 3)
-            stored = await self.rt.ledger_call("get", functools.partial(ledger.get, upstream, task_id,
-                                                                        tenant=tenant))
+            stored = await ledger.get(upstream, task_id, tenant=tenant)
             if stored is None or stored.record.state in TERMINAL_STATES:
                 gone.append(member)
         if gone:
@@ -315,7 +309,7 @@ class Limiter:
             return
         ledger, gone = self.rt.ledger, []
         for member, _ in (await self.store.members(key))[:MAX_RECLAIM]:
-            entry = await self.rt.ledger_call("get_push_config", functools.partial(ledger.get_push_config, member))
+            entry = await ledger.get_push_config(member)
             if entry is None:
                 gone.append(member)
         if gone:

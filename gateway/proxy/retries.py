@@ -2,7 +2,7 @@
 forwarded, wait for a first call still in flight, and leave the outcome under the key.
 
 The decisions are :mod:`gateway.exchange.retries`'s; the keys live in the retry store
-(:mod:`gateway.ledger.retries`), every call through :meth:`Runtime.ledger_call` (timed,
+(:mod:`gateway.ledger.retries`), every call through :meth:`InstrumentedLedger.timed <gateway.proxy.instrumented.InstrumentedLedger.timed>` (timed,
 failures counted). :meth:`Retries.begin` runs before an exchange is driven
 (:meth:`gateway.proxy.endpoint.ExchangeHandler.drive`):
 
@@ -127,7 +127,8 @@ class Retries:
         self._digest_key = callers.retry_secret() if callers is not None else secrets.token_bytes(32)
 
     async def call(self, operation: str, call: Any) -> Any:
-        return await self.rt.ledger_call(operation, call)
+        """``call()`` (a retry store call) timed and counted as ledger ``operation``."""
+        return await self.rt.ledger.timed(operation, call())
 
     async def recover(self) -> int:
         """At start-up: keys left in flight become ``unknown`` (memory, SQLite)."""

@@ -1,7 +1,8 @@
 """What every proxy handler shares: config, ledger, upstream client, metrics, logger, the
 card caches and the routing table.
 
-Every ledger call of the gateway goes through :meth:`Runtime.ledger_call`: timed
+``Runtime.ledger`` is the task ledger wrapped in an
+:class:`~gateway.proxy.instrumented.InstrumentedLedger`: every call of the gateway is timed
 (``a2a_gateway_ledger_operation_duration_seconds``), failures counted
 (``a2a_gateway_ledger_errors_total``) and raised as :class:`~gateway.errors.LedgerError`.
 What a failure means for a request (fail closed, or relay unchecked with
@@ -18,10 +19,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from gateway.config import GatewayConfig, UpstreamConfig
-from gateway.errors import LedgerError, PushLimitError, VersionConflictError
+from gateway.errors import LedgerError
 from gateway.exchange.model import Policy
 from gateway.invariants.model import Mode
 from gateway.invariants.timeline import TimelineEntry
@@ -33,14 +34,15 @@ from gateway.proxy.auth import JwtVerifier
 from gateway.proxy.callers import CallerKeys
 from gateway.proxy.card import CardCache
 from gateway.proxy.forward import BodyBudget, Router, Signal
+from gateway.proxy.instrumented import InstrumentedLedger
 from gateway.proxy.transport import UpstreamClient
+from gateway.push.relay import PushRelay
 
 if TYPE_CHECKING:
     from gateway.proxy.limits import Limiter
     from gateway.proxy.retries import Retries
     from gateway.proxy.signing import CardSigner
 
-T = TypeVar("T")
 
 
 class OpenStreams:
@@ -72,11 +74,6 @@ class OpenStreams:
         return len(self._open)
 
 
-LEDGER_WRITES = frozenset({"put", "put_with_event", "append_event", "append_timeline", "outbox_add",
-                           "put_push_config", "probe"})
-"""The ledger operations that write: one that succeeds shows the ledger can be written."""
-
-
 @dataclass
 class Runtime:
     """Shared state of one gateway process."""
@@ -106,18 +103,10 @@ class Runtime:
     """Who is asking (docs/callers.md §2); ``None``: callers are not told apart."""
     auth: JwtVerifier | None = None
     """Bearer JWT checking (``auth.jwt``, docs/callers.md §5); ``None``: off."""
-    push: Any = None
-    """The push relay, a :class:`gateway.push.relay.PushRelay` (docs/push.md; set by
-    :func:`gateway.app.build_app`); ``None``: none. Typed ``Any``: the relay imports this
-    module, and naming its class here made the two import each other (docs/architecture.md
-    §3: no import cycles)."""
+    push: PushRelay | None = None
+    """The push relay (docs/push.md; set by :func:`gateway.app.build_app`); ``None``: none."""
     retries: Retries | None = None
     """Safe retries' keys (docs/retries.md; set by :func:`gateway.app.build_app`)."""
-    ledger_down: str | None = None
-    """Why the ledger could not be written at the last write or probe (``None``: it could): a
-    failed ledger call sets it, a write that succeeds clears it (:meth:`ledger_call`, and the
-    probe every ``ledger.probe_interval_seconds``, :func:`gateway.app.build_app`); ``/readyz``
-    is 503 while it is set and ``ledger.on_unavailable`` is ``reject``."""
     bodies: BodyBudget | None = None
     """The client request bodies held at once (``limits.max_inflight_body_bytes``; set by
     :func:`gateway.app.build_app`); ``None``: unbounded."""
@@ -128,6 +117,25 @@ class Runtime:
     """The fair-share limits (docs/limits.md; set by :func:`gateway.app.build_app`)."""
     _policies: dict[tuple[int, float], Policy] = dataclasses.field(default_factory=dict)
     _reporters: dict[str, Reporter] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ledger, InstrumentedLedger):
+            self.ledger = InstrumentedLedger(self.ledger, self.metrics, self.log)
+
+    @property
+    def ledger_down(self) -> str | None:
+        """Why the ledger could not be written at the last write or probe (``None``: it could): a
+        failed ledger call sets it, a write that succeeds clears it
+        (:class:`~gateway.proxy.instrumented.InstrumentedLedger`, and the probe every
+        ``ledger.probe_interval_seconds``, :func:`gateway.app.build_app`); ``/readyz`` is 503
+        while it is set and ``ledger.on_unavailable`` is ``reject``."""
+        ledger = self.ledger
+        return ledger.down if isinstance(ledger, InstrumentedLedger) else None
+
+    @ledger_down.setter
+    def ledger_down(self, reason: str | None) -> None:
+        if isinstance(self.ledger, InstrumentedLedger):
+            self.ledger.down = reason
 
     def apply_config(self, config: GatewayConfig) -> set[str]:
         """Put ``config`` in force: routing, policies, one card cache per upstream.
@@ -226,7 +234,7 @@ class Runtime:
 
         def observe(variant: str, etag: str) -> Awaitable[int]:
             """The upstream's card generation after this card (docs/field-cases.md F20)."""
-            return self.ledger_call("observe_card", lambda: ledger.observe_card(name, variant, etag))
+            return ledger.observe_card(name, variant, etag)
 
         return CardCache(self.client, self.metrics, self.log, upstream,
                          max_json_depth=self.config.limits.max_json_depth,
@@ -260,43 +268,15 @@ class Runtime:
         """True when an unavailable ledger means "relay unchecked" rather than "refuse"."""
         return self.mode is Mode.OBSERVE or self.config.ledger.on_unavailable == "forward"
 
-    async def ledger_call(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Run one ledger operation, timed and with failures counted.
-
-        Raises:
-            VersionConflictError, PushLimitError: passed through. LedgerError: any other failure.
-        """
-        backend = self.ledger.backend
-        started = time.perf_counter()
-        try:
-            result = await call()
-        except (VersionConflictError, PushLimitError):
-            if self.ledger_down is not None and operation in LEDGER_WRITES:
-                self.ledger_down = None  # it answered a write: it can be written
-            raise
-        except Exception as exc:
-            self.metrics.ledger_errors.labels(backend, operation).inc()
-            error = f"{type(exc).__name__}: {exc}"
-            self.log.error("ledger_error", extra={"backend": backend, "operation": operation, "error": error})
-            self.ledger_down = f"{operation}: {error}"[:300]
-            raise LedgerError(f"{backend} ledger {operation} failed") from exc
-        finally:
-            elapsed = time.perf_counter() - started
-            self.metrics.ledger_duration.labels(backend, operation).observe(elapsed)
-        if self.ledger_down is not None and operation in LEDGER_WRITES:
-            self.ledger_down = None
-        return result
-
     async def keep_timeline(self, upstream: str, task_id: str, entry: TimelineEntry, *, tenant: str = "") -> None:
         """Keep ``entry`` in the task's timeline, timed now (docs/observability.md §2), unless
-        ``timeline.enabled`` is off. A failure is counted and logged by :meth:`ledger_call`
+        ``timeline.enabled`` is off. A failure is counted and logged by the instrumented ledger
         (``operation="append_timeline"``) and goes no further: the timeline explains, it
         decides nothing."""
         if not self.config.timeline.enabled:
             return
-        ledger, entry = self.ledger, dataclasses.replace(entry, at=time.time())
         try:
-            await self.ledger_call("append_timeline", lambda: ledger.append_timeline(
-                upstream, task_id, entry, tenant=tenant))
+            await self.ledger.append_timeline(upstream, task_id, dataclasses.replace(entry, at=time.time()),
+                                              tenant=tenant)
         except LedgerError:
             pass

@@ -137,7 +137,7 @@ class Sweeper:
         """One page of ``upstream``'s live tasks observed before ``now - heartbeat``; a
         ``GetTask`` for each due one, paced at ``requests_per_second``, at most
         ``max_in_flight`` awaiting answers. A ledger failure ends the round (counted and
-        logged by :meth:`Runtime.ledger_call`); the next period tries again."""
+        logged by the instrumented ledger); the next period tries again."""
         rt, name = self.rt, upstream.name
         cache = rt.card_cache(upstream)
         heartbeat = cache.heartbeat_seconds()
@@ -151,8 +151,8 @@ class Sweeper:
         now = time.time()
         after = self._cursors.get(name)
         try:
-            page = await rt.ledger_call("live_before", lambda: rt.ledger.live_before(
-                name, now - heartbeat, limit=cfg.batch_size, after=after))
+            page = await rt.ledger.live_before(
+                name, now - heartbeat, limit=cfg.batch_size, after=after)
         except LedgerError:
             return
         self._cursors[name] = page[-1] if len(page) >= cfg.batch_size else None

@@ -3,7 +3,7 @@
 A ``/metrics`` scrape only reads the gauge; this loop is what asks the ledger, once every
 ``admin.tracked_refresh_seconds``, whatever the scrape rate. Each ask is one
 ``count_by_state`` (a few entries, however many tasks the ledger holds) through
-:meth:`~gateway.proxy.runtime.Runtime.ledger_call`, so it is timed as operation ``count`` and
+:class:`~gateway.proxy.instrumented.InstrumentedLedger`, so it is timed as operation ``count`` and
 a failure is counted and logged there; the gauge then keeps its last values until the next
 refresh succeeds.
 """
@@ -22,7 +22,7 @@ async def refresh_tracked_forever(runtime: Runtime, every: float) -> None:
     :class:`~gateway.errors.LedgerError` skips that refresh and raises nothing."""
     while True:
         try:
-            counts = await runtime.ledger_call("count", runtime.ledger.count_by_state)
+            counts = await runtime.ledger.count_by_state()
         except LedgerError:
             pass
         else:

@@ -12,17 +12,34 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from gateway.a2a.version import ProtocolVersion
+from gateway.config import GatewayConfig
 from gateway.errors import LedgerError
 from gateway.invariants.timeline import TimelineEntry
-from gateway.ledger.base import OutboxEntry
-from gateway.proxy.runtime import Runtime
+from gateway.ledger.base import OutboxEntry, TaskLedger
+from gateway.observability.metrics import Metrics
 from gateway.push.relay import PushConfigData, PushRelay
 from gateway.push.ssrf import Refused, Target, check_webhook
+
+
+class Host(Protocol):
+    """What the delivery loop needs of the running gateway (the proxy's ``Runtime`` is one;
+    named structurally so that push does not import the proxy, docs/architecture.md §3).
+    ``ledger`` is the instrumented one: every call timed and counted."""
+
+    config: GatewayConfig
+    ledger: TaskLedger
+    metrics: Metrics
+    log: logging.Logger
+
+    async def keep_timeline(self, upstream: str, task_id: str, entry: TimelineEntry, *,
+                            tenant: str = "") -> None: ...
+
 
 CLAIM_BATCH = 32
 """Entries claimed (and delivered concurrently) per round."""
@@ -46,7 +63,7 @@ def pinned_request(target: Target) -> tuple[str, dict[str, str], dict[str, objec
 class Deliverer:
     """Empties the outbox of one gateway process into the clients' webhooks."""
 
-    def __init__(self, rt: Runtime, relay: PushRelay) -> None:
+    def __init__(self, rt: Host, relay: PushRelay) -> None:
         self.rt = rt
         self.relay = relay
         cfg = rt.config.push
@@ -69,9 +86,9 @@ class Deliverer:
         """One round: claim due entries and deliver them; returns how many were claimed."""
         cfg, ledger = self.rt.config.push, self.rt.ledger
         try:
-            entries = await self.rt.ledger_call("outbox_claim", lambda: ledger.outbox_claim(
-                time.time(), cfg.lease_seconds, CLAIM_BATCH))
-            depth = await self.rt.ledger_call("outbox_depth", ledger.outbox_depth)
+            entries = await ledger.outbox_claim(
+                time.time(), cfg.lease_seconds, CLAIM_BATCH)
+            depth = await ledger.outbox_depth()
         except LedgerError:
             return 0
         self.rt.metrics.push_outbox_depth.set(depth)
@@ -89,9 +106,9 @@ class Deliverer:
 
     async def _deliver(self, entry: OutboxEntry) -> None:
         rt = self.rt
-        found = await rt.ledger_call("get_push_config", lambda: rt.ledger.get_push_config(entry.callback_id))
+        found = await rt.ledger.get_push_config(entry.callback_id)
         if found is None:  # deleted by the client, or pruned: nobody to deliver to
-            await rt.ledger_call("outbox_done", lambda: rt.ledger.outbox_done(entry))
+            await rt.ledger.outbox_done(entry)
             rt.log.info("push_config_gone", extra={"upstream": entry.upstream, "task_id": entry.task_id})
             return
         data = PushConfigData.decode(found.data)
@@ -111,7 +128,7 @@ class Deliverer:
         except httpx.HTTPError as exc:
             failure = ("transport", type(exc).__name__)
         if failure is None:
-            await rt.ledger_call("outbox_done", lambda: rt.ledger.outbox_done(entry))
+            await rt.ledger.outbox_done(entry)
             rt.metrics.push_delivered.labels(entry.upstream).inc()
             return
         reason, detail = failure
@@ -119,7 +136,7 @@ class Deliverer:
         cfg = rt.config.push
         attempts = entry.attempts + 1
         if attempts >= cfg.max_attempts:
-            await rt.ledger_call("outbox_done", lambda: rt.ledger.outbox_done(entry))
+            await rt.ledger.outbox_done(entry)
             rt.metrics.push_dead_lettered.labels(entry.upstream).inc()
             rt.log.error("push_dead_lettered", extra={"upstream": entry.upstream, "task_id": entry.task_id,
                                                       "attempts": attempts, "reason": reason, "error": detail})
@@ -128,7 +145,7 @@ class Deliverer:
                 error=f"not delivered after {attempts} attempts: {reason} ({detail})"), tenant=entry.tenant)
             return
         wait = min(cfg.backoff_seconds * 2 ** (attempts - 1), cfg.backoff_max_seconds)
-        await rt.ledger_call("outbox_retry", lambda: rt.ledger.outbox_retry(entry, time.time() + wait))
+        await rt.ledger.outbox_retry(entry, time.time() + wait)
 
     async def aclose(self) -> None:
         """Close the webhook client."""

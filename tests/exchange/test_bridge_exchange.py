@@ -1,7 +1,7 @@
 """The version bridge's exchanges as transcripts (gateway/exchange/bridge.py): no sockets.
 
 Each test feeds a client request of one A2A version and a scripted worker of the other to
-:class:`BridgedJsonRpcExchange` / :class:`BridgedRestExchange` (gateway/exchange/offline.py
+:class:`BridgedJsonRpcExchange` / :class:`BridgedRestExchange` (gateway/offline.py
 performs the commands) and checks both edges: what the exchange sends the worker (in the
 worker's version: method name or REST path, body, ``A2A-Version``), and what the client gets
 back (in its own version). Expected values are written out by hand, never computed with the
@@ -20,7 +20,7 @@ from gateway.exchange.bridge import BridgedJsonRpcExchange, BridgedRestExchange,
 from gateway.exchange.commands import Open, Post, Respond
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger, Offline
+from gateway.offline import Ledger, Offline
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import TaskRecord
 from gateway.a2a.states import TaskState

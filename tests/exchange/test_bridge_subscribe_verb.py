@@ -16,9 +16,10 @@ import pytest
 from gateway.a2a import rest
 from gateway.a2a.version import ProtocolVersion
 from gateway.exchange.bridge import BridgedRestExchange
-from gateway.exchange.commands import Open, Post
+from gateway.exchange.commands import OPENED, Answer, Open, Post
+from gateway.exchange.rest import RestExchange
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger
+from gateway.offline import Ledger
 from tests.exchange.test_rest_exchange import CARD, RestOffline, data, responds, task, worker_cmds
 
 NOT_ALLOWED = {"raw": b"Method Not Allowed", "status": 405, "json": False}
@@ -68,3 +69,29 @@ def test_a_stream_answered_405_is_not_retried():
     book = play("POST", "/message:stream", [NOT_ALLOWED], version="1.0", worker_version=ProtocolVersion.V0_3,
                 body=body)
     assert [(c.method, c.target) for c in worker_cmds(book)] == [("POST", "/v1/message:stream")]
+
+
+@pytest.mark.parametrize("bridged", [False, True])
+def test_the_gateways_own_resubscribe_marks_both_verbs_and_passes_replies_through(bridged):
+    """A resubscribe after a cut is the gateway's own request (``reason`` ``resubscribe``, for
+    its client span) whichever verb it takes; the replies and a cut thrown in go through."""
+    call = rest.match("POST", "/tasks/t-1:subscribe", "1.0")
+    assert call is not None
+    params = rest.request_params(call, None)
+    if bridged:
+        ex: Any = BridgedRestExchange(call, "POST", b"", params, CARD, Policy("w"), ProtocolVersion.V0_3)
+    else:
+        ex = RestExchange(call, "POST", b"", params, CARD, Policy("w"))
+    gen = ex.resubscribe_own("t-1")
+    first = gen.send(None)
+    assert isinstance(first, Open) and (first.method, first.reason) == ("POST", "resubscribe")
+    second = gen.send(Answer(405, b"Method Not Allowed", False))
+    assert isinstance(second, Open) and (second.method, second.reason) == ("GET", "resubscribe")
+    with pytest.raises(StopIteration) as stop:
+        gen.send(OPENED)
+    assert stop.value.value is OPENED
+    assert Post(b"", reason="x") == Post(b"")  # the reason is no part of a command's equality
+    thrown = ex.resubscribe_own("t-1")
+    thrown.send(None)
+    with pytest.raises(ValueError):
+        thrown.throw(ValueError("cut"))

@@ -11,7 +11,7 @@ from gateway.a2a.states import TaskState
 from gateway.exchange.commands import Open, Post, ReadWindow
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger, Offline
+from gateway.offline import Ledger, Offline
 from gateway.invariants.model import Caller, TaskRecord
 from tests.exchange.test_resume import CARD, first_stream, frames, status, task
 

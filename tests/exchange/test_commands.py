@@ -10,7 +10,7 @@ import pytest
 
 from gateway.exchange import commands
 from gateway.exchange.commands import REPORTS, Answer, Command, Loaded, Post
-from gateway.exchange.offline import Offline
+from gateway.offline import Offline
 
 COMMANDS = [obj for obj in vars(commands).values()
             if inspect.isclass(obj) and issubclass(obj, Command) and obj is not Command]

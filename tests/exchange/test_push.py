@@ -12,21 +12,41 @@ import pytest
 
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.version import Binding, ProtocolVersion
-from gateway.exchange.commands import AppendTimeline, Count, Enqueue, Found, Load, Log, Store
+from gateway.exchange.commands import (
+    AppendTimeline,
+    Count,
+    Enqueue,
+    Found,
+    GetPushConfig,
+    Load,
+    Log,
+    PutPushConfig,
+    Store,
+)
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger
+from gateway.offline import Ledger, Offline, run_now
 from gateway.exchange.push import (
+    CALLBACK_PATH,
+    PushConfigData,
+    PushLimits,
+    PushStep,
     Subscription,
     Webhook,
     client_body,
     client_webhooks,
+    digest,
+    find_callback,
+    intake,
     judge_notification,
+    notification,
+    relays,
     read_notification,
     restore_answer,
     rewrite_request,
 )
 from gateway.a2a.states import TaskState
 from gateway.invariants.model import Clock, TaskRecord
+from gateway.records import PushConfigEntry
 
 CB = "https://gw.example/_a2a_gateway/push/cb-1"
 
@@ -108,8 +128,11 @@ def test_a_callback_of_another_task_or_tenant_loses_the_worker_token() -> None:
 # --- docs/push.md §2: notifications -------------------------------------------------------------------------
 
 
-def run(gen: Generator[Any, Any, Any], ledger: Ledger, *, now: float = 1000.0) -> tuple[Any, list[Any]]:
-    """Perform the commands against a dict ledger; returns (verdict, the commands seen)."""
+def run(gen: Generator[Any, Any, Any], ledger: Ledger, *, now: float = 1000.0,
+        configs: dict[str, PushConfigEntry] | None = None) -> tuple[Any, list[Any]]:
+    """Perform the commands against a dict ledger (and ``configs``, push configs by callback
+    id); returns (verdict, the commands seen)."""
+    configs = {} if configs is None else configs
     seen: list[Any] = []
     reply: Any = None
     while True:
@@ -125,6 +148,10 @@ def run(gen: Generator[Any, Any, Any], ledger: Ledger, *, now: float = 1000.0) -
             reply = ledger.put(cmd.record, cmd.expected_version)
         elif isinstance(cmd, Enqueue):
             reply = "1"
+        elif isinstance(cmd, GetPushConfig):
+            reply = configs.get(cmd.callback_id)
+        elif isinstance(cmd, PutPushConfig):
+            configs[cmd.entry.callback_id] = cmd.entry
         else:
             assert isinstance(cmd, (Count, Found, Log, AppendTimeline)), cmd
 
@@ -198,8 +225,17 @@ def test_another_tasks_notification_and_garbage_are_400() -> None:
 
 
 def test_a_pending_inline_config_takes_the_task_the_notification_names() -> None:
-    verdict, seen = run(judge_notification(POLICY, sub(""), status("working", "t-new")), Ledger())
+    data = PushConfigData(Webhook("https://client.example/hook", None, None), "x", "cb", ProtocolVersion.V1_0,
+                          Binding.JSONRPC, None)
+    configs = {"cb-1": PushConfigEntry("cb-1", "w", "", data.encode())}
+    verdict, seen = run(judge_notification(POLICY, sub(""), status("working", "t-new")), Ledger(),
+                        configs=configs)
     assert verdict.status == 200 and verdict.task_id == "t-new" and len(enqueued(seen)) == 1
+    # bound to its task before anything of the notification is read or stored (docs/push.md §1.3)
+    kinds = [type(c) for c in seen]
+    assert kinds.index(PutPushConfig) < kinds.index(Load)
+    assert configs["cb-1"].task_id == "t-new"
+    assert PushConfigData.decode(configs["cb-1"].data).config_id == "t-new"  # a2a-sdk names it after its task
 
 
 def test_a_v03_task_as_a2a_sdk_03_posts_it_is_read_and_a_v03_client_gets_v03() -> None:
@@ -261,3 +297,70 @@ def test_f19_a_pushed_task_after_completed_shows_only_what_was_delivered() -> No
                                                                 ("a-25", ["part one", "part two"]))), ledger)
     (body,) = enqueued(seen)
     assert [p["text"] for p in body["task"]["artifacts"][0]["parts"]] == ["part one"]
+
+
+# --- push as exchanges, performed offline (gateway/offline.py; issue #29) ------------------------------------------
+
+def _intake(off: Any, operation: Operation, doc: Any, task_id: str | None = None, *,
+            limits: PushLimits = PushLimits()) -> PushStep:
+    assert off.run(intake("w", operation, ProtocolVersion.V1_0, Binding.JSONRPC, doc, task_id, None, "",
+                          callback_base="https://gw.example", limits=limits))
+    step: PushStep = off.value
+    return step
+
+
+def test_intake_stores_the_config_and_names_the_gateway_to_the_worker() -> None:
+    off = Offline("w")
+    doc = {"taskId": "t-1", "url": "https://client.example/hook", "token": "client-token",
+           "authentication": {"scheme": "Bearer", "credentials": "secret"}}
+    step = _intake(off, Operation.PUSH_CREATE, doc, "t-1")
+    assert step.refusal is None and step.doc["url"] == "https://gw.example" + CALLBACK_PATH + "cb-1"
+    assert step.doc["token"] == "wt-1" and "authentication" not in step.doc  # the client's credentials stay
+    [entry] = run_now(off.ledger.memory.push_configs("w", "t-1"))
+    data = PushConfigData.decode(entry.data)
+    assert data.webhook.token == "client-token" and data.worker_token_sha256 == digest("wt-1")
+    assert step.restore is not None and step.restore(step.doc)["url"] == "https://client.example/hook"
+
+
+def test_intake_refuses_an_ambiguous_create_and_a_full_task_storing_nothing() -> None:
+    off = Offline("w")
+    both = {"taskId": "t-1", "url": "https://a.example/h", "pushNotificationConfig": {"url": "https://b.example/h"}}
+    step = _intake(off, Operation.PUSH_CREATE, both, "t-1")
+    assert step.refusal is not None and step.refusal[0] == "ambiguous"
+    assert run_now(off.ledger.memory.push_configs("w", "t-1")) == []
+    one = {"taskId": "t-1", "url": "https://a.example/h"}
+    assert _intake(off, Operation.PUSH_CREATE, one, "t-1", limits=PushLimits(1, 10)).refusal is None
+    other = {"taskId": "t-1", "id": "cfg-2", "url": "https://c.example/h"}
+    step = _intake(off, Operation.PUSH_CREATE, other, "t-1", limits=PushLimits(1, 10))
+    assert step.refusal is not None and step.refusal[0] == "limit"
+    assert [c.labels for c in off.counts if c.metric == "push_webhooks_refused"] == [("ambiguous",), ("limit",)]
+
+
+def test_a_callback_is_post_only_and_unknown_callbacks_are_404() -> None:
+    off = Offline("w")
+    assert off.run(find_callback("GET", "cb-1", frozenset({"w"}))) and off.value is None
+    assert off.run(find_callback("POST", "cb-nope", frozenset({"w"}))) and off.value is None
+    assert [(o.status, o.doc["message"]) for o in off.outputs] == [
+        (405, "POST only"), (404, "no such push notification callback")]
+
+
+def test_a_notification_with_the_wrong_token_is_401_and_nothing_is_judged() -> None:
+    off = Offline("w")
+    _intake(off, Operation.PUSH_CREATE, {"taskId": "t-1", "url": "https://client.example/hook"}, "t-1")
+    assert off.run(find_callback("POST", "cb-1", frozenset({"w"})))
+    entry = off.value
+    off.request_body = status("completed")
+    assert off.run(notification(POLICY, entry, "not-the-token", 1024, PushLimits())) and off.value is None
+    assert off.outputs[-1].status == 401 and off.ledger.get("w", "t-1") is None
+    assert [c.labels for c in off.counts if c.metric == "push_refused"] == [("token",)]
+    assert run_now(off.ledger.memory.outbox_depth()) == 0
+
+
+def test_intake_runs_only_for_requests_push_touches() -> None:
+    """A send without a push config costs no intake (and so no driver) at all."""
+    send = {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "go"}]}}
+    with_hook = {**send, "configuration": {"taskPushNotificationConfig": {"url": "https://c.example/h"}}}
+    assert not relays(Operation.SEND, send, None) and relays(Operation.SEND, with_hook, None)
+    assert relays(Operation.PUSH_CREATE, {"taskId": "t-1"}, "t-1")  # its answer may name a callback
+    assert relays(Operation.PUSH_GET, {}, "t-1") and relays(Operation.PUSH_DELETE, {}, "t-1")
+    assert not relays(Operation.PUSH_DELETE, {}, None) and not relays(Operation.GET, {"id": "t-1"}, "t-1")

@@ -1,7 +1,7 @@
 """The REST exchange as transcripts (gateway/exchange/rest.py): no sockets, no event loop.
 
 Each test feeds a REST request (verb, path, body) and a scripted worker to the exchange the
-gateway runs (gateway/exchange/offline.py performs its commands; the worker's stream events
+gateway runs (gateway/offline.py performs its commands; the worker's stream events
 here are bare StreamResponses, as REST sends them) and reads back the commands, what the
 client received and what was reported. Field cases are named after docs/field-cases.md."""
 
@@ -23,7 +23,7 @@ from gateway.exchange.commands import (
 )
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger, Offline
+from gateway.offline import Ledger, Offline
 from gateway.exchange.rest import RestExchange
 from gateway.invariants.admission import CardView
 from gateway.invariants.engine import CORRECTED_KEY

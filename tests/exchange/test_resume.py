@@ -1,6 +1,6 @@
 """Event ids and resuming with ``Last-Event-ID`` as transcripts (docs/resume.md §1): no
 sockets, no event loop. Each test runs the exchange the gateway runs against a scripted worker
-(gateway/exchange/offline.py), whose ledger keeps an unbounded replay window, and reads back
+(gateway/offline.py), whose memory ledger keeps the replay window, and reads back
 the commands, the frames the client received (with their SSE ids) and what was counted.
 """
 
@@ -15,7 +15,8 @@ from gateway.exchange import window
 from gateway.exchange.commands import AppendEvent, Emit, Open, Post, Read, ReadWindow, Store, StoreAndAppend
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger, Offline
+from gateway.ledger.memory import MemoryLedger
+from gateway.offline import Ledger, Offline
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import Mode
 
@@ -316,14 +317,22 @@ class TestGapWithGenerations:
         assert [g["task"].get("generation") if "task" in g else "status" for g in got] == [5, 6, "status"]
 
 
-class _UnreadableWindow(Ledger):
-    def events_after(self, *args: Any, **kwargs: Any) -> Any:
+class _UnreadableMemory(MemoryLedger):
+    async def events_after(self, *args: Any, **kwargs: Any) -> Any:
         raise LedgerError("window unavailable")
 
 
-class _FailingWindow(Ledger):
-    def append_event(self, *args: Any, **kwargs: Any) -> tuple[str, str]:
+class _FailingMemory(MemoryLedger):
+    async def append_event(self, *args: Any, **kwargs: Any) -> tuple[str, str]:
         raise LedgerError("window unavailable")
+
+
+def _UnreadableWindow() -> Ledger:  # noqa: N802 - read as a ledger class in the tests
+    return Ledger(_UnreadableMemory(run_id=""))
+
+
+def _FailingWindow() -> Ledger:  # noqa: N802
+    return Ledger(_FailingMemory(run_id=""))
 
 
 class TestSnapshotAfterACut:

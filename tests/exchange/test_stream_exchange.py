@@ -1,6 +1,6 @@
 """The exchange layer as transcripts (gateway/exchange/): no sockets, no event loop.
 
-Each test feeds a JSON-RPC request and a scripted worker (gateway/exchange/offline.py) to the
+Each test feeds a JSON-RPC request and a scripted worker (gateway/offline.py) to the
 exchange the gateway runs and reads back the commands, what the client received and what was
 reported. Field cases are named after docs/field-cases.md.
 """
@@ -21,7 +21,7 @@ from gateway.exchange.commands import Count, Emit, EndStream, Load, Log, Open, P
 from gateway.exchange.judge import judge, touch
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger, Offline
+from gateway.offline import Ledger, Offline
 from gateway.invariants.admission import CardView
 from gateway.invariants.model import Exchange, Mode, TaskRecord
 
@@ -408,7 +408,7 @@ class TestRestartResync:
         assert offline.run(touch("t-w"))
         assert not [c for c in offline.commands if type(c) is Store]
         assert ledger.resync == {("w", "", "t-w")}
-        ledger.resync.clear()
+        ledger.flag("w", "t-w", False)
         assert Offline("w", ledger, now=NOW + 60.0).run(touch("t-w"))
         assert ledger.get("w", "t-w").observed_at == NOW + 60.0 and ledger.versions[("w", "", "t-w")] == 2
 

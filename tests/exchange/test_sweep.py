@@ -1,6 +1,6 @@
 """The sweep's pure core (gateway/exchange/sweep.py, docs/sweep.md §2-§3): which listed tasks
 are due, the worker's road, and the exchange driven offline against a dict ledger and a
-scripted worker (gateway/exchange/offline.py)."""
+scripted worker (gateway/offline.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from gateway.a2a.states import TaskState
 from gateway.a2a.version import Binding, ProtocolVersion
 from gateway.exchange.commands import Count, Log, Post
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger, Offline
+from gateway.offline import Ledger, Offline
 from gateway.exchange.sweep import (ProbeRoute, SweepExchange, due, forget_before, probe_exchange, probe_route,
                                     select)
 from gateway.invariants.admission import CardView
@@ -94,7 +94,7 @@ def sweep(road: ProbeRoute, acts: list[dict[str, Any]], stored: TaskRecord | Non
           listed: LiveTask | None = None) -> tuple[Offline, SweepExchange]:
     ledger = Ledger()
     if stored is not None:
-        ledger.records[("w", stored.tenant, "t-1")] = stored
+        ledger.add(stored)
     off = Offline(upstream="w", ledger=ledger, now=NOW, worker=deque(acts))
     listed = listed or task()
     exchange = SweepExchange(listed, probe_exchange(road, listed, CARD, POLICY), POLICY,
@@ -180,7 +180,7 @@ def test_a_rest_probe_names_the_tenant_percent_encoded_as_one_path_segment() -> 
     tenant = "a/../admin?x=1#y"
     stored = dataclasses.replace(record(), tenant=tenant)
     ledger = Ledger()
-    ledger.records[("w", tenant, "t-1")] = stored
+    ledger.add(stored)
     off = Offline(upstream="w", ledger=ledger, now=NOW, worker=deque(
         [{"answer": {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}}]))
     listed = task(tenant=tenant)
@@ -212,7 +212,7 @@ def test_a_tenants_task_is_asked_with_params_tenant_over_json_rpc() -> None:
 
 def test_an_unreachable_worker_leaves_the_record_untouched() -> None:
     off, ex = sweep(ProbeRoute(JSONRPC, V10, "/"), [{"fail": "connect"}], record())
-    assert off.ledger.records[("w", "", "t-1")] == record() and off.ledger.versions == {}
+    assert off.ledger.records[("w", "", "t-1")] == record() and off.ledger.versions == {("w", "", "t-1"): 1}
     assert ex.result.outcome == "error" and off.findings == []
     assert counted(off, "forced_gets") == [("sweep",)] and counted(off, "upstream_errors") == [("connect",)]
 
@@ -245,8 +245,8 @@ def test_a_task_no_longer_due_once_loaded_gets_no_get_task(stored: TaskRecord | 
 def test_a_restart_flag_is_cleared_by_the_sweeps_observation() -> None:
     ledger_record = record()
     off = Offline(upstream="w", now=NOW, worker=deque([answer("TASK_STATE_WORKING")]))
-    off.ledger.records[("w", "", "t-1")] = ledger_record
-    off.ledger.resync.add(("w", "", "t-1"))
+    off.ledger.add(ledger_record)
+    off.ledger.flag("w", "t-1")
     listed = task()
     exchange = SweepExchange(listed, probe_exchange(ProbeRoute(JSONRPC, V10, "/"), listed, CARD, POLICY), POLICY)
     assert off.run(exchange.run())
@@ -258,7 +258,7 @@ def test_a_state_a_concurrent_writer_recorded_meanwhile_wins_and_is_not_the_swee
     reads the record again, the terminal state stays, and the sweep reports no change of its
     own (no stale_record, nothing for the push relay)."""
     off = Offline(upstream="w", now=NOW)
-    off.ledger.records[("w", "", "t-1")] = record()
+    off.ledger.add(record())
     listed = task()
     exchange = SweepExchange(listed, probe_exchange(ProbeRoute(JSONRPC, V10, "/"), listed, CARD, POLICY), POLICY)
     gen = exchange.run()

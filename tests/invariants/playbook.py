@@ -1,7 +1,7 @@
 """A tiny transcript driver for the invariant engine, through the loop the gateway runs.
 
 Every payload goes through :func:`gateway.exchange.judge.judge` — load the record, judge, store
-with compare-and-set — performed by :class:`gateway.exchange.offline.Offline` on a dict ledger
+with compare-and-set — performed by :class:`gateway.offline.Offline` on the memory ledger
 with a ticking clock, and the stream state is carried to the next event as the stream
 exchange carries it. Tests read as transcripts: one call per observation.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from gateway.a2a import jsonrpc
 from gateway.exchange.judge import judge
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger, Offline
+from gateway.offline import Ledger, Offline
 from gateway.invariants import engine
 from gateway.invariants.model import (
     Clock,
@@ -46,7 +46,7 @@ def kinds(findings: list[Finding], category: str | None = None) -> list[str]:
 @dataclass
 class Playbook:
     """The engine driven by the gateway's own judge loop (gateway/exchange/judge.py) over an
-    offline ledger (gateway/exchange/offline.py): one call per observation."""
+    offline ledger (gateway/offline.py): one call per observation."""
 
     ledger: Ledger = field(default_factory=Ledger)
     tick: float = 0.0

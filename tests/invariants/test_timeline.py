@@ -10,7 +10,7 @@ import pytest
 from gateway.a2a.jsonrpc import Operation
 from gateway.a2a.states import TaskState
 from gateway.a2a.version import Binding, ProtocolVersion
-from gateway.exchange.commands import Open, Post, for_reason
+from gateway.exchange.commands import Open, Post
 from gateway.invariants import engine
 from gateway.invariants.model import Action, Clock, Exchange, Finding, Mode, Outcome, TaskRecord
 from gateway.invariants.timeline import TimelineEntry, payload_entry, request_entry
@@ -85,26 +85,3 @@ def test_an_entry_round_trips_through_its_document() -> None:
                           findings=(("divergence", "terminal_regression", "t-1 …"),), forced_get="restart",
                           error=None, at=1234.5)
     assert TimelineEntry.from_doc(entry.to_doc()) == entry
-
-
-def test_for_reason_marks_the_gateway_s_own_requests_and_passes_replies_through() -> None:
-    def resubscribe() -> Any:
-        first = yield Open(b"", "POST", "/tasks/t-1:subscribe")
-        if first == "405":
-            return (yield Open(b"", "GET", "/tasks/t-1:subscribe"))
-        return first
-
-    gen = for_reason("resubscribe", resubscribe())
-    cmd = gen.send(None)
-    assert isinstance(cmd, Open) and cmd.reason == "resubscribe" and cmd.method == "POST"
-    cmd = gen.send("405")
-    assert isinstance(cmd, Open) and cmd.reason == "resubscribe" and cmd.method == "GET"
-    with pytest.raises(StopIteration) as stop:
-        gen.send("OPENED")
-    assert stop.value.value == "OPENED"
-    assert Post(b"", reason="x") == Post(b"")  # the reason is no part of a command's equality
-
-    thrown = for_reason("resubscribe", resubscribe())
-    thrown.send(None)
-    with pytest.raises(ValueError):
-        thrown.throw(ValueError("cut"))

@@ -388,7 +388,7 @@ def test_f20_a_change_the_ledger_could_not_count_falls_back_to_the_etag(make_har
     async def down(*_: Any) -> int:
         raise OSError("ledger down")
 
-    d.h.runtime.ledger.observe_card = down  # type: ignore[method-assign]
+    d.h.runtime.ledger.inner.observe_card = down  # type: ignore[method-assign]
     assert _refresh(d.h, CARD_A) == "not_modified" and cache.generation == 1  # nothing changed: kept
     assert _refresh(d.h, CARD_B) == "changed" and cache.generation is None
     assert d.h.metric("a2a_gateway_ledger_errors_total", operation="observe_card") == 2

@@ -1036,7 +1036,7 @@ def test_rest_ledger_unavailable_fails_closed_with_503_status(h: Harness, monkey
     async def down(*args: Any, **kwargs: Any) -> Any:
         raise OSError("disk gone")
 
-    monkeypatch.setattr(h.runtime.ledger, "get", down)
+    monkeypatch.setattr(h.runtime.ledger.inner, "get", down)
     h.worker.on_path("POST", "/tasks/t-1:cancel", json_body=task("t-1", "TASK_STATE_CANCELED"))
     r, raw = h.rest("POST", "/tasks/t-1:cancel", headers=V1)
     assert r.status_code == 503
@@ -1049,7 +1049,7 @@ def test_rest_ledger_unavailable_fails_closed_with_503_status(h: Harness, monkey
 
 def test_rest_ledger_failure_mid_stream_ends_it_with_a_status_error_event(h: Harness,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    ledger = h.runtime.ledger
+    ledger = h.runtime.ledger.inner
     real_put = ledger.put
     calls = {"n": 0}
 

@@ -119,7 +119,7 @@ def test_a_failed_timeline_write_is_counted_and_the_request_goes_on(h: Harness) 
     async def broken(*args: Any, **kwargs: Any) -> None:
         raise OSError("disk full")
 
-    h.runtime.ledger.append_timeline = broken
+    h.runtime.ledger.inner.append_timeline = broken
     h.worker.on("GetTask", json_result=task("t-9", "completed"))
     r = h.rpc(get_task(1, "t-9"), headers=V1)
     assert r.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
