@@ -14,7 +14,7 @@ from gateway.a2a.version import Binding
 from gateway.exchange.commands import Open, Post
 from gateway.exchange.jsonrpc import JsonRpcExchange
 from gateway.exchange.model import Policy
-from gateway.exchange.offline import Ledger, Offline
+from gateway.offline import Ledger, Offline
 from gateway.exchange.rest import RestExchange
 from gateway.exchange.retries import (
     DONE,
