@@ -122,6 +122,10 @@ class RequestExchange:
     retry: Any = None
     """A retried send's :class:`~gateway.exchange.retries.Decision` (set by the shell,
     docs/retries.md): the first call's outcome is given back instead of forwarding."""
+    unsent: bool = False
+    """The worker never got the request: the connection to it could not be made (refused,
+    DNS, TLS handshake; :meth:`fail_upstream`). A retry of such a send may go again
+    (docs/retries.md §2)."""
     judged: Any = None
     """The judged result of a unary answer, as sent (the shell keeps a Message answer for a
     retry, docs/retries.md §2)."""
@@ -279,6 +283,7 @@ class RequestExchange:
         ``gateway_at_capacity``."""
         at_capacity = exc.reason == POOL_EXHAUSTED
         self.summary.outcome = "at_capacity" if at_capacity else "upstream_error"
+        self.unsent = exc.reason == "connect"  # no connection: no byte of it reached the worker
         yield Count("upstream_errors", (exc.reason,))
         yield Log("warning", "gateway_at_capacity" if at_capacity else "upstream_request_failed",
                   (("upstream", self.policy.upstream), ("reason", exc.reason), ("error", str(exc))))

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import rfc8785
 
 from gateway.a2a import jsonrpc
 from gateway.a2a.jsonrpc import Operation
@@ -113,7 +112,9 @@ class Decision:
 def client_key(operation: Operation, header: str | None, params: Any, *, message_id_keys: bool) -> str | None:
     """The retry key of a request: ``header`` (the ``Idempotency-Key`` value, trimmed) when
     given, else the message's ``messageId`` when ``message_id_keys``; ``None`` for an
-    operation other than a send (:data:`SEND_OPERATIONS`) or a send with neither."""
+    operation other than a send (:data:`SEND_OPERATIONS`) or a send with neither. A
+    ``messageId`` longer than :data:`MAX_KEY_CHARS` is no key (A2A bounds no ``messageId``: such
+    a send is forwarded as it is, unkeyed); a header that long is refused (:func:`key_problem`)."""
     if operation not in SEND_OPERATIONS:
         return None
     if header is not None and header.strip():
@@ -124,13 +125,15 @@ def client_key(operation: Operation, header: str | None, params: Any, *, message
     if message is None:
         return None
     message_id = jsonrpc.member(message, "messageId", "message_id")
-    return "m:" + message_id if message_id else None
+    if not message_id or len(message_id) > MAX_KEY_CHARS:
+        return None
+    return "m:" + message_id
 
 
 def key_problem(key: str) -> str | None:
-    """Why ``key`` cannot be used (too long), or ``None``."""
+    """Why ``key`` cannot be used (an ``Idempotency-Key`` too long), or ``None``."""
     if len(key) - 2 > MAX_KEY_CHARS:
-        return f"Idempotency-Key / messageId longer than {MAX_KEY_CHARS} characters"
+        return f"Idempotency-Key longer than {MAX_KEY_CHARS} characters"
     return None
 
 
@@ -141,19 +144,15 @@ def scoped_key(upstream: str, tenant: str, caller: str | None, key: str) -> byte
 
 
 def request_digest(params: Any) -> str:
-    """SHA-256 (hex) of the canonical JSON (RFC 8785) of the send's message and
-    ``configuration`` — what makes two sends "the same request". A message that cannot be
-    canonicalized (a float RFC 8785 refuses) is digested from its ``orjson`` bytes with
-    sorted keys."""
+    """SHA-256 (hex) of the send's message and ``configuration`` as JSON with every object's
+    members sorted (``orjson``, ``OPT_SORT_KEYS``) — what makes two sends "the same request":
+    member order and whitespace do not matter, every value does (``1`` and ``1.0`` differ).
+    Not RFC 8785: its pure-Python canonicalizer cost about a fifth of a keyed send's gateway
+    CPU, and a retry sends the same values again (docs/retries.md §1)."""
     params = params if isinstance(params, dict) else {}
     subject = {"message": jsonrpc.request_message(params),
                "configuration": params.get("configuration")}
-    try:
-        raw = rfc8785.dumps(subject)
-    except (rfc8785.CanonicalizationError, rfc8785.FloatDomainError, rfc8785.IntegerDomainError,
-            TypeError, ValueError):
-        raw = orjson.dumps(subject, option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(raw).hexdigest()
+    return hashlib.sha256(orjson.dumps(subject, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def form_of(version: str, binding: Binding) -> str:
@@ -191,9 +190,10 @@ def decide(entry: RetryEntry, digest: str, *, streaming: bool, form: str, now: f
         if entry.task_id is not None:
             return Decision("unknown", entry.task_id)
         return Decision("unknown", error=(jsonrpc.INTERNAL_ERROR,
-                        "the first request with this Idempotency-Key / messageId was in flight "
-                        "when the gateway stopped; whether the agent started a task is unknown, "
-                        "and it is not sent again (docs/retries.md §3)"))
+                        "the first request with this Idempotency-Key / messageId was sent to the "
+                        "agent but its answer was lost (the connection to the agent broke, or the "
+                        "gateway stopped); whether the agent started a task is unknown, and it is "
+                        "not sent again (docs/retries.md §3)"))
     if streaming and entry.task_id is not None:
         return Decision("attach", entry.task_id)
     if now - waited_since < wait_seconds:

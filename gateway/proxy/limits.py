@@ -150,16 +150,18 @@ class Limiter:
 
     def _caller_overrides(self) -> dict[str, tuple[str, QuotaConfig]]:
         """Every fingerprint of every ``limits.callers`` name under the secrets in force →
-        ``(name, override)``; built once per config (identities are never kept)."""
+        ``(label, override)``, the label ``limits.callers #N`` (its place in the config, from 1:
+        the name is an identity, often a credential, and is shown nowhere); built once per
+        config (identities are never kept)."""
         cfg = self.rt.config.limits
         if self._overrides[0] is cfg:
             return self._overrides[1]
         found: dict[str, tuple[str, QuotaConfig]] = {}
         keys = self.rt.callers
         if keys is not None:
-            for name, quota in cfg.callers.items():
+            for place, (name, quota) in enumerate(cfg.callers.items(), 1):
                 for fingerprint in keys.caller(name.encode("utf-8", "surrogatepass")).matches:
-                    found[fingerprint] = (name, quota)
+                    found[fingerprint] = (f"limits.callers #{place}", quota)
         self._overrides = (cfg, found)
         return found
 

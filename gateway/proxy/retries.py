@@ -94,7 +94,7 @@ class Turn:
         summary, now = exchange.summary, time.time()
         task_id = summary.task_id or self.noted
         entry: RetryEntry | None = None
-        if summary.outcome in RELEASED_OUTCOMES:
+        if summary.outcome in RELEASED_OUTCOMES or exchange.unsent:
             entry = None  # refused before it was sent, or the worker refused it: it may go again
         elif task_id is not None:
             entry = RetryEntry(self.entry.digest, DONE, self.entry.created, now, task_id)
@@ -138,6 +138,33 @@ class Retries:
         """The keyed digest a key is stored under (HMAC-SHA-256 with the callers' secret)."""
         digest = hmac.new(self._digest_key, scoped, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest[:24]).decode()
+
+    def _stored_key_of(self, handler: Any, exchange: RequestExchange) -> str | None:
+        """The stored name of ``exchange``'s retry key; ``None``: it has none (or an unusable one)."""
+        upstream = handler.route.upstream
+        key = client_key(exchange.ex.operation, handler.header(b"idempotency-key"), exchange.params,
+                         message_id_keys=upstream.retries.message_id_keys)
+        if key is None or key_problem(key) is not None:
+            return None
+        ex = exchange.ex
+        return self.stored_key(scoped_key(upstream.name, ex.tenant, ex.caller, key))
+
+    async def taken(self, handler: Any, exchange: RequestExchange) -> bool:
+        """Whether ``exchange`` is a send whose retry key is already taken: it then makes no
+        task of its own (it gets the first call's, waits, or is refused; §2), so it needs no
+        live-task slot (docs/limits.md §1). Read only; a store that fails answers False.
+
+        Raises nothing."""
+        if not self.rt.config.retries.enabled or exchange.policy.mode is Mode.OBSERVE:
+            return False
+        stored = self._stored_key_of(handler, exchange)
+        if stored is None:
+            return False
+        try:
+            held = await self.call("retry_get", lambda: self.store.get(stored, time.time()))
+        except LedgerError:
+            return False
+        return held is not None
 
     async def begin(self, handler: Any, exchange: RequestExchange) -> Turn | None:
         """Take ``exchange``'s retry key, or set ``exchange.retry`` when the key is taken.

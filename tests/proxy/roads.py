@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from uuid import uuid4
 
 import orjson
 
@@ -82,6 +83,9 @@ class Driver:
         self.h = h
         self.road = road
         self._ids = 0
+        # messageIds of this driver's own: two drivers (replicas on one Redis) never send the
+        # same one, which the gateway would take for a retry (docs/retries.md §1)
+        self._prefix = uuid4().hex[:8]
 
     # --- the worker's side --------------------------------------------------------------------
     def w_event(self, v1_event: dict[str, Any]) -> Any:
@@ -143,12 +147,12 @@ class Driver:
     def message(self, text: str, task_id: str | None = None) -> dict[str, Any]:
         self._ids += 1
         if self.road.client is J03:
-            msg: dict[str, Any] = {"kind": "message", "messageId": f"m-{self._ids}", "role": "user",
+            msg: dict[str, Any] = {"kind": "message", "messageId": f"m-{self._prefix}-{self._ids}", "role": "user",
                                    "parts": [{"kind": "text", "text": text}]}
         elif self.road.client is R03:
-            msg = {"messageId": f"m-{self._ids}", "role": "ROLE_USER", "content": [{"text": text}]}
+            msg = {"messageId": f"m-{self._prefix}-{self._ids}", "role": "ROLE_USER", "content": [{"text": text}]}
         else:
-            msg = {"messageId": f"m-{self._ids}", "role": "ROLE_USER", "parts": [{"text": text}]}
+            msg = {"messageId": f"m-{self._prefix}-{self._ids}", "role": "ROLE_USER", "parts": [{"text": text}]}
         if task_id:
             msg.update(taskId=task_id, contextId=task_id.replace("t-", "c-"))
         return msg

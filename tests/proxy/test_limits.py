@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any
+from uuid import uuid4
 
 import httpx
 import orjson
@@ -286,7 +287,7 @@ def test_a_tenant_override_replaces_only_the_fields_it_sets(make_harness: Any) -
     road = ROADS[0]
 
     def send(tenant: str | None) -> httpx.Response:
-        params: dict[str, Any] = {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+        params: dict[str, Any] = {"message": {"messageId": uuid4().hex, "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
         if tenant is not None:
             params["tenant"] = tenant
         body = {"jsonrpc": "2.0", "id": "req-send", "method": "SendMessage", "params": params}
@@ -335,3 +336,15 @@ def test_a_live_task_slot_is_freed_by_a_cancel(make_harness: Any) -> None:
     assert canceled.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
     d.on_send({"task": task("t-2", WORKING)})
     assert call(d, "send").status_code == 200
+
+
+def test_the_status_page_never_shows_a_caller_overrides_identity(make_harness: Any) -> None:
+    """A ``limits.callers`` name is an identity, here a credential: the status page shows the
+    override by its place (``limits.callers #1``), never by its name (docs/limits.md §5)."""
+    road = ROADS[0]
+    h, d = harness(make_harness, road, callers={"Bearer batch-SECRET-1": {"live_tasks": 3}})
+    d.on_send({"task": task("t-1", WORKING)})
+    assert call(d, "send", caller="Bearer batch-SECRET-1").status_code == 200
+    page = h.http.get(h.admin.url + "/status").text
+    assert "limits.callers #1" in page
+    assert "SECRET" not in page
