@@ -254,7 +254,7 @@ class ExchangeHandler:
             push is not None and push.handles(ex.operation) and ex.operation in CONFIG_OPERATIONS) else 0
         new_task = ex.task_id is None and ex.operation in (Operation.SEND, Operation.STREAM)
         if new_task and limiter.counts_live and self.rt.retries is not None:
-            new_task = not await self.rt.retries.taken(self, exchange)  # a retry makes no task (§1)
+            new_task = not await self.rt.retries.taken(self, exchange)  # a retry makes no task (docs/limits.md §1)
         try:
             self.grant, refusal = await limiter.admit(
                 self.scopes, new_task=new_task, stream=exchange.streaming, push_configs=hooks)

@@ -151,7 +151,7 @@ class Retries:
 
     async def taken(self, handler: Any, exchange: RequestExchange) -> bool:
         """Whether ``exchange`` is a send whose retry key is already taken: it then makes no
-        task of its own (it gets the first call's, waits, or is refused; §2), so it needs no
+        task of its own (it gets the first call's, waits, or is refused; docs/retries.md §2), so it needs no
         live-task slot (docs/limits.md §1). Read only; a store that fails answers False.
 
         Raises nothing."""
